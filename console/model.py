@@ -1,0 +1,185 @@
+"""Plain data read from a run: GPUs, processes, the log, connection state.
+
+Every layer passes these around; nothing here does I/O or imports Textual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class LineKind(str, Enum):
+    """What a log line says about the run."""
+
+    OOM = "oom"
+    NAN = "nan"
+    TRACEBACK = "traceback"
+    NCCL_TIMEOUT = "nccl_timeout"
+    CUDA_ERROR = "cuda_error"
+    KILLED = "killed"
+    WARNING = "warning"
+    NORMAL = "normal"
+
+
+#: Kinds an operator must look at; warnings and normal lines are not problems.
+PROBLEM_KINDS = frozenset(
+    {
+        LineKind.OOM,
+        LineKind.NAN,
+        LineKind.TRACEBACK,
+        LineKind.NCCL_TIMEOUT,
+        LineKind.CUDA_ERROR,
+        LineKind.KILLED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LineInfo:
+    """The kind of one log line and the metrics it states (None where it says nothing)."""
+
+    kind: LineKind = LineKind.NORMAL
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    it_per_s: float | None = None
+    loss: float | None = None
+    step: int | None = None
+    total_steps: int | None = None
+
+    def as_json(self) -> dict:
+        return {
+            "kind": self.kind.value,
+            "tokens_per_s": self.tokens_per_s,
+            "samples_per_s": self.samples_per_s,
+            "it_per_s": self.it_per_s,
+            "loss": self.loss,
+            "step": self.step,
+            "total_steps": self.total_steps,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One received log line, already made safe for a terminal."""
+
+    number: int
+    """1-based position among all lines received from the run's logs."""
+    text: str
+    info: LineInfo
+    cut: bool = False
+    """True when the line was longer than the bound and its tail was dropped."""
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding memory on a GPU, as the driver reports it (host PID namespace)."""
+
+    pid: int
+    used_mib: int | None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU at one moment. None means the tool said [N/A] / [Not Supported]."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    utilization_pct: float | None
+    temperature_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    processes: tuple[GpuProcess, ...] = ()
+    error: str | None = None
+    """Set when the GPU itself reports a fault, e.g. '[GPU requires reset]'."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessReading:
+    """One process of the run, read from /proc on the target."""
+
+    pid: int
+    ppid: int
+    state: str
+    """The single-letter state of /proc/PID/stat: R, S, D, Z, T, ..."""
+    elapsed_s: float
+    threads: int
+    rss_mib: float
+    cpu_pct: float | None
+    """CPU% over the last sampling interval (utime+stime delta); None on the first sample."""
+    cmdline: str
+    nspid: tuple[int, ...] = ()
+    """/proc/PID/status NSpid: this PID as seen from the reader's namespace inwards."""
+    stdout: str | None = None
+    """Where fd 1 points (readlink /proc/PID/fd/1), when readable."""
+    unbuffered: bool | None = None
+    """True when `-u` or PYTHONUNBUFFERED is set; None when it could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogStatus:
+    """The run's log file as stat() saw it."""
+
+    path: str
+    exists: bool
+    size: int = 0
+    mtime: float = 0.0
+    inode: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Everything one poll of a target returns."""
+
+    time: float
+    """The target's clock (time.time() there) when the sample was taken."""
+    gpus: tuple[GpuReading, ...] = ()
+    gpu_source: str = "none"
+    """'nvml', 'nvidia-smi' or 'none'."""
+    gpu_error: str | None = None
+    processes: tuple[ProcessReading, ...] = ()
+    process_error: str | None = None
+    in_pid_namespace: bool = False
+    """True when the observing side runs inside a PID namespace (a container):
+    the driver's PIDs are then the host's and will not match the run's."""
+    log: LogStatus | None = None
+
+
+class ConnectionStatus(str, Enum):
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionState:
+    """What the operator is told about the link to the target."""
+
+    status: ConnectionStatus
+    detail: str = ""
+    retry_at: float | None = None
+    """Monotonic time of the next attempt while reconnecting."""
+
+    def describe(self, now: float) -> str:
+        if self.status is ConnectionStatus.RECONNECTING and self.retry_at is not None:
+            wait = max(0.0, self.retry_at - now)
+            text = f"reconnecting in {wait:.0f} s"
+        else:
+            text = self.status.value
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened to the run or the console, for the event ring."""
+
+    time: float
+    kind: str
+    text: str
+    data: dict = field(default_factory=dict)

@@ -1,0 +1,57 @@
+"""Pure command building: one script through every layer, quoted once per layer.
+
+The script is run by `bash -lc` (the user's login environment: conda, pyenv, module
+paths), inside the container when there is one, and the whole argv is joined into
+the single string an SSH exec request carries. Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+ContainerKind = Literal["pct", "docker", "kubectl"]
+CONTAINER_KINDS: tuple[str, ...] = ("pct", "docker", "kubectl")
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """Where on the host the run lives: `pct exec ID --`, `docker exec -i NAME`, `kubectl exec -i POD --`."""
+
+    kind: ContainerKind
+    id: str
+    namespace: str | None = None
+    """kubectl only: the pod's namespace."""
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.id}" + (f" -n {self.namespace}" if self.namespace else "")
+
+
+def container_argv(container: Container | None, argv: list[str]) -> list[str]:
+    """`argv` as run inside `container` (stdin passed through, as the agent needs)."""
+    if container is None:
+        return list(argv)
+    if container.kind == "pct":
+        return ["pct", "exec", container.id, "--", *argv]
+    if container.kind == "docker":
+        return ["docker", "exec", "-i", container.id, *argv]
+    if container.kind == "kubectl":
+        ns = ["-n", container.namespace] if container.namespace else []
+        return ["kubectl", "exec", "-i", *ns, container.id, "--", *argv]
+    raise ValueError(f"unknown container kind {container.kind!r}")
+
+
+def script_argv(script: str, container: Container | None = None, *, login: bool = True) -> list[str]:
+    """The argv that runs a bash `script` in the target's environment."""
+    return container_argv(container, ["bash", "-lc" if login else "-c", script])
+
+
+def command_line(argv: list[str]) -> str:
+    """One string that a POSIX shell (sshd runs the user's shell with -c) splits back into `argv`."""
+    return shlex.join(argv)
+
+
+def quote(value: str) -> str:
+    """Quote one value for a bash script."""
+    return shlex.quote(value)

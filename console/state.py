@@ -1,0 +1,154 @@
+"""RunState: the one truth the panes render and the diagnosis reads.
+
+Bounded ring buffers only, so a console left open for days holds constant memory.
+Sources write into it from the event loop; readers never block.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from console.model import (
+    PROBLEM_KINDS,
+    ConnectionState,
+    ConnectionStatus,
+    Event,
+    LogLine,
+    Sample,
+)
+
+#: Metrics a log can give for throughput, best first: the console shows the first one seen.
+RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
+RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s", "it_per_s": "it/s"}
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """A value from the log and the local time its line arrived."""
+
+    time: float
+    value: float
+
+
+class RunState:
+    """Bounded history of one run on one target."""
+
+    def __init__(
+        self,
+        *,
+        max_samples: int = 3600,
+        max_lines: int = 10_000,
+        max_points: int = 3600,
+        max_events: int = 1000,
+        max_problems: int = 500,
+        clock=time.monotonic,
+    ) -> None:
+        self.clock = clock
+        self.samples: deque[Sample] = deque(maxlen=max_samples)
+        self.lines: deque[LogLine] = deque(maxlen=max_lines)
+        self.problems: deque[LogLine] = deque(maxlen=max_problems)
+        self.events: deque[Event] = deque(maxlen=max_events)
+        self.series: dict[str, deque[Point]] = {
+            name: deque(maxlen=max_points) for name in (*RATE_METRICS, "loss")
+        }
+        self.step: int | None = None
+        self.total_steps: int | None = None
+        self.lines_received = 0
+        self.last_line_at: float | None = None
+        self.last_rate_at: float | None = None
+        self.last_sample_at: float | None = None
+        self.connection = ConnectionState(ConnectionStatus.CONNECTING)
+        self.log_path: str | None = None
+
+    # -- writers -------------------------------------------------------------
+
+    def add_sample(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        self.last_sample_at = self.clock()
+
+    def add_lines(self, lines: Iterable[LogLine]) -> None:
+        for line in lines:
+            self.lines.append(line)
+            self.lines_received = max(self.lines_received, line.number)
+            info = line.info
+            if info.kind in PROBLEM_KINDS:
+                self.problems.append(line)
+            for name in RATE_METRICS:
+                value = getattr(info, name)
+                if value is not None:
+                    self.series[name].append(Point(line.time, value))
+                    self.last_rate_at = line.time
+            if info.loss is not None:
+                self.series["loss"].append(Point(line.time, info.loss))
+            if info.step is not None:
+                self.step = info.step
+            if info.total_steps is not None:
+                self.total_steps = info.total_steps
+            self.last_line_at = line.time
+
+    def set_connection(self, state: ConnectionState) -> None:
+        if state != self.connection:
+            self.connection = state
+            self.add_event("connection", state.describe(self.clock()))
+
+    def add_event(self, kind: str, text: str, **data) -> None:
+        self.events.append(Event(self.clock(), kind, text, data))
+
+    def start_new_log(self, path: str) -> None:
+        """The run was relaunched onto a new log: forget the old run's problems and rates."""
+        self.log_path = path
+        self.problems.clear()
+        for points in self.series.values():
+            points.clear()
+        self.step = self.total_steps = None
+        self.last_rate_at = None
+        self.add_event("log", f"following {path}")
+
+    # -- readers -------------------------------------------------------------
+
+    @property
+    def latest(self) -> Sample | None:
+        return self.samples[-1] if self.samples else None
+
+    def lines_after(self, number: int) -> list[LogLine]:
+        """Lines with a number above `number`, oldest first (what a pane has not shown yet)."""
+        out: list[LogLine] = []
+        for line in reversed(self.lines):
+            if line.number <= number:
+                break
+            out.append(line)
+        out.reverse()
+        return out
+
+    @property
+    def rate_metric(self) -> str | None:
+        """The throughput metric this run's log gives, or None before the first one."""
+        for name in RATE_METRICS:
+            if self.series[name]:
+                return name
+        return None
+
+    def rate_values(self, since_s: float | None = None) -> list[float]:
+        name = self.rate_metric
+        if name is None:
+            return []
+        return self.values(name, since_s)
+
+    def values(self, name: str, since_s: float | None = None) -> list[float]:
+        points = self.series[name]
+        if since_s is None:
+            return [p.value for p in points]
+        cutoff = self.clock() - since_s
+        return [p.value for p in points if p.time >= cutoff]
+
+    def rate_interval_s(self) -> float | None:
+        """The median gap between throughput lines: the run's usual reporting interval."""
+        name = self.rate_metric
+        if name is None:
+            return None
+        times = [p.time for p in self.series[name]][-50:]
+        gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+        return gaps[len(gaps) // 2] if gaps else None
