@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(command: str, args: argparse.Namespace) -> int:
     if command == "classify":
-        from console.commands import classify
+        from console.observe.classify import run_classify
 
-        return classify(args)
+        return run_classify(args)
     if command == "demo":
         from console.demo.run import run_demo
 
@@ -120,9 +120,9 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     if command == "check":
-        from console.commands import check
+        from console.check import run_check
 
-        return check(config, args)
+        return run_check(config, args)
     if command in ("dump", "restart", "warmup"):
         from console.actions import headless
 

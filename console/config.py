@@ -21,6 +21,12 @@ class TargetConfig:
     """Trust an unknown host key on first connection (never a changed one)."""
     known_hosts: str | None = None
     """A known_hosts file to check against instead of ~/.ssh/known_hosts."""
+    ssh_config: str | None = None
+    """An ssh_config file to read instead of ~/.ssh/config."""
+    python: str = "python3"
+    """The interpreter on the target that runs Pulse's agent (any Python 3.8+)."""
+    py_spy: str = "py-spy"
+    nvidia_smi: str = "nvidia-smi"
 
 
 @dataclass(frozen=True, slots=True)
