@@ -1,0 +1,34 @@
+"""Run a self-contained Python program on a target while keeping its stdin open.
+
+`python3 -` would read the program from stdin up to EOF, leaving no stdin to watch.
+Instead a one-line bootstrap reads exactly the program's bytes from stdin and runs it;
+the rest of stdin stays open, so the program can exit when the channel closes (OpenSSH
+does not deliver signals to a closed channel's command, so EOF is the only hang-up a
+remote helper is sure to see).
+"""
+
+from __future__ import annotations
+
+from console.remote.shell import quote
+from console.remote.target import Channel, Target
+
+_BOOTSTRAP = (
+    "import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);del sys.argv[1];"
+    "exec(compile(src,sys.argv[1],'exec'),{'__name__':'__main__'})"
+)
+
+
+def program_script(python: str, source: str, name: str, args: list[str]) -> str:
+    """The bash line that starts `source` under `python` with `args` (exec: no shell left behind)."""
+    size = len(source.encode())
+    words = [quote(python), "-u", "-c", quote(_BOOTSTRAP), str(size), quote(name), *map(quote, args)]
+    return "exec " + " ".join(words)
+
+
+async def open_program(
+    target: Target, source: str, args: list[str], *, name: str, python: str = "python3"
+) -> Channel:
+    """Start `source` on `target`; its stdin stays open until the channel is closed."""
+    channel = await target.open(program_script(python, source, name, args))
+    channel.write(source.encode())
+    return channel
