@@ -13,8 +13,8 @@ from console.remote.shell import quote
 from console.remote.target import Channel, Target
 
 _BOOTSTRAP = (
-    "import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);del sys.argv[1];"
-    "exec(compile(src,sys.argv[1],'exec'),{'__name__':'__main__'})"
+    "import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);del sys.argv[:2];"
+    "exec(compile(src,sys.argv[0],'exec'),{'__name__':'__main__'})"
 )
 
 
