@@ -1,0 +1,29 @@
+"""Shared fixtures: a real OpenSSH server on 127.0.0.1 and a stand-in container (see tests/sshd.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.sshd import PidNamespace, SshServer, start_sshd
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """One sshd for the whole session; fault tests restart it, so check `.pid` rather than keep it."""
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pid_namespace() -> Iterator[PidNamespace]:
+    """A fresh PID + mount namespace reachable as `pct exec <id> --` (its `.container`)."""
+    namespace = PidNamespace()
+    try:
+        yield namespace
+    finally:
+        namespace.close()
