@@ -1,0 +1,88 @@
+"""Make untrusted log bytes safe to put on a terminal.
+
+A training log can hold anything: colour codes, tqdm's carriage-return redraws,
+invalid UTF-8, and escape sequences that would set the window title, write the
+clipboard (OSC 52) or move the cursor if passed through. `sanitize` turns one
+raw line into plain printable text; `split_lines` cuts a received chunk into lines.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: The longest line kept, in characters; the rest is dropped and flagged.
+MAX_LINE_CHARS = 4096
+
+# Escape sequences, longest forms first. String sequences (OSC, DCS, SOS, PM, APC)
+# run to their terminator; an unterminated one swallows the rest of the line,
+# because its payload was never meant to be shown.
+_ESCAPE_SEQUENCE = re.compile(
+    r"""
+      (?:\x1b\[|\x9b) [0-?]* [ -/]* [@-~]?          # CSI ... final byte
+    | (?:\x1b[\]PX^_]|[\x9d\x90\x98\x9e\x9f])       # OSC, DCS, SOS, PM, APC
+      .*? (?:\x07|\x1b\\|\x9c|$)                    # ... up to BEL or ST
+    | \x1b [ -/]* [0-~]?                            # two-byte and nF escapes, or a lone ESC
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+# What may not reach the terminal once escapes are gone: C0 controls (TAB is
+# expanded before this runs), DEL, C1 controls, and the bidirectional overrides
+# that can make a line read differently from what it says.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def sanitize(raw: bytes | str, max_len: int = MAX_LINE_CHARS) -> tuple[str, bool]:
+    """One log line as safe, printable text, and whether it was cut at `max_len` characters.
+
+    Invalid UTF-8 becomes U+FFFD; every terminal control sequence is removed;
+    after a carriage return only the last redraw that has content is kept (tqdm);
+    tabs become spaces.
+    """
+    if isinstance(raw, bytes):
+        if raw.isascii():
+            text = raw.decode("ascii")
+        else:
+            text = raw.decode("utf-8", errors="replace")
+    else:
+        text = raw
+    if text.isascii() and text.isprintable():
+        if len(text) > max_len:
+            return text[:max_len], True
+        return text, False
+    return _clean(text, max_len)
+
+
+def _clean(text: str, max_len: int) -> tuple[str, bool]:
+    # A progress bar that never printed a newline is one huge line of redraws:
+    # bound the work by the latest redraws, which are the ones worth keeping.
+    budget = max_len * 8 + 1024
+    cut = False
+    if len(text) > budget:
+        cut = True
+        text = text[-budget:] if "\r" in text[-budget:] else text[:budget]
+    if "\x1b" in text or not text.isascii():
+        text = _ESCAPE_SEQUENCE.sub("", text)
+    if "\r" in text:
+        text = _last_redraw(text)
+    if "\t" in text:
+        text = text.expandtabs()
+    text = _UNPRINTABLE.sub("", text)
+    if len(text) > max_len:
+        return text[:max_len], True
+    return text, cut
+
+
+def _last_redraw(text: str) -> str:
+    """The text after the last carriage return that is followed by something visible."""
+    for segment in reversed(text.split("\r")):
+        if segment.strip():
+            return segment
+    return ""
+
+
+def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """Complete lines of `buffer` (without their `\\n`) and the unfinished rest."""
+    lines = buffer.split(b"\n")
+    rest = lines.pop()
+    return lines, rest
