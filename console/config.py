@@ -6,7 +6,13 @@ name file, line and key; loading does no I/O beyond reading the one file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from console.remote.shell import Container
 
@@ -106,6 +112,9 @@ class CustomAction:
     description: str = ""
 
 
+DEFAULT_AUDIT_LOG = "~/.local/state/pulse/audit.jsonl"
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     target: TargetConfig = field(default_factory=TargetConfig)
@@ -115,7 +124,7 @@ class Config:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     stall: StallConfig = field(default_factory=StallConfig)
     actions: tuple[CustomAction, ...] = ()
-    audit_log: str = "~/.local/state/pulse/audit.jsonl"
+    audit_log: str = DEFAULT_AUDIT_LOG
     source: str = "<flags>"
     """The file this came from, for messages."""
 
@@ -126,3 +135,305 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+# -- loading ------------------------------------------------------------------
+
+_TABLE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
+_ARRAY_TABLE = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"']+(?:\s*\.\s*[A-Za-z0-9_\-\"']+)*)\s*=")
+_METRIC_NAMES = ("tokens_per_s", "samples_per_s", "it_per_s", "loss", "step", "total_steps")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Map 'table.key' paths to the line that sets them (tomllib gives no positions)."""
+    lines: dict[str, int] = {}
+    table = ""
+    counts: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if m := _ARRAY_TABLE.match(line):
+            name = m.group(1).replace('"', "").replace("'", "")
+            index = counts.get(name, 0)
+            counts[name] = index + 1
+            table = f"{name}[{index}]"
+            lines.setdefault(table, number)
+        elif m := _TABLE.match(line):
+            table = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            lines.setdefault(table, number)
+        elif m := _KEY.match(line):
+            key = re.sub(r"\s*\.\s*", ".", m.group(1)).replace('"', "").replace("'", "")
+            lines.setdefault(f"{table}.{key}" if table else key, number)
+    return lines
+
+
+_TYPE_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true or false",
+               dict: "a table", list: "an array"}
+
+
+class _Reader:
+    """Typed access to one table, collecting problems as `file:line: key: message`."""
+
+    def __init__(self, source: str, lines: dict[str, int], problems: list[str]) -> None:
+        self.source, self.lines, self.problems = source, lines, problems
+
+    def problem(self, path: str, message: str) -> None:
+        parts = path.split(".")
+        line = None
+        while parts and line is None:
+            line = self.lines.get(".".join(parts))
+            parts.pop()
+        where = f"{self.source}:{line}" if line else self.source
+        self.problems.append(f"{where}: {path}: {message}")
+
+    def table(self, data: dict, path: str, allowed: tuple[str, ...]) -> dict:
+        value = data.get(path.rsplit(".", 1)[-1], {}) if "." not in path else data
+        if not isinstance(value, dict):
+            self.problem(path, "must be a table")
+            return {}
+        for key in value:
+            if key not in allowed:
+                self.problem(f"{path}.{key}", f"unknown key (known: {', '.join(allowed)})")
+        return value
+
+    def get(self, table: dict, path: str, kind: type | tuple, default: Any = None, check: Callable | None = None):
+        key = path.rsplit(".", 1)[-1]
+        if key not in table:
+            return default
+        value = table[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
+            self.problem(path, f"must be {names}, not {json.dumps(value, default=str)}")
+            return default
+        if check is not None and (message := check(value)):
+            self.problem(path, message)
+            return default
+        return value
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def _regex(value: str) -> str | None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+    return None
+
+
+def _int_list(name: str):
+    def check(value: list) -> str | None:
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            return f"{name} must be a list of non-negative integers"
+        return None
+
+    return check
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    """Build a Config from TOML text; ConfigError lists every problem, one line each."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        if m := re.search(r"\(at line (\d+), column (\d+)\)", message):
+            message = message[: m.start()].strip()
+            raise ConfigError([f"{source}:{m.group(1)}: invalid TOML: {message}"]) from None
+        raise ConfigError([f"{source}: invalid TOML: {message}"]) from None
+    problems: list[str] = []
+    r = _Reader(source, _key_lines(text), problems)
+    for key in data:
+        if key not in ("target", "run", "gpus", "metrics", "warmup", "stall", "actions", "audit_log"):
+            r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log)")
+
+    t = r.table(data, "target", ("host", "port", "container", "accept_new_host_key", "known_hosts",
+                                 "ssh_config", "python", "py_spy", "nvidia_smi"))
+    container = None
+    if "container" in t:
+        c = t["container"]
+        if not isinstance(c, dict):
+            r.problem("target.container", 'must be a table like { kind = "pct", id = "200" }')
+        else:
+            for key in c:
+                if key not in ("kind", "id", "namespace"):
+                    r.problem(f"target.container.{key}", "unknown key (known: kind, id, namespace)")
+            kind = r.get(c, "target.container.kind", str, "none")
+            cid = r.get(c, "target.container.id", (str, int))
+            if kind not in ("none", "pct", "docker", "kubectl"):
+                r.problem("target.container.kind", f"must be pct, docker, kubectl or none, not {kind!r}")
+            elif kind != "none":
+                if cid in (None, ""):
+                    r.problem("target.container.id", f"is required for a {kind} container")
+                else:
+                    container = Container(kind, str(cid), r.get(c, "target.container.namespace", str))
+    target = TargetConfig(
+        host=r.get(t, "target.host", str),
+        port=r.get(t, "target.port", int, None, lambda v: None if 0 < v < 65536 else "must be 1-65535"),
+        container=container,
+        accept_new_host_key=r.get(t, "target.accept_new_host_key", bool, False),
+        known_hosts=r.get(t, "target.known_hosts", str),
+        ssh_config=r.get(t, "target.ssh_config", str),
+        python=r.get(t, "target.python", str, "python3"),
+        py_spy=r.get(t, "target.py_spy", str, "py-spy"),
+        nvidia_smi=r.get(t, "target.nvidia_smi", str, "nvidia-smi"),
+    )
+
+    u = r.table(data, "run", ("name", "launch", "cwd", "log", "match", "pidfile", "env", "grace_s"))
+    env = r.get(u, "run.env", dict, {})
+    for key, value in env.items():
+        if not isinstance(value, str):
+            r.problem(f"run.env.{key}", f"must be a string, not {type(value).__name__}")
+    run = RunConfig(
+        name=r.get(u, "run.name", str, "run"),
+        launch=r.get(u, "run.launch", str),
+        cwd=r.get(u, "run.cwd", str),
+        log=r.get(u, "run.log", str),
+        match=r.get(u, "run.match", str, None, _regex),
+        pidfile=r.get(u, "run.pidfile", str),
+        env={k: v for k, v in env.items() if isinstance(v, str)},
+        grace_s=float(r.get(u, "run.grace_s", (int, float), 30.0, _positive)),
+    )
+
+    g = r.table(data, "gpus", ("roles", "source", "poll_s"))
+    roles: dict[int, str] = {}
+    for role, indices in r.get(g, "gpus.roles", dict, {}).items():
+        if not isinstance(indices, list) or _int_list("")(indices):
+            r.problem(f"gpus.roles.{role}", "must be a list of GPU indices, e.g. [0, 1, 2]")
+            continue
+        for index in indices:
+            if index in roles:
+                r.problem(f"gpus.roles.{role}", f"GPU {index} already has role {roles[index]!r}")
+            roles[index] = role
+    gpus = GpuConfig(
+        roles=roles,
+        source=r.get(g, "gpus.source", str, "auto",
+                     lambda v: None if v in ("auto", "nvml", "nvidia-smi") else "must be auto, nvml or nvidia-smi"),
+        poll_s=float(r.get(g, "gpus.poll_s", (int, float), 1.0, _positive)),
+    )
+
+    m = r.table(data, "metrics", ("baseline_tokens_per_s", "baseline_samples_per_s", "baseline_it_per_s",
+                                  "slow_fraction", "patterns"))
+    patterns: list[MetricPattern] = []
+    for name, regex in r.get(m, "metrics.patterns", dict, {}).items():
+        if name not in _METRIC_NAMES:
+            r.problem(f"metrics.patterns.{name}", f"unknown metric (known: {', '.join(_METRIC_NAMES)})")
+        elif not isinstance(regex, str) or _regex(regex):
+            r.problem(f"metrics.patterns.{name}", _regex(regex) if isinstance(regex, str) else "must be a string")
+        elif "(?P<value>" not in regex and f"(?P<{name}>" not in regex:
+            r.problem(f"metrics.patterns.{name}", f"needs a named group (?P<value>...) or (?P<{name}>...)")
+        else:
+            patterns.append(MetricPattern(name, regex))
+    number = (int, float)
+    metrics = MetricsConfig(
+        baseline_tokens_per_s=r.get(m, "metrics.baseline_tokens_per_s", number, None, _positive),
+        baseline_samples_per_s=r.get(m, "metrics.baseline_samples_per_s", number, None, _positive),
+        baseline_it_per_s=r.get(m, "metrics.baseline_it_per_s", number, None, _positive),
+        slow_fraction=float(r.get(m, "metrics.slow_fraction", number, 0.8,
+                                  lambda v: None if 0 < v <= 1 else "must be in (0, 1]")),
+        patterns=tuple(patterns),
+    )
+
+    w = r.table(data, "warmup", ("command", "gpus", "seq_lens", "triton_cache_dir", "step_timeout_s"))
+    warmup = WarmupConfig(
+        command=r.get(w, "warmup.command", str),
+        gpus=tuple(r.get(w, "warmup.gpus", list, [], _int_list("warmup.gpus"))),
+        seq_lens=tuple(r.get(w, "warmup.seq_lens", list, [], _int_list("warmup.seq_lens"))),
+        triton_cache_dir=r.get(w, "warmup.triton_cache_dir", str, "~/.triton/cache"),
+        step_timeout_s=float(r.get(w, "warmup.step_timeout_s", number, 1800.0, _positive)),
+    )
+    if warmup.command and not (warmup.gpus and warmup.seq_lens):
+        r.problem("warmup.command", "needs warmup.gpus and warmup.seq_lens")
+
+    s = r.table(data, "stall", ("log_silent_s", "cpu_idle_pct", "gpu_idle_pct", "sample_window_s"))
+    stall = StallConfig(
+        log_silent_s=float(r.get(s, "stall.log_silent_s", number, 300.0, _positive)),
+        cpu_idle_pct=float(r.get(s, "stall.cpu_idle_pct", number, 5.0)),
+        gpu_idle_pct=float(r.get(s, "stall.gpu_idle_pct", number, 5.0)),
+        sample_window_s=float(r.get(s, "stall.sample_window_s", number, 1.5, _positive)),
+    )
+
+    actions: list[CustomAction] = []
+    raw_actions = data.get("actions", [])
+    if not isinstance(raw_actions, list):
+        r.problem("actions", "must be an array of tables: [[actions]]")
+        raw_actions = []
+    for i, a in enumerate(raw_actions):
+        path = f"actions[{i}]"
+        if not isinstance(a, dict):
+            r.problem(path, "must be a table")
+            continue
+        a = r.table({path: a}, path, ("name", "key", "command", "confirm", "dangerous", "description"))
+        name, key, command = (r.get(a, f"{path}.{k}", str) for k in ("name", "key", "command"))
+        for field_name, value in (("name", name), ("key", key), ("command", command)):
+            if not value:
+                r.problem(f"{path}.{field_name}", "is required")
+        if key and len(key) != 1:
+            r.problem(f"{path}.key", "must be a single character")
+        elif key and key in _RESERVED_KEYS:
+            r.problem(f"{path}.key", f"{key!r} is taken by a built-in key")
+        if name and key and command and len(key) == 1 and key not in _RESERVED_KEYS:
+            actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True),
+                                        r.get(a, f"{path}.dangerous", bool, False),
+                                        r.get(a, f"{path}.description", str, "")))
+
+    audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
+    if problems:
+        raise ConfigError(problems)
+    return Config(target, run, gpus, metrics, warmup, stall, tuple(actions), audit_log, source)
+
+
+#: Keys the console binds itself; custom actions may not take them.
+_RESERVED_KEYS = frozenset("?qtfnNdpRwl/[]")
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such config file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
+    return parse_config(text, str(path))
+
+
+def load_from_args(args) -> Config:
+    """The config file named on the command line (if any) with the target flags laid over it."""
+    config = load_config(args.config) if getattr(args, "config", None) else Config()
+    t, u, m = config.target, config.run, config.metrics
+    get = lambda name: getattr(args, name, None)  # noqa: E731
+    container = t.container
+    for kind in ("pct", "docker", "kubectl"):
+        if get(kind):
+            container = Container(kind, get(kind), get("namespace") if kind == "kubectl" else None)
+    if get("match"):
+        if message := _regex(get("match")):
+            raise ConfigError([f"--match: {message}"])
+    if get("port") is not None and not 0 < get("port") < 65536:
+        raise ConfigError(["--port: must be 1-65535"])
+    if get("baseline") is not None and get("baseline") <= 0:
+        raise ConfigError(["--baseline: must be greater than 0"])
+    target = replace(
+        t,
+        host=get("host") or t.host,
+        port=get("port") or t.port,
+        container=container,
+        known_hosts=get("known_hosts") or t.known_hosts,
+        accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
+    )
+    run = replace(
+        u,
+        log=get("log") or u.log,
+        match=get("match") or u.match,
+        pidfile=get("pidfile") or u.pidfile,
+        launch=get("launch") or u.launch,
+        grace_s=get("grace") or u.grace_s,
+    )
+    metrics = replace(m, baseline_tokens_per_s=get("baseline") or m.baseline_tokens_per_s)
+    stall = config.stall
+    if get("stall_after"):
+        stall = replace(stall, log_silent_s=get("stall_after"))
+    return replace(config, target=target, run=run, metrics=metrics, stall=stall)
