@@ -1,0 +1,488 @@
+"""SshTarget: scripts run on a host over SSH, one asyncssh connection per host, a channel per command.
+
+Every SshTarget in the process that names the same host (same user, port, ssh_config and
+known_hosts) shares one connection; each `open()` is a new exec channel on it. The connection
+sends keepalives, reconnects with exponential backoff after it is lost, and checks the host key
+against known_hosts (an unknown key is refused unless the operator asked to accept new keys; a
+changed key is always refused). Channel opens queue behind a semaphore so that more parallel
+commands than the server's MaxSessions wait for a free session instead of failing.
+
+OpenSSH ignores channel signals without privilege separation, so closing a channel does not stop
+the remote command: `close()` sends EOF on its stdin, and remote helpers exit on stdin EOF.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import asyncssh
+
+from console.config import TargetConfig
+from console.model import ConnectionState, ConnectionStatus
+from console.remote.shell import command_line, script_argv
+from console.remote.target import Channel, Target, TargetError
+
+DEFAULT_MAX_CHANNELS = 8
+"""Channels open at once on one connection; OpenSSH's MaxSessions defaults to 10."""
+KEEPALIVE_INTERVAL_S = 5.0
+KEEPALIVE_COUNT_MAX = 3
+CONNECT_TIMEOUT_S = 10.0
+OPEN_TIMEOUT_S = 30.0
+"""How long `open()` waits for a connection (also while reconnecting) and for the channel."""
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 15.0
+STDERR_LIMIT = 1 << 20
+
+
+def backoff_delays(first: float = BACKOFF_FIRST_S, limit: float = BACKOFF_MAX_S) -> Iterator[float]:
+    """Endless reconnect delays: doubling from `first` up to `limit`, each jittered to 75–100 %.
+
+    The jitter keeps many consoles that lost the same host at once from reconnecting in step.
+    """
+    delay = first
+    while True:
+        yield delay * random.uniform(0.75, 1.0)
+        delay = min(delay * 2, limit)
+
+
+def split_user(host: str) -> tuple[str | None, str]:
+    """`user@host` → (user, host); a bare host or alias → (None, host)."""
+    user, sep, name = host.rpartition("@")
+    return (user or None, name) if sep else (None, host)
+
+
+class _Permanent(TargetError):
+    """A failure that retrying will not fix (authentication, host key, bad config)."""
+
+
+class _HostKeys:
+    """known_hosts policy: trust listed keys, refuse changed ones, add unknown ones only when asked."""
+
+    def __init__(self, files: list[Path], accept_new: bool) -> None:
+        self.files = files
+        self.accept_new = accept_new
+        self.known: list[asyncssh.SSHKey] = []
+        self.refusal: str | None = None
+        """Why the last key was refused, for the operator."""
+
+    def match(self, host: str, addr: str, port: int | None):
+        """asyncssh's known_hosts callback: the keys listed for this host (missing files are empty)."""
+        text = "".join(path.read_text() for path in self.files if path.is_file())
+        result = asyncssh.import_known_hosts(text).match(host, addr, port)
+        self.known = list(result[0])
+        return result
+
+    def validate(self, host: str, port: int, key: asyncssh.SSHKey) -> bool:
+        """Called for a key that known_hosts does not list for this host."""
+        name = host if port == 22 else f"[{host}]:{port}"
+        listed = ", ".join(str(path) for path in self.files)
+        if self.known:
+            self.refusal = (
+                f"the host key of {name} has CHANGED ({key.get_fingerprint()}); refusing to connect: "
+                f"if the host was really reinstalled, remove its old line from {listed} and verify the new key"
+            )
+            return False
+        if not self.accept_new:
+            self.refusal = (
+                f"host key of {name} ({key.get_fingerprint()}) is not in {listed}; verify it and add it "
+                f"(ssh-keyscan -p {port} {host} >> {self.files[0]}) or pass --accept-new-host-key"
+            )
+            return False
+        target = self.files[0]
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        algorithm, blob, *_ = key.export_public_key("openssh").decode().split()
+        with target.open("a") as out:
+            out.write(f"{name} {algorithm} {blob}\n")
+        return True
+
+
+class _Client(asyncssh.SSHClient):
+    """asyncssh callbacks of one connection, forwarded to its owner."""
+
+    def __init__(self, owner: _Connection, host_keys: _HostKeys) -> None:
+        self._owner = owner
+        self._host_keys = host_keys
+        self._conn: asyncssh.SSHClientConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._conn = conn
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner.lost(self._conn, exc)
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        return self._host_keys.validate(host, port, key)
+
+
+class _ChannelSlots:
+    """Channel opens queue here; a server that refuses sessions earlier teaches the real limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_use = 0
+        self._semaphore = asyncio.Semaphore(limit)
+
+    async def acquire(self) -> None:
+        await self._semaphore.acquire()
+        self.in_use += 1
+
+    def release(self) -> None:
+        self.in_use -= 1
+        self._semaphore.release()
+
+    def retire(self) -> None:
+        """Keep the caller's permit for good: the server allows one channel fewer than we thought."""
+        self.in_use -= 1
+        self.limit -= 1
+
+
+class _Connection:
+    """The one asyncssh connection to a host, shared by every SshTarget naming it on this event loop."""
+
+    def __init__(self, cfg: TargetConfig, max_channels: int) -> None:
+        self.cfg = cfg
+        self.user, self.host = split_user(cfg.host or "")
+        self.label = cfg.host or ""
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.slots = _ChannelSlots(max_channels)
+        self.state = ConnectionState(ConnectionStatus.CONNECTING)
+        self.targets: weakref.WeakSet[SshTarget] = weakref.WeakSet()
+        self._changed = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
+        self._reconnect_task: asyncio.Task | None = None
+        self._closed = False
+
+    def _set_state(self, status: ConnectionStatus, detail: str = "", retry_at: float | None = None) -> None:
+        self.state = ConnectionState(status, detail, retry_at)
+        self._changed.set()
+        self._changed = asyncio.Event()
+        for target in list(self.targets):
+            target._set_state(self.state)
+
+    async def _options(self, host_keys_out: list[_HostKeys]) -> asyncssh.SSHClientConnectionOptions:
+        config = [self.cfg.ssh_config] if self.cfg.ssh_config else ()
+        try:
+            resolved = await asyncssh.SSHClientConnectionOptions.construct(
+                None, config=config, host=self.host, port=self.cfg.port or (), username=self.user or ()
+            )
+        except (ValueError, OSError, asyncssh.Error) as exc:
+            where = self.cfg.ssh_config or "~/.ssh/config"
+            raise _Permanent(f"{self.label}: cannot use {where}: {exc}; fix the file") from None
+        if self.cfg.known_hosts:
+            files = [Path(self.cfg.known_hosts).expanduser()]
+        elif resolved.known_hosts:
+            files = [Path(str(name)).expanduser() for name in resolved.known_hosts]
+        else:
+            files = [Path("~/.ssh/known_hosts").expanduser()]
+        host_keys = _HostKeys(files, self.cfg.accept_new_host_key)
+        host_keys_out.append(host_keys)
+        try:
+            return await asyncssh.SSHClientConnectionOptions.construct(
+                resolved,
+                config=config,
+                host=self.host,
+                port=self.cfg.port or (),
+                username=self.user or (),
+                known_hosts=host_keys.match,
+                client_factory=lambda: _Client(self, host_keys),
+                keepalive_interval=KEEPALIVE_INTERVAL_S,
+                keepalive_count_max=KEEPALIVE_COUNT_MAX,
+                connect_timeout=CONNECT_TIMEOUT_S,
+            )
+        except (ValueError, OSError, asyncssh.Error) as exc:
+            raise _Permanent(f"{self.label}: cannot set up SSH: {exc}") from None
+
+    async def _connect_once(self) -> None:
+        host_keys: list[_HostKeys] = []
+        try:
+            options = await self._options(host_keys)
+            where = f"{self.label} ({options.host}:{options.port})" if options.host != self.label else (
+                f"{self.label}:{options.port}"
+            )
+            try:
+                conn = await asyncssh.connect(self.host, options=options)
+            except Exception as exc:  # every failure becomes one line for the operator
+                raise _describe(exc, where, options, host_keys[0] if host_keys else None) from None
+        except _Permanent as exc:
+            self._set_state(ConnectionStatus.FAILED, str(exc))
+            raise
+        if self._closed:
+            conn.close()
+            raise TargetError(f"{self.label}: target closed")
+        self.conn = conn
+        self.slots = _ChannelSlots(self.slots.limit)
+        self._set_state(ConnectionStatus.CONNECTED)
+
+    async def connection(self, timeout: float) -> asyncssh.SSHClientConnection:
+        """The live connection: connect now, or wait for the reconnect in progress (up to `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise TargetError(f"{self.label}: target closed")
+            if self.conn is not None:
+                return self.conn
+            if self._reconnect_task is not None and not self._reconnect_task.done():
+                changed = self._changed
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TargetError(
+                        f"{self.label}: still reconnecting after {timeout:g} s ({self.state.detail}); "
+                        "check the host and the network, Pulse keeps retrying"
+                    )
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            async with self._connect_lock:
+                if self.conn is None and not self._closed:
+                    try:
+                        await self._connect_once()
+                    except _Permanent:
+                        raise
+                    except TargetError as exc:
+                        self._set_state(ConnectionStatus.FAILED, str(exc))
+                        raise
+
+    def lost(self, conn: asyncssh.SSHClientConnection | None, exc: Exception | None) -> None:
+        """asyncssh reports a connection ended; unless we closed it, reconnect."""
+        if conn is None or conn is not self.conn:
+            return
+        self.conn = None
+        if self._closed:
+            return
+        detail = _reason(exc) if exc else "closed by the server"
+        reason = "connection lost" if detail.lower() == "connection lost" else f"connection lost: {detail}"
+        self._reconnect_task = asyncio.ensure_future(self._reconnect(reason))
+
+    async def _reconnect(self, reason: str) -> None:
+        for delay in backoff_delays():
+            self._set_state(ConnectionStatus.RECONNECTING, reason, time.monotonic() + delay)
+            await asyncio.sleep(delay)
+            if self._closed:
+                return
+            try:
+                async with self._connect_lock:
+                    if self.conn is None:
+                        await self._connect_once()
+                return
+            except _Permanent:
+                return
+            except TargetError as exc:
+                reason = str(exc)
+
+    async def open_channel(self, command: str, timeout: float) -> _SshChannel:
+        """A new exec channel running `command`, once a slot and the connection are there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            conn = await self.connection(max(0.1, deadline - time.monotonic()))
+            slots = self.slots
+            try:
+                await asyncio.wait_for(slots.acquire(), max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise TargetError(
+                    f"{self.label}: all {slots.limit} channels stayed busy for {timeout:g} s; "
+                    "close some streams or raise the channel limit"
+                ) from None
+            try:
+                process = await asyncio.wait_for(
+                    conn.create_process(command, encoding=None), max(0.1, deadline - time.monotonic())
+                )
+            except asyncio.TimeoutError:
+                slots.release()
+                raise TargetError(
+                    f"{self.label}: the server did not open a channel within {timeout:g} s; is it overloaded or hung?"
+                ) from None
+            except asyncssh.ChannelOpenError as exc:
+                if self.conn is not conn or slots is not self.slots:
+                    slots.release()  # the connection went away meanwhile: try again on the next one
+                    continue
+                if slots.in_use > 1:
+                    slots.retire()  # the server's MaxSessions is lower than our limit
+                    continue
+                slots.release()
+                raise TargetError(f"{self.label}: the server refused a channel ({exc.reason}); check its sshd_config") from None
+            except (asyncssh.Error, OSError) as exc:
+                slots.release()
+                if self.conn is not conn:
+                    continue
+                raise TargetError(f"{self.label}: could not start a command ({_reason(exc)})") from None
+            return _SshChannel(process, self.label, slots, lambda: self.conn is not conn)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+            await conn.wait_closed()
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return " ".join(str(text).split())
+
+
+def _describe(
+    exc: BaseException, where: str, options: asyncssh.SSHClientConnectionOptions, host_keys: _HostKeys | None
+) -> TargetError:
+    """One line saying what went wrong connecting to `where` and what to do about it."""
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        refusal = host_keys.refusal if host_keys and host_keys.refusal else _reason(exc)
+        return _Permanent(f"{where}: {refusal}")
+    if isinstance(exc, asyncssh.PermissionDenied):
+        return _Permanent(
+            f"{where}: authentication refused for user {options.username}; check the key "
+            "(IdentityFile in the ssh config, or ssh-agent) and the server's authorized_keys"
+        )
+    if isinstance(exc, asyncssh.KeyExchangeFailed):
+        return _Permanent(f"{where}: key exchange failed ({_reason(exc)}); check known_hosts and the server's host keys")
+    if isinstance(exc, socket.gaierror):
+        return TargetError(f"{where}: host name not found ({exc.strerror}); check the host name or its ssh config alias")
+    if isinstance(exc, ConnectionRefusedError):
+        return TargetError(f"{where}: connection refused; check that sshd runs there and the port is right")
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return TargetError(f"{where}: no answer within {CONNECT_TIMEOUT_S:g} s; check that the host is up and reachable")
+    if isinstance(exc, OSError):
+        return TargetError(f"{where}: {exc.strerror or exc}; check the network path to the host")
+    if isinstance(exc, asyncssh.Error):
+        return TargetError(f"{where}: SSH failed ({_reason(exc)}); try `ssh {options.host}` by hand to see more")
+    return TargetError(f"{where}: cannot connect ({type(exc).__name__}: {_reason(exc)})")
+
+
+class _SshChannel:
+    """One exec channel: stdout as bytes, stdin, stderr collected in the background."""
+
+    def __init__(
+        self, process: asyncssh.SSHClientProcess, label: str, slots: _ChannelSlots, lost: Callable[[], bool]
+    ) -> None:
+        self._process = process
+        self._label = label
+        self._lost = lost
+        """True once the connection this channel ran on is gone."""
+        self._stderr = bytearray()
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+        self._closed_by_us = False
+        # The server's session slot is free only once the channel is closed on both sides.
+        asyncio.ensure_future(process.wait_closed()).add_done_callback(lambda _: slots.release())
+
+    async def _drain_stderr(self) -> None:
+        try:
+            while chunk := await self._process.stderr.read(65536):
+                if len(self._stderr) < STDERR_LIMIT:
+                    self._stderr.extend(chunk)
+        except (asyncssh.Error, OSError):
+            pass  # the connection went away; read() and wait() say so
+
+    @property
+    def stderr(self) -> str:
+        return self._stderr.decode("utf-8", "replace")
+
+    async def read(self, n: int = 65536) -> bytes:
+        try:
+            data = await self._process.stdout.read(n)
+        except (asyncssh.Error, OSError) as exc:
+            raise TargetError(f"{self._label}: connection lost while reading ({_reason(exc)})") from None
+        if not data and not self._closed_by_us and self._lost():
+            raise TargetError(f"{self._label}: connection lost before the command ended")
+        return data
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._process.stdin.write(data)
+        except (asyncssh.Error, OSError) as exc:
+            raise TargetError(f"{self._label}: cannot write to the command ({_reason(exc)})") from None
+
+    def write_eof(self) -> None:
+        try:
+            if not self._process.stdin.is_closing():
+                self._process.stdin.write_eof()
+        except (asyncssh.Error, OSError):
+            pass  # already closed: the command has its EOF
+
+    async def wait(self) -> int | None:
+        await self._process.wait_closed()
+        await self._stderr_task
+        if self._process.exit_status is not None:
+            return self._process.exit_status
+        if self._process.exit_signal is not None or self._closed_by_us:
+            return None
+        raise TargetError(f"{self._label}: connection lost before the command ended")
+
+    def close(self) -> None:
+        if self._closed_by_us:
+            return
+        self._closed_by_us = True
+        self.write_eof()
+        self._process.close()
+
+
+_connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, _Connection]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class SshTarget(Target):
+    """A host over SSH, optionally a container on it; shares one connection per host with other SshTargets."""
+
+    def __init__(
+        self,
+        cfg: TargetConfig,
+        *,
+        max_channels: int = DEFAULT_MAX_CHANNELS,
+        open_timeout: float = OPEN_TIMEOUT_S,
+    ) -> None:
+        if not cfg.host:
+            raise ValueError("SshTarget needs a host")
+        super().__init__(cfg.container)
+        self.cfg = cfg
+        self.max_channels = max_channels
+        self.open_timeout = open_timeout
+        self.label = cfg.host if cfg.container is None else f"{cfg.host}/{cfg.container.describe()}"
+        self._connection: _Connection | None = None
+
+    @property
+    def key(self) -> tuple:
+        """What makes two targets share a connection."""
+        cfg = self.cfg
+        return (cfg.host, cfg.port, cfg.ssh_config, cfg.known_hosts, cfg.accept_new_host_key)
+
+    def _shared(self) -> _Connection:
+        if self._connection is not None and not self._connection._closed:
+            return self._connection
+        loop = asyncio.get_running_loop()
+        registry = _connections.setdefault(loop, {})
+        connection = registry.get(self.key)
+        if connection is None or connection._closed:
+            connection = registry[self.key] = _Connection(self.cfg, self.max_channels)
+        connection.targets.add(self)
+        self._connection = connection
+        self._set_state(connection.state)
+        return connection
+
+    async def connect(self) -> None:
+        """Connect now (open() does it on demand); TargetError says why it cannot."""
+        await self._shared().connection(self.open_timeout)
+
+    async def open(self, script: str, *, login: bool = True) -> Channel:
+        command = command_line(script_argv(script, self.container, login=login))
+        return await self._shared().open_channel(command, self.open_timeout)
+
+    async def close(self) -> None:
+        """Stop using the connection; the last target on it closes it."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        connection.targets.discard(self)
+        if not connection.targets:
+            registry = _connections.get(asyncio.get_running_loop(), {})
+            if registry.get(self.key) is connection:
+                del registry[self.key]
+            await connection.close()
