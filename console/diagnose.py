@@ -1,0 +1,451 @@
+"""Stall diagnosis: what was observed in, one verdict out. Pure: no I/O, no clock.
+
+`console.evidence.gather` collects an `Evidence` from a target; `diagnose` names what is
+wrong, shows the observations that say so, and the next step with its console key.
+
+Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
+growth, or no throughput line, for longer than `stall.log_silent_s`; "idle" = every
+process under `stall.cpu_idle_pct` by the delta of utime+stime over the sampling window,
+never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
+
+| verdict             | when                                                                          | key |
+| ------------------- | ----------------------------------------------------------------------------- | --- |
+| unknown             | no process reading and no log reading at all                                  | —   |
+| oom                 | an OOM line since the launch, and nothing alive or the line is recent         | w/R |
+| diverged            | a NaN/Inf loss line since the launch                                          | l   |
+| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch    | R   |
+| dead                | nothing alive (the last problem lines are the evidence)                       | l   |
+| buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u            | R   |
+| hung                | alive, idle, silent (the waiting threads are the evidence when dumped)        | p   |
+| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)      | p   |
+| slow                | throughput now < `metrics.slow_fraction` × baseline                           | p   |
+| gpu_contexts_unseen | in a PID namespace, run GPUs hold memory, none of it under the run's PIDs     | —   |
+| healthy             | the log progresses                                                            | —   |
+| unknown             | otherwise (no log to judge progress by)                                       | l   |
+
+`severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from console.config import Config
+from console.model import GpuReading, LineKind, ProcessReading
+from console.state import RATE_UNITS
+
+VERDICTS = (
+    "healthy",
+    "slow",
+    "buffered",
+    "hung",
+    "dead",
+    "oom",
+    "diverged",
+    "launch_failed",
+    "gpu_contexts_unseen",
+    "unknown",
+)
+
+#: Notification order, quietest first.
+_SEVERITY = {
+    "healthy": 0,
+    "gpu_contexts_unseen": 1,
+    "unknown": 2,
+    "slow": 3,
+    "buffered": 4,
+    "diverged": 5,
+    "hung": 6,
+    "launch_failed": 7,
+    "dead": 8,
+    "oom": 9,
+}
+
+#: How many problem lines a verdict quotes.
+_QUOTED_LINES = 3
+_QUOTE_CHARS = 160
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadCpu:
+    """One thread's CPU% over the sampling window."""
+
+    tid: int
+    name: str
+    cpu_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemLine:
+    """A log line of a problem kind, seen since the last launch."""
+
+    kind: LineKind
+    text: str
+    age_s: float | None = None
+    """Seconds since the line arrived; None when unknown (a tail read has no times)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread of a py-spy dump, summarised: what it waits on and where in user code."""
+
+    pid: int
+    tid: int
+    name: str
+    idle: bool
+    wait: str | None
+    """What the thread waits on (e.g. 'queue', 'lock', 'sleep'), None when running."""
+    where: str
+    """The innermost frame worth reading, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
+    count: int = 1
+    """Identical threads folded into this one (DataLoader workers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one look at the run saw. Times are seconds; 'now' is the target's clock."""
+
+    window_s: float
+    processes: tuple[ProcessReading, ...] = ()
+    """The run's processes at the end of the window; cpu_pct is the delta over the window."""
+    process_error: str | None = None
+    lifetime_cpu_pct: dict[int, float] = field(default_factory=dict)
+    """pid → CPU% averaged over the process's life: what `ps` shows."""
+    threads: dict[int, tuple[ThreadCpu, ...]] = field(default_factory=dict)
+    """pid → its threads' CPU% over the window."""
+    gpus: tuple[GpuReading, ...] = ()
+    """The run's GPUs (all GPUs when the config names none)."""
+    gpu_source: str = "none"
+    gpu_error: str | None = None
+    in_pid_namespace: bool = False
+    gpu_pids_unseen: tuple[int, ...] = ()
+    """PIDs holding GPU memory that are none of the run's (and no run PID holds any)."""
+    log_path: str | None = None
+    log_exists: bool = False
+    log_size: int = 0
+    log_growth: int = 0
+    """Bytes the log grew during the window."""
+    log_silent_s: float | None = None
+    """Seconds since the log last grew (now − mtime), 0 when it grew in the window."""
+    log_written_since_launch: bool | None = None
+    """None when no launch is known."""
+    rate_metric: str | None = None
+    rate_now: float | None = None
+    rate_baseline: float | None = None
+    rate_silent_s: float | None = None
+    """Seconds since the last throughput line, when one was seen."""
+    rate_interval_s: float | None = None
+    """The run's usual gap between throughput lines."""
+    problems: tuple[ProblemLine, ...] = ()
+    """Problem lines since the last launch, oldest first."""
+    stacks: tuple[ThreadStack, ...] = ()
+    stack_error: str | None = None
+    """Why no stacks were dumped when a dump was tried (with its advice)."""
+    launched_at: float | None = None
+    """When the console last launched the run (target clock), None when it did not."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A diagnosis: its name, one-line summary, the observations behind it and what to do."""
+
+    name: str
+    summary: str
+    evidence: list[str]
+    next_step: str
+    key: str | None = None
+    """The console key that takes the next step: p dump, R restart, l log, w warmup."""
+
+
+def severity(name: str) -> int:
+    """How loudly a verdict deserves to be announced (healthy is 0)."""
+    return _SEVERITY[name]
+
+
+def worse(a: str, b: str) -> bool:
+    """True when verdict `a` is more severe than verdict `b`."""
+    return severity(a) > severity(b)
+
+
+def is_problem(name: str) -> bool:
+    """Every verdict but healthy asks the operator to look."""
+    return name != "healthy"
+
+
+def diagnose(evidence: Evidence, config: Config) -> Verdict:
+    """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
+    return _Diagnosis(evidence, config).verdict()
+
+
+class _Diagnosis:
+    def __init__(self, ev: Evidence, config: Config) -> None:
+        self.ev = ev
+        self.stall = config.stall
+        self.slow_fraction = config.metrics.slow_fraction
+        self.has_warmup = config.warmup.command is not None
+        self.alive = tuple(p for p in ev.processes if p.state not in ("Z", "X"))
+
+    # -- observations --------------------------------------------------------
+
+    def _busy_cpu(self) -> bool:
+        return any(p.cpu_pct is not None and p.cpu_pct > self.stall.cpu_idle_pct for p in self.alive)
+
+    def _busy_gpu(self) -> bool:
+        return any(
+            g.utilization_pct is not None and g.utilization_pct > self.stall.gpu_idle_pct for g in self.ev.gpus
+        )
+
+    def _cpu_known(self) -> bool:
+        return any(p.cpu_pct is not None for p in self.alive)
+
+    def _silence(self) -> float | None:
+        """The longer of log silence and throughput silence; None when neither is known."""
+        known = [s for s in (self.ev.log_silent_s, self.ev.rate_silent_s) if s is not None]
+        return max(known) if known else None
+
+    def _silent(self) -> bool:
+        silence = self._silence()
+        return silence is not None and silence > self.stall.log_silent_s
+
+    def _progressing(self) -> bool:
+        return self.ev.log_growth > 0 or (
+            self.ev.log_silent_s is not None and self.ev.log_silent_s <= self.stall.log_silent_s
+        )
+
+    def _recent(self, line: ProblemLine) -> bool:
+        return line.age_s is None or line.age_s <= self.stall.log_silent_s
+
+    def _of_kind(self, *kinds: LineKind) -> list[ProblemLine]:
+        return [p for p in self.ev.problems if p.kind in kinds]
+
+    # -- evidence lines ------------------------------------------------------
+
+    def _process_lines(self) -> list[str]:
+        ev = self.ev
+        if not ev.processes:
+            return [f"no process of the run found ({ev.process_error})" if ev.process_error else "no process of the run found"]
+        lines = []
+        for p in ev.processes:
+            if p.cpu_pct is None:
+                cpu = "CPU unknown (one sample only)"
+            else:
+                cpu = f"CPU {p.cpu_pct:.1f}% over {ev.window_s:g} s"
+            lifetime = ev.lifetime_cpu_pct.get(p.pid)
+            if lifetime is not None:
+                cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
+            state = "zombie" if p.state == "Z" else f"state {p.state}"
+            lines.append(f"pid {p.pid} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
+            busy = [t for t in ev.threads.get(p.pid, ()) if t.cpu_pct > self.stall.cpu_idle_pct]
+            if busy:
+                busy.sort(key=lambda t: -t.cpu_pct)
+                shown = ", ".join(f"{t.name or t.tid} {t.cpu_pct:.0f}%" for t in busy[:4])
+                lines.append(f"pid {p.pid} busy threads: {shown}")
+        return lines
+
+    def _gpu_lines(self) -> list[str]:
+        ev = self.ev
+        if ev.gpu_error and not ev.gpus:
+            return [f"GPUs unreadable ({ev.gpu_source}): {ev.gpu_error}"]
+        lines = []
+        for g in ev.gpus:
+            util = "util ?" if g.utilization_pct is None else f"util {g.utilization_pct:.0f}%"
+            mem = "mem ?" if g.memory_used_mib is None else f"{g.memory_used_mib} MiB used"
+            held = ", ".join(f"pid {gp.pid} {gp.used_mib if gp.used_mib is not None else '?'} MiB" for gp in g.processes)
+            lines.append(f"GPU {g.index} {util}, {mem}" + (f" ({held})" if held else ""))
+        if ev.gpu_pids_unseen:
+            pids = ", ".join(map(str, ev.gpu_pids_unseen))
+            where = "this PID namespace cannot see them (host PIDs)" if ev.in_pid_namespace else "none is the run's"
+            lines.append(f"GPU memory held by pid {pids}: {where}")
+        return lines
+
+    def _log_lines(self) -> list[str]:
+        ev = self.ev
+        if ev.log_path is None:
+            return ["no log configured"]
+        if not ev.log_exists:
+            return [f"log {ev.log_path} does not exist"]
+        lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
+        if ev.log_silent_s is not None and ev.log_growth == 0:
+            lines.append(f"log silent {ev.log_silent_s:.0f} s (threshold {self.stall.log_silent_s:g} s)")
+        if ev.rate_silent_s is not None:
+            usual = f"usual interval {ev.rate_interval_s:.0f} s" if ev.rate_interval_s else "usual interval unknown"
+            lines.append(f"last throughput line {ev.rate_silent_s:.0f} s ago ({usual})")
+        return lines
+
+    def _stdout_lines(self) -> list[str]:
+        lines = []
+        for p in self.alive:
+            if p.stdout is None:
+                continue
+            mode = {True: "unbuffered", False: "not unbuffered", None: "buffering unknown"}[p.unbuffered]
+            lines.append(f"pid {p.pid} stdout → {p.stdout}, {mode}")
+        return lines
+
+    def _problem_lines(self, lines: list[ProblemLine]) -> list[str]:
+        out = []
+        for line in lines[-_QUOTED_LINES:]:
+            age = "" if line.age_s is None else f" ({line.age_s:.0f} s ago)"
+            out.append(f"{line.kind.value}{age}: {_clip(line.text, _QUOTE_CHARS)}")
+        return out
+
+    def _stack_lines(self) -> list[str]:
+        ev = self.ev
+        if ev.stack_error:
+            return [f"stacks not dumped: {ev.stack_error}"]
+        out = []
+        for t in ev.stacks:
+            fold = f" ×{t.count}" if t.count > 1 else ""
+            what = f"waiting on {t.wait}" if t.wait else ("idle" if t.idle else "running")
+            out.append(f'thread "{t.name}"{fold} {what}: {t.where}')
+        return out
+
+    def _throughput_line(self) -> list[str]:
+        ev = self.ev
+        if ev.rate_now is None or ev.rate_metric is None:
+            return []
+        unit = RATE_UNITS.get(ev.rate_metric, ev.rate_metric)
+        if ev.rate_baseline:
+            ratio = ev.rate_now / ev.rate_baseline
+            return [f"throughput {ev.rate_now:,.0f} {unit} = {ratio:.0%} of baseline {ev.rate_baseline:,.0f}"]
+        return [f"throughput {ev.rate_now:,.0f} {unit} (no baseline)"]
+
+    # -- the rules -----------------------------------------------------------
+
+    def verdict(self) -> Verdict:
+        ev = self.ev
+        if not ev.processes and ev.process_error and ev.log_path is None:
+            return Verdict(
+                "unknown",
+                "nothing could be read from the target",
+                self._process_lines() + self._gpu_lines(),
+                "check the target settings and that the run's processes are readable (/proc)",
+                None,
+            )
+
+        ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or self._recent(p)]
+        if ooms:
+            key = "w" if self.has_warmup else "R"
+            step = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
+            state = "the run is dead" if not self.alive else "a process is still alive"
+            return Verdict(
+                "oom",
+                f"CUDA out of memory; {state}",
+                self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
+                step if self.has_warmup else "lower the batch or sequence length, then restart (R)",
+                key,
+            )
+
+        nans = self._of_kind(LineKind.NAN)
+        if nans:
+            return Verdict(
+                "diverged",
+                "the loss went NaN/Inf",
+                self._problem_lines(nans) + self._process_lines() + self._log_lines(),
+                "read the log around the first NaN (l); lower the learning rate or restore a checkpoint",
+                "l",
+            )
+
+        if not self.alive:
+            return self._not_alive()
+
+        if self._silent():
+            return self._stalled()
+
+        if ev.rate_now is not None and ev.rate_baseline and ev.rate_now < self.slow_fraction * ev.rate_baseline:
+            return Verdict(
+                "slow",
+                f"throughput below {self.slow_fraction:.0%} of baseline",
+                self._throughput_line() + self._process_lines() + self._gpu_lines(),
+                "dump the stacks (p) to see where time goes; check GPU clocks and other jobs on the GPUs",
+                "p",
+            )
+
+        if ev.in_pid_namespace and ev.gpu_pids_unseen:
+            return Verdict(
+                "gpu_contexts_unseen",
+                "GPU memory is held under PIDs this container cannot see",
+                self._gpu_lines() + self._process_lines() + self._log_lines(),
+                "an empty or foreign GPU process list here does not mean the contexts are gone; "
+                "check from the host (or run Pulse there) before relaunching",
+                None,
+            )
+
+        if ev.log_path is not None and ev.log_exists and self._progressing():
+            return Verdict(
+                "healthy",
+                "the run is alive and its log progresses",
+                self._log_lines() + self._throughput_line() + self._process_lines() + self._gpu_lines(),
+                "nothing to do",
+                None,
+            )
+
+        return Verdict(
+            "unknown",
+            "the run is alive but its progress cannot be judged",
+            self._process_lines() + self._log_lines() + self._gpu_lines(),
+            "configure the run's log (--log) so progress can be judged, or read it (l)",
+            "l",
+        )
+
+    def _not_alive(self) -> Verdict:
+        ev = self.ev
+        zombies = [p for p in ev.processes if p.state == "Z"]
+        gone = "only zombie processes remain" if zombies else "no process of the run is alive"
+        empty = ev.log_path is not None and (not ev.log_exists or ev.log_size == 0)
+        if empty or ev.log_written_since_launch is False:
+            what = "missing" if not ev.log_exists else ("empty" if ev.log_size == 0 else "not written since the launch")
+            return Verdict(
+                "launch_failed",
+                f"{gone} and the log is {what}",
+                self._process_lines() + self._log_lines() + self._problem_lines(list(ev.problems)),
+                "check the launch command, its working directory and the log path, then restart (R)",
+                "R",
+            )
+        return Verdict(
+            "dead",
+            gone,
+            self._process_lines() + self._problem_lines(list(ev.problems)) + self._log_lines() + self._gpu_lines(),
+            "read the end of the log (l) for the cause, then restart (R)",
+            "l",
+        )
+
+    def _stalled(self) -> Verdict:
+        ev = self.ev
+        busy = self._busy_cpu() or self._busy_gpu()
+        to_file = [p for p in self.alive if _is_regular_file(p.stdout) and p.unbuffered is False]
+        if busy and to_file:
+            return Verdict(
+                "buffered",
+                "the run is busy but its log is silent: stdout is block-buffered into a file",
+                self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
+                "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
+                "R",
+            )
+        if not busy and (self._cpu_known() or ev.gpus):
+            waiting = [t for t in ev.stacks if t.idle or t.wait]
+            summary = "the run is alive, idle and silent"
+            if waiting:
+                summary += f"; {len(waiting)} thread(s) waiting"
+            return Verdict(
+                "hung",
+                summary,
+                self._log_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+                "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective)",
+                "p",
+            )
+        return Verdict(
+            "unknown",
+            "the run is busy but its log is silent, and stdout is not a block-buffered file",
+            self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+            "dump the stacks (p) to see what it is busy with",
+            "p",
+        )
+
+
+def _is_regular_file(stdout: str | None) -> bool:
+    """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
+    return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

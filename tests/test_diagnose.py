@@ -1,0 +1,236 @@
+"""The pure diagnosis: every verdict from the evidence that should produce it, and the traps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from console.config import Config, MetricsConfig, StallConfig, WarmupConfig
+from console.diagnose import (
+    VERDICTS,
+    Evidence,
+    ProblemLine,
+    ThreadCpu,
+    ThreadStack,
+    diagnose,
+    severity,
+    worse,
+)
+from console.model import GpuProcess, GpuReading, LineKind, ProcessReading
+
+CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(baseline_tokens_per_s=14200))
+OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."
+
+
+def proc(pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True) -> ProcessReading:
+    return ProcessReading(
+        pid=pid,
+        ppid=1,
+        state=state,
+        elapsed_s=12.0,
+        threads=18,
+        rss_mib=900.0,
+        cpu_pct=cpu,
+        cmdline="python3 -u hung.py",
+        stdout=stdout,
+        unbuffered=unbuffered,
+    )
+
+
+def gpu(util=90.0, used=21619, pids=(447,)) -> GpuReading:
+    return GpuReading(
+        index=0,
+        uuid="GPU-06eb1f4e-90e3-123f-e50b-b07664ee52f9",
+        name="NVIDIA H200",
+        memory_used_mib=used,
+        memory_total_mib=143771,
+        utilization_pct=util,
+        temperature_c=38,
+        power_w=122.8,
+        power_limit_w=700.0,
+        processes=tuple(GpuProcess(pid, 21610, "python3") for pid in pids),
+    )
+
+
+#: A run that is alive, busy and progressing at its baseline.
+HEALTHY = Evidence(
+    window_s=1.5,
+    processes=(proc(),),
+    gpus=(gpu(),),
+    gpu_source="nvidia-smi",
+    log_path="/workspace/train.log",
+    log_exists=True,
+    log_size=40_000,
+    log_growth=120,
+    log_silent_s=0.0,
+    rate_metric="tokens_per_s",
+    rate_now=14200.0,
+    rate_baseline=14200.0,
+    rate_silent_s=1.0,
+    rate_interval_s=1.0,
+)
+
+#: ps_hung.txt: idle for 12 s, yet ps reports 52.5% CPU (its lifetime average).
+HUNG = replace(
+    HEALTHY,
+    processes=(proc(cpu=0.0),),
+    lifetime_cpu_pct={447: 52.5},
+    threads={447: (ThreadCpu(447, "python3", 0.0), ThreadCpu(449, "python3", 0.0))},
+    gpus=(gpu(util=0.0),),
+    log_growth=0,
+    log_silent_s=312.0,
+    rate_silent_s=312.0,
+)
+
+
+def test_every_verdict_has_a_severity_and_worse_orders_them():
+    assert sorted(VERDICTS, key=severity)[0] == "healthy"
+    assert worse("oom", "hung") and worse("hung", "slow") and not worse("healthy", "unknown")
+
+
+def test_healthy_when_the_log_progresses():
+    verdict = diagnose(HEALTHY, CONFIG)
+    assert verdict.name == "healthy"
+    assert verdict.key is None
+    assert any("100% of baseline" in line for line in verdict.evidence)
+
+
+def test_hung_by_delta_although_ps_says_busy():
+    verdict = diagnose(HUNG, CONFIG)
+    assert verdict.name == "hung"
+    assert verdict.key == "p"
+    assert any(
+        line.startswith("pid 447 CPU 0.0% over 1.5 s (ps would say 52.5%: lifetime average)")
+        for line in verdict.evidence
+    )
+    assert "log silent 312 s (threshold 300 s)" in verdict.evidence
+
+
+def test_hung_quotes_the_waiting_threads():
+    stacks = (
+        ThreadStack(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)"),
+    )
+    verdict = diagnose(replace(HUNG, stacks=stacks), CONFIG)
+    assert verdict.name == "hung"
+    assert "1 thread(s) waiting" in verdict.summary
+    assert 'thread "MainThread" waiting on queue: Queue.get (queue.py:171) ← pack_hidden (hung.py:9)' in verdict.evidence
+
+
+def test_silence_under_the_threshold_is_not_a_stall():
+    quiet = replace(HUNG, log_silent_s=200.0, rate_silent_s=200.0)
+    assert diagnose(quiet, CONFIG).name == "healthy"
+
+
+def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
+    warnings_only = replace(HUNG, log_growth=500, log_silent_s=0.0, rate_silent_s=900.0)
+    verdict = diagnose(warnings_only, CONFIG)
+    assert verdict.name == "hung"
+    assert "last throughput line 900 s ago (usual interval 1 s)" in verdict.evidence
+
+
+def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
+    busy = replace(
+        HUNG,
+        processes=(proc(cpu=99.0, stdout="/workspace/train.log", unbuffered=False),),
+        lifetime_cpu_pct={},
+    )
+    verdict = diagnose(busy, CONFIG)
+    assert verdict.name == "buffered"
+    assert verdict.key == "R"
+    assert "pid 447 stdout → /workspace/train.log, not unbuffered" in verdict.evidence
+
+
+def test_gpu_busy_alone_counts_as_busy_for_buffered():
+    gpu_bound = replace(
+        HUNG, processes=(proc(cpu=1.0, stdout="/workspace/train.log", unbuffered=False),), gpus=(gpu(util=97.0),)
+    )
+    assert diagnose(gpu_bound, CONFIG).name == "buffered"
+
+
+def test_busy_and_silent_with_unbuffered_stdout_is_not_called_buffered():
+    spinning = replace(HUNG, processes=(proc(cpu=99.0, stdout="/workspace/train.log", unbuffered=True),))
+    verdict = diagnose(spinning, CONFIG)
+    assert verdict.name == "unknown"
+    assert verdict.key == "p"
+
+
+def test_dead_quotes_the_last_problem_lines():
+    problems = (ProblemLine(LineKind.TRACEBACK, "Traceback (most recent call last):"),
+                ProblemLine(LineKind.CUDA_ERROR, "torch.AcceleratorError: CUDA error: device-side assert triggered"))
+    verdict = diagnose(replace(HEALTHY, processes=(), problems=problems), CONFIG)
+    assert verdict.name == "dead"
+    assert "cuda_error: torch.AcceleratorError: CUDA error: device-side assert triggered" in verdict.evidence
+    assert verdict.evidence[0] == "no process of the run found"
+
+
+def test_zombies_are_not_alive():
+    assert diagnose(replace(HEALTHY, processes=(proc(state="Z"),)), CONFIG).name == "dead"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"log_exists": False, "log_size": 0},
+        {"log_size": 0},
+        {"launched_at": 1000.0, "log_written_since_launch": False},
+    ],
+)
+def test_launch_failed_when_nothing_alive_and_no_log_since_launch(change):
+    verdict = diagnose(replace(HEALTHY, processes=(), **change), CONFIG)
+    assert verdict.name == "launch_failed"
+    assert verdict.key == "R"
+
+
+def test_oom_when_dead_even_if_the_line_is_old():
+    problems = (ProblemLine(LineKind.OOM, OOM_TEXT, age_s=5000.0),)
+    verdict = diagnose(replace(HEALTHY, processes=(), problems=problems), CONFIG)
+    assert verdict.name == "oom"
+    assert verdict.evidence[0].startswith("oom (5000 s ago): torch.OutOfMemoryError")
+
+
+def test_oom_while_alive_only_when_recent():
+    old = replace(HEALTHY, problems=(ProblemLine(LineKind.OOM, OOM_TEXT, age_s=5000.0),))
+    recent = replace(HEALTHY, problems=(ProblemLine(LineKind.OOM, OOM_TEXT, age_s=10.0),))
+    assert diagnose(old, CONFIG).name == "healthy"
+    assert diagnose(recent, CONFIG).name == "oom"
+
+
+def test_oom_points_at_warmup_when_one_is_configured():
+    config = replace(CONFIG, warmup=WarmupConfig(command="python3 warmup.py --gpu {gpu}"))
+    dead_oom = replace(HEALTHY, processes=(), problems=(ProblemLine(LineKind.OOM, OOM_TEXT),))
+    assert diagnose(dead_oom, config).key == "w"
+    assert diagnose(dead_oom, CONFIG).key == "R"
+
+
+def test_diverged_on_nan_loss():
+    verdict = diagnose(replace(HEALTHY, problems=(ProblemLine(LineKind.NAN, "step 7 | loss nan"),)), CONFIG)
+    assert verdict.name == "diverged"
+    assert "nan: step 7 | loss nan" in verdict.evidence
+
+
+def test_slow_against_the_baseline():
+    verdict = diagnose(replace(HEALTHY, rate_now=5100.0), CONFIG)
+    assert verdict.name == "slow"
+    assert "throughput 5,100 tok/s = 36% of baseline 14,200" in verdict.evidence
+
+
+def test_gpu_contexts_unseen_in_a_pid_namespace():
+    namespaced = replace(
+        HEALTHY, in_pid_namespace=True, gpus=(gpu(pids=(982211,)),), gpu_pids_unseen=(982211,)
+    )
+    verdict = diagnose(namespaced, CONFIG)
+    assert verdict.name == "gpu_contexts_unseen"
+    assert "GPU memory held by pid 982211: this PID namespace cannot see them (host PIDs)" in verdict.evidence
+
+
+def test_unknown_without_any_reading():
+    blind = Evidence(window_s=1.5, process_error="permission denied reading /proc")
+    assert diagnose(blind, CONFIG).name == "unknown"
+
+
+def test_unknown_when_alive_without_a_log_to_judge():
+    verdict = diagnose(replace(HEALTHY, log_path=None, log_exists=False, log_growth=0, log_silent_s=None,
+                               rate_now=None, rate_silent_s=None), CONFIG)
+    assert verdict.name == "unknown"
+    assert "no log configured" in verdict.evidence
