@@ -86,7 +86,7 @@ class ProblemLine:
 
 
 @dataclass(frozen=True, slots=True)
-class ThreadStack:
+class StackSummary:
     """One thread of a py-spy dump, summarised: what it waits on and where in user code."""
 
     pid: int
@@ -138,7 +138,7 @@ class Evidence:
     """The run's usual gap between throughput lines."""
     problems: tuple[ProblemLine, ...] = ()
     """Problem lines since the last launch, oldest first."""
-    stacks: tuple[ThreadStack, ...] = ()
+    stacks: tuple[StackSummary, ...] = ()
     stack_error: str | None = None
     """Why no stacks were dumped when a dump was tried (with its advice)."""
     launched_at: float | None = None

@@ -12,7 +12,7 @@ from console.diagnose import (
     Evidence,
     ProblemLine,
     ThreadCpu,
-    ThreadStack,
+    StackSummary,
     diagnose,
     severity,
     worse,
@@ -109,7 +109,7 @@ def test_hung_by_delta_although_ps_says_busy():
 
 def test_hung_quotes_the_waiting_threads():
     stacks = (
-        ThreadStack(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)"),
+        StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)"),
     )
     verdict = diagnose(replace(HUNG, stacks=stacks), CONFIG)
     assert verdict.name == "hung"
