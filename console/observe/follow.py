@@ -1,0 +1,313 @@
+"""Follow the run's log on a target: every line exactly once, across rotations and reconnects.
+
+A small program (follow_agent.py) runs on the target, reads the file by byte offset in
+large chunks and sends them framed; this side splits lines, makes them safe, classifies
+them and hands them on in one batch per chunk. When the channel or the connection is lost
+the agent is started again at the offset of the last complete line in the same file
+(found again by inode, even after a rotation renamed it), so nothing is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from console.config import Config
+from console.model import Event, LineInfo, LogLine, LogStatus
+from console.observe import follow_agent
+from console.observe.lines import classify_line
+from console.observe.textsafe import sanitize, split_lines
+from console.remote.program import open_program
+from console.remote.target import Target, TargetError
+
+AGENT_SOURCE = Path(follow_agent.__file__).read_text()
+AGENT_NAME = "pulse-follow"
+MAX_LINE_BYTES = 16 * 1024
+BACKLOG_BYTES = 1 << 20
+READ_SIZE = 1 << 20
+#: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+LinesCallback = Callable[[list[LogLine]], None]
+EventCallback = Callable[[Event], None]
+
+
+class FollowProtocolError(Exception):
+    """The agent's output did not follow the framing (a bug, or something else wrote to its stdout)."""
+
+
+def log_pattern(log: str) -> str:
+    """The glob the agent follows for a configured log path: `{started}` matches any timestamp."""
+    return log.replace("{started}", "*")
+
+
+class _Frames:
+    """Splits the agent's stdout into (header, payload) frames."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._header: dict | None = None
+
+    def feed(self, data: bytes) -> list[tuple[dict, bytes]]:
+        self._buffer += data
+        frames: list[tuple[dict, bytes]] = []
+        while True:
+            if self._header is None:
+                end = self._buffer.find(b"\n")
+                if end < 0:
+                    if len(self._buffer) > 65536:
+                        raise FollowProtocolError("follower sent a header line over 64 KiB")
+                    return frames
+                try:
+                    header = json.loads(self._buffer[:end])
+                except ValueError:
+                    raise FollowProtocolError(
+                        f"follower sent an unreadable header: {bytes(self._buffer[:80])!r}"
+                    ) from None
+                del self._buffer[: end + 1]
+                if not isinstance(header, dict) or "ev" not in header:
+                    raise FollowProtocolError(f"follower sent a header without an event: {header!r:.80}")
+                self._header = header
+            size = self._header.get("len", 0)
+            if len(self._buffer) < size:
+                return frames
+            payload = bytes(self._buffer[:size])
+            del self._buffer[:size]
+            frames.append((self._header, payload))
+            self._header = None
+
+
+class LogFollower:
+    """Follows `config.run.log` on `target` and calls `on_lines` with each batch of new lines.
+
+    `on_event` receives an Event(kind="log") for each thing that happened to the file or the
+    follower; `data["ev"]` names it: open, truncated, rotated, replaced, missing,
+    disconnected, and idle (a heartbeat every few seconds, for liveness rather than the
+    event ring). `status` is the file as last seen.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        config: Config,
+        on_lines: LinesCallback,
+        *,
+        on_event: EventCallback | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        backlog_bytes: int | None = BACKLOG_BYTES,
+        poll_s: float = 0.05,
+        heartbeat_s: float = 5.0,
+    ) -> None:
+        """`backlog_bytes`: start that far before the end of the file (None: from its start)."""
+        if not config.run.log:
+            raise ValueError(f"{config.source}: [run] log is not set; name the training log's path")
+        self.target = target
+        self.config = config
+        self.pattern = log_pattern(config.run.log)
+        self.on_lines = on_lines
+        self.on_event = on_event
+        self.max_line_bytes = max_line_bytes
+        self.poll_s = poll_s
+        self.heartbeat_s = heartbeat_s
+        self.stale_s = 3 * heartbeat_s + 5.0
+        """No frame for this long (heartbeats included) means the link is dead even if TCP has not noticed."""
+        self.status = LogStatus(self.pattern, exists=False)
+        self.agent_pid: int | None = None
+        """The agent's PID as seen on the target (inside its container, if any)."""
+        self._path: str | None = None
+        self._inode = 0
+        self._received = -backlog_bytes if backlog_bytes else 0
+        self._partial = bytearray()
+        self._skipping = False
+        self._number = 0
+        self._requested: tuple[int, int] = (0, 0)
+
+    @property
+    def path(self) -> str | None:
+        """The file being followed, once the agent has opened one."""
+        return self._path
+
+    @property
+    def inode(self) -> int:
+        return self._inode
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held of an unfinished last line: never more than `max_line_bytes`."""
+        return len(self._partial)
+
+    @property
+    def offset(self) -> int:
+        """Where a restarted agent resumes: the end of the last complete line (or of the skipped part of a cut one).
+
+        Negative before the first file is opened: the backlog to start with, counted from the end.
+        """
+        return self._received if self._skipping else self._received - len(self._partial)
+
+    # -- the loop --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow until cancelled, starting the agent again whenever it or its channel is lost."""
+        failures = 0
+        while True:
+            try:
+                reason = await self._follow_once()
+            except TargetError as exc:
+                reason = str(exc)
+            except asyncio.TimeoutError:
+                reason = f"no word from the log follower for {self.stale_s:g} s"
+            except FollowProtocolError as exc:
+                reason = str(exc)
+            if self.agent_pid is not None:
+                failures = 0  # it got as far as opening the file: a fresh loss, retry quickly
+            self.agent_pid = None
+            delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
+            failures += 1
+            self._emit(
+                f"log follower stopped: {reason}; restarting in {delay:g} s",
+                {"ev": "disconnected", "reason": reason},
+            )
+            await asyncio.sleep(delay)
+
+    async def _follow_once(self) -> str:
+        """One agent's life; returns why it ended."""
+        start = self.offset
+        self._requested = (self._inode, start)
+        args = [self.pattern, str(start), str(self._inode), f"{self.poll_s:g}", f"{self.heartbeat_s:g}"]
+        channel = await open_program(
+            self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
+        )
+        frames = _Frames()
+        try:
+            while data := await asyncio.wait_for(channel.read(READ_SIZE), self.stale_s):
+                for header, payload in frames.feed(data):
+                    self._handle(header, payload)
+            status = await asyncio.wait_for(channel.wait(), self.stale_s)
+        finally:
+            channel.close()
+        said = sanitize(getattr(channel, "stderr", "").strip().rpartition("\n")[2], 200)[0]
+        return f"it exited with status {status}" + (f" ({said})" if said else "")
+
+    # -- frames ----------------------------------------------------------------
+
+    def _handle(self, header: dict, payload: bytes) -> None:
+        ev = header["ev"]
+        if ev == "data":
+            if header.get("inode") != self._inode or header.get("offset") != self._received:
+                raise FollowProtocolError(
+                    f"follower sent bytes at {header.get('offset')} of inode {header.get('inode')}, "
+                    f"expected {self._received} of inode {self._inode}"
+                )
+            self._received += len(payload)
+            lines = self._split(payload)
+            if lines:
+                self.on_lines(lines)
+            return
+        if ev == "open":
+            self._open(header)
+        elif ev in ("truncated", "rotated", "replaced"):
+            self._end_of_file()
+            if ev == "truncated":
+                self._received = 0
+        elif ev == "missing":
+            self.status = LogStatus(header.get("path", self.pattern), exists=False)
+        elif ev == "idle":
+            self.status = LogStatus(
+                header.get("path", self.pattern),
+                exists=self._inode != 0,
+                size=header.get("size", 0),
+                mtime=header.get("mtime", 0.0),
+                inode=self._inode,
+            )
+        self._emit(_describe(header), header)
+
+    def _open(self, header: dict) -> None:
+        inode, offset = header["inode"], header["offset"]
+        if self._requested[0] and (inode, offset) == self._requested:
+            # The same file where we left it: a partial line will be sent again whole.
+            if not self._skipping:
+                self._partial.clear()
+        else:
+            self._end_of_file()
+        self._path, self._inode, self._received = header["path"], inode, offset
+        self.agent_pid = header.get("pid")
+        self.status = LogStatus(self._path, exists=True, size=header.get("size", 0), inode=inode)
+
+    def _end_of_file(self) -> None:
+        """The file ended or was left: its unfinished last line will never be completed."""
+        if self._partial and not self._skipping:
+            self.on_lines([self._line(bytes(self._partial), time.monotonic())])
+        self._partial.clear()
+        self._skipping = False
+
+    # -- lines -----------------------------------------------------------------
+
+    def _split(self, chunk: bytes) -> list[LogLine]:
+        now = time.monotonic()
+        out: list[LogLine] = []
+        if self._skipping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                return out
+            chunk = chunk[end + 1 :]
+            self._skipping = False
+        if self._partial:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self._extend_partial(chunk, out, now)
+                return out
+            out.append(self._line(bytes(self._partial) + chunk[:end], now))
+            self._partial.clear()
+            chunk = chunk[end + 1 :]
+        lines, rest = split_lines(chunk)
+        out.extend(self._line(raw, now) for raw in lines)
+        if rest:
+            self._extend_partial(rest, out, now)
+        return out
+
+    def _extend_partial(self, data: bytes, out: list[LogLine], now: float) -> None:
+        """Hold an unfinished line, never more than the bound: an over-long one is cut and its rest skipped."""
+        self._partial += data
+        if len(self._partial) <= self.max_line_bytes:
+            return
+        # A progress bar redraws after \r without a newline: earlier redraws are superseded.
+        redraw = self._partial.rfind(b"\r")
+        if redraw > 0 and len(self._partial) - redraw <= self.max_line_bytes:
+            del self._partial[:redraw]
+            return
+        out.append(self._line(bytes(self._partial[: self.max_line_bytes]), now, cut=True))
+        self._partial.clear()
+        self._skipping = True
+
+    def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
+        text, shortened = sanitize(raw, self.max_line_bytes)
+        info: LineInfo = classify_line(text, self.config.metrics.patterns)
+        self._number += 1
+        return LogLine(self._number, text, info, cut or shortened, now)
+
+    def _emit(self, text: str, data: dict) -> None:
+        if self.on_event is not None:
+            self.on_event(Event(time.monotonic(), "log", text, data))
+
+
+def _describe(header: dict) -> str:
+    """One line for the operator; paths come from the target, so they are made safe too."""
+    ev = header["ev"]
+    path = sanitize(str(header.get("path", "")), 300)[0]
+    if ev == "open":
+        return f"following {path} from byte {header.get('offset', 0)}"
+    if ev == "truncated":
+        return f"{path} was truncated to {header.get('size', 0)} bytes; reading it again from the start"
+    if ev == "rotated":
+        if header.get("lost"):
+            return f"{path} was rotated while disconnected and the old file is gone; its unread end is lost"
+        return f"{path} was rotated; read the old file to its end, now following the new one"
+    if ev == "replaced":
+        new_path = sanitize(str(header.get("new_path", "")), 300)[0]
+        return f"a newer log appeared: now following {new_path} (finished {path})"
+    if ev == "missing":
+        return f"{path} does not exist; waiting for it to appear"
+    return f"{path}: {header.get('size', 0)} bytes, nothing new"
