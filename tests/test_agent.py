@@ -1,0 +1,487 @@
+"""The sampling agent: process selection, CPU deltas, GPU sources, hang-up, PID namespaces.
+
+Real processes throughout: a real "training" process among real decoys whose command lines
+name it, a real busy loop, a real stand-in nvidia-smi on PATH, a real PID namespace.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from console.observe import agent
+from console.remote.program import program_script
+
+AGENT = Path(agent.__file__)
+FIXTURES = Path(__file__).parent / "fixtures" / "h200"
+PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3"
+#: The fields of the H200 captures (fixtures/h200/README.md).
+SMI_GPU_FIELDS = (
+    "index,uuid,name,memory.used,memory.total,utilization.gpu,utilization.memory,"
+    "temperature.gpu,power.draw,power.limit,clocks.sm,fan.speed,pstate"
+)
+SMI_APP_FIELDS = "gpu_uuid,pid,used_memory,process_name"
+WAIT_S = 20.0
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = WAIT_S) -> object:
+    """Poll `condition` until it returns something true; fail naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        return agent.parse_stat(Path(f"/proc/{pid}/stat").read_text())["state"] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    return [r["pid"] for r in agent.scan_processes() if r["ppid"] == pid]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start processes in their own process groups; every group is killed (by its PID) afterwards."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv: list[str], **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        kwargs.setdefault("stdout", subprocess.DEVNULL)
+        process = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def agent_args(
+    match: str = "",
+    *,
+    interval: float = 0.2,
+    count: int = 1,
+    pidfile: str = "",
+    log: str = "",
+    gpu_source: str = "none",
+    nvidia_smi: str = "nvidia-smi",
+) -> list[str]:
+    """The agent's arguments (its argv after the program)."""
+    return [
+        str(interval), str(count), match, pidfile, log, gpu_source, nvidia_smi, SMI_GPU_FIELDS, SMI_APP_FIELDS
+    ]  # fmt: skip
+
+
+def agent_argv(match: str = "", **options) -> list[str]:
+    """argv that runs the agent file under this interpreter."""
+    return [sys.executable, "-u", str(AGENT), *agent_args(match, **options)]
+
+
+def run_agent(argv: list[str], env: dict | None = None) -> list[dict]:
+    """Run the agent to the end of its count with stdin held open (EOF would stop it); its JSON lines."""
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    watchdog = threading.Timer(60, process.kill)
+    watchdog.start()
+    try:
+        out = process.stdout.read()
+        process.stdin.close()
+        err = process.stderr.read()
+        process.wait()
+    finally:
+        watchdog.cancel()
+    assert process.returncode == 0, err.decode()
+    return [json.loads(line) for line in out.decode().splitlines()]
+
+
+# -- selection on synthetic /proc records ------------------------------------------------------
+
+
+def record(pid: int, ppid: int, cmdline: str, comm: str | None = None) -> dict:
+    argv = cmdline.split(" ")
+    return {"pid": pid, "ppid": ppid, "comm": comm or os.path.basename(argv[0]), "argv": argv}
+
+
+def test_select_run_processes_skips_launchers_tools_and_self() -> None:
+    procs = [
+        record(1, 0, "/sbin/init"),
+        record(100, 1, "sshd: root@notty", comm="sshd"),
+        record(101, 100, "bash -lc cd /root && setsid nohup python3 -u train_dflash.py &"),
+        record(200, 1, "python3 -u train_dflash.py --gpus 0,1"),
+        record(201, 200, "python3 -u train_dflash.py --gpus 0,1"),  # a forked DataLoader worker
+        record(202, 200, "python3 -c from multiprocessing.spawn import spawn_main", comm="python3"),
+        record(300, 100, "-bash", comm="bash"),
+        record(301, 300, "grep train_dflash"),
+        record(302, 300, "tail -f /workspace/train_dflash.log"),
+        record(303, 300, "vim train_dflash.py"),
+        record(304, 300, "pgrep -af train_dflash"),
+        record(305, 300, "py-spy dump --pid 200 --name train_dflash"),
+        record(306, 300, "timeout 60 cat train_dflash.py"),
+        record(307, 300, "watch -n1 ps aux | grep train_dflash"),
+        # Another console's agent: the pattern is one of its arguments.
+        record(400, 100, "python3 -u -c import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);x 9 pulse-agent train_dflash"),
+        # This agent and the non-shell parent that launched it.
+        record(500, 100, "python3 wrapper.py train_dflash"),
+        record(501, 500, "python3 -u agent.py 1 0 train_dflash"),
+    ]  # fmt: skip
+    self_pids = agent.ancestry(procs, 501)
+    assert self_pids == [501, 500, 100, 1]
+    chosen = agent.select_run_processes(procs, r"train_dflash", self_pids)
+    assert [r["pid"] for r in chosen] == [200, 201, 202]
+
+
+def test_select_run_processes_takes_a_run_under_a_wrapper_and_dedupes_nested_matches() -> None:
+    procs = [
+        record(10, 1, "timeout 1d torchrun train.py"),
+        record(11, 10, "/usr/bin/python3 /usr/local/bin/torchrun train.py", comm="torchrun"),
+        record(12, 11, "/usr/bin/python3 -u train.py --local-rank=0", comm="python3"),
+        record(13, 11, "/usr/bin/python3 -u train.py --local-rank=1", comm="python3"),
+        record(14, 1, "exec-a-named vim train.py", comm="sleep"),
+    ]
+    procs[4]["argv"] = ["vim train.py", "60"]  # what `exec -a "vim train.py" sleep 60` leaves
+    chosen = agent.select_run_processes(procs, r"train\.py", [])
+    assert [r["pid"] for r in chosen] == [11, 12, 13]
+
+
+def test_parse_stat_survives_odd_command_names() -> None:
+    line = "4242 (a) b (c)) S 7 4242 4242 0 -1 4194560 1 0 0 0 150 50 0 0 20 0 18 0 9000 1 2560 x"
+    parsed = agent.parse_stat(line)
+    assert parsed["comm"] == "a) b (c)"
+    assert (parsed["state"], parsed["ppid"], parsed["cpu_ticks"]) == ("S", 7, 200)
+    assert (parsed["threads"], parsed["start_ticks"], parsed["rss_pages"]) == (18, 9000, 2560)
+
+
+def test_nspid_from_the_h200_status_capture_and_a_nested_one() -> None:
+    assert agent.parse_nspid((FIXTURES / "proc_status_hung.txt").read_text()) == (447,)
+    assert agent.parse_nspid("State:\tS (sleeping)\nNSpid:\t91342\t12\n") == (91342, 12)
+
+
+@pytest.mark.parametrize(
+    ("argv", "unbuffered"),
+    [
+        (["python3", "-u", "train.py"], True),
+        (["/usr/bin/python3.11", "-Bu", "train.py"], True),
+        (["python3", "-W", "ignore", "-u", "train.py"], True),
+        (["python3", "-Wdefault", "train.py", "-u"], False),
+        (["python3", "train.py", "-u"], False),
+        (["python3", "-m", "torch.distributed.run", "-u"], False),
+        (["bash", "-u", "run.sh"], False),
+    ],
+)
+def test_python_unbuffered_flag(argv: list[str], unbuffered: bool) -> None:
+    assert agent.python_unbuffered_flag(argv) is unbuffered
+
+
+# -- real processes ------------------------------------------------------------------------
+
+
+def unique_name() -> str:
+    return f"train_{uuid.uuid4().hex[:10]}"
+
+
+TRAINING = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    time.sleep(300)
+    """
+)
+
+
+def start_training(spawn, tmp_path: Path, name: str) -> tuple[int, int]:
+    """A launcher shell whose command line names the run, and under it the run and its worker."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(TRAINING)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    launcher = spawn(["bash", "-c", f"{sys.executable} {script} & sleep 300"], env=env)
+
+    def run_and_worker():
+        runs = [p for p in children_of(launcher.pid) if Path(f"/proc/{p}/cmdline").read_bytes().find(b".py") > 0]
+        workers = children_of(runs[0]) if runs else []
+        return (runs[0], workers[0]) if workers else None
+
+    return wait_until(run_and_worker, "the training process and its worker")
+
+
+def test_only_the_real_run_is_selected_among_real_decoys(tmp_path: Path, spawn) -> None:
+    name = unique_name()
+    run_pid, worker_pid = start_training(spawn, tmp_path, name)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / f"{name}.log").write_text("step 1\n")
+    decoys = [
+        spawn(["grep", name, str(fifo)]),
+        spawn(["tail", "-f", str(tmp_path / f"{name}.log")]),
+        spawn(["bash", "-c", f'exec -a "vim {name}.py" sleep 300']),
+    ]
+    # Another console's agent: the pattern is among its arguments.
+    other = spawn(
+        ["bash", "-c", program_script(sys.executable, AGENT.read_text(), "pulse-agent", agent_args(name, interval=60, count=0))],
+        stdin=subprocess.PIPE,
+    )
+    other.stdin.write(AGENT.read_bytes())
+    other.stdin.flush()
+    wait_until(lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes() for p in decoys), "the decoys")
+    # This agent runs under a parent that is not a shell but whose command line names the run.
+    wrapper = [sys.executable, "-c", "import subprocess,sys; sys.exit(subprocess.call(sys.argv[2:]))", name]
+    (line,) = run_agent(wrapper + agent_argv(name))
+    assert line["process_error"] is None
+    assert [p["pid"] for p in line["processes"]] == [run_pid, worker_pid]
+    run = line["processes"][0]
+    assert run["children"] == [worker_pid]
+    assert name in run["cmdline"]
+    assert run["stdout"] == "/dev/null"
+    assert run["unbuffered"] is False
+    assert run["state"] == "S" and run["threads"] == 1 and run["rss_mib"] > 1
+    assert run["nspid"][-1] == run_pid
+    assert [t["tid"] for t in run["thread_cpu"]] == [run_pid]
+
+
+def test_cpu_pct_is_a_delta_not_the_lifetime_average(spawn) -> None:
+    name = unique_name()
+    busy = spawn([sys.executable, "-c", "while True: pass", f"{name}_busy"])
+    # Burns half a second of CPU, then sleeps: ps's lifetime %CPU stays high (fixtures/h200/ps_hung.txt).
+    idle = spawn(
+        [sys.executable, "-uc", "import time\nt=time.process_time()\nwhile time.process_time()-t<0.5: pass\nprint('idle')\ntime.sleep(300)", f"{name}_idle"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert idle.stdout.readline() == b"idle\n"
+    watch = agent.ProcessWatch(name, "")
+    first, error = watch.read()
+    assert error is None and {p["pid"] for p in first} == {busy.pid, idle.pid}
+    assert all(p["cpu_pct"] is None for p in first)
+    time.sleep(1.0)
+    second = {p["pid"]: p for p in watch.read()[0]}
+    assert second[busy.pid]["cpu_pct"] > 50
+    assert second[busy.pid]["thread_cpu"][0]["cpu_pct"] > 50
+    stat = agent.parse_stat(Path(f"/proc/{idle.pid}/stat").read_text())
+    lifetime_pct = stat["cpu_ticks"] / agent.CLOCK_TICKS / second[idle.pid]["elapsed_s"] * 100
+    assert lifetime_pct > 10
+    assert second[idle.pid]["cpu_pct"] < 5
+
+
+def test_pidfile_names_the_run_or_says_what_is_wrong(tmp_path: Path, spawn) -> None:
+    pidfile = tmp_path / "run.pid"
+    watch = agent.ProcessWatch("", str(pidfile))
+    assert watch.read() == ([], f"pidfile {pidfile} does not exist: is the run started?")
+    pidfile.write_text("starting\n")
+    assert "does not hold a PID" in watch.read()[1]
+    ended = spawn(["true"])
+    ended.wait()
+    pidfile.write_text(f"{ended.pid}\n")
+    assert "not running (stale pidfile)" in watch.read()[1]
+    run_pid, worker_pid = start_training(spawn, tmp_path, unique_name())
+    pidfile.write_text(f"{run_pid}\n")
+    processes, error = watch.read()
+    assert error is None and [p["pid"] for p in processes] == [run_pid, worker_pid]
+
+
+def test_unbuffered_from_the_flag_or_the_environment(spawn) -> None:
+    name = unique_name()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    by_env = spawn([sys.executable, "-c", "import time; time.sleep(300)", f"{name}_env"], env=env)
+    by_flag = spawn([sys.executable, "-u", "-c", "import time; time.sleep(300)", f"{name}_flag"])
+    wait_until(lambda: len(agent.ProcessWatch(name, "").read()[0]) == 2, "both processes")
+    readings = {p["pid"]: p for p in agent.ProcessWatch(name, "").read()[0]}
+    assert readings[by_env.pid]["unbuffered"] is True
+    assert readings[by_flag.pid]["unbuffered"] is True
+
+
+def test_log_status_takes_the_newest_match_of_a_glob(tmp_path: Path) -> None:
+    old, new = tmp_path / "train_1.log", tmp_path / "train_2.log"
+    old.write_text("a\n")
+    new.write_text("bb\n")
+    os.utime(old, (1000, 2000))
+    os.utime(new, (1000, 1000))
+    status = agent.log_status(str(tmp_path / "train_*.log"))
+    assert status == {"path": str(old), "exists": True, "size": 2, "mtime": 2000.0, "inode": old.stat().st_ino}
+    assert agent.log_status(str(tmp_path / "none_*.log"))["exists"] is False
+    assert agent.log_status(str(tmp_path / "missing.log"))["exists"] is False
+    assert agent.log_status("") is None
+
+
+# -- GPUs through a stand-in nvidia-smi ----------------------------------------------------
+
+
+def stand_in_smi(folder: Path, body: str) -> Path:
+    """An executable `nvidia-smi` in `folder` running the bash `body`."""
+    path = folder / "nvidia-smi"
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def replaying_smi(folder: Path, gpu_csv: str, apps_csv: str) -> Path:
+    """A stand-in nvidia-smi that checks its query like the real one and prints the given CSV."""
+    (folder / "gpu.csv").write_text(gpu_csv)
+    (folder / "apps.csv").write_text(apps_csv)
+    return stand_in_smi(
+        folder,
+        f"""
+        [[ "$2" == "--format=csv,noheader,nounits" ]] || {{ echo "Invalid combination of input arguments." >&2; exit 2; }}
+        case "$1" in
+          "--query-gpu={SMI_GPU_FIELDS}") cat {folder}/gpu.csv ;;
+          "--query-compute-apps={SMI_APP_FIELDS}") cat {folder}/apps.csv ;;
+          *) echo "Field \\"$1\\" is not a valid field to query." >&2; exit 2 ;;
+        esac
+        """,
+    )
+
+
+def test_nvidia_smi_fallback_passes_the_raw_csv(tmp_path: Path) -> None:
+    gpu_csv = (FIXTURES / "smi_query_gpu_busy.txt").read_text()
+    apps_csv = (FIXTURES / "smi_apps_busy_noheader.txt").read_text()
+    replaying_smi(tmp_path, gpu_csv, apps_csv)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    # This interpreter has pynvml but no driver library: NVML fails and nvidia-smi takes over silently.
+    (line,) = run_agent(agent_argv(gpu_source="auto"), env=env)
+    assert (line["gpu_source"], line["gpu_error"]) == ("nvidia-smi", None)
+    assert line["smi_gpu_csv"] == gpu_csv and "[N/A]" in line["smi_gpu_csv"]
+    assert line["smi_apps_csv"] == apps_csv
+    assert line["gpus"] == []
+
+
+def test_nvml_asked_for_but_missing_is_a_gpu_error() -> None:
+    (line,) = run_agent(agent_argv(gpu_source="nvml"))
+    assert line["gpu_source"] == "none"
+    assert line["gpu_error"] in ("NVML: NVML Shared Library Not Found", "pynvml is not installed for this Python")
+
+
+def test_failing_and_missing_nvidia_smi_become_gpu_errors(tmp_path: Path) -> None:
+    failing = stand_in_smi(
+        tmp_path,
+        "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"; exit 9\n",
+    )
+    smi = agent.SmiGpus(str(failing), SMI_GPU_FIELDS, SMI_APP_FIELDS)
+    assert smi.read() == {
+        "smi_gpu_csv": None,
+        "smi_apps_csv": None,
+        "gpu_error": "nvidia-smi exited with status 9: NVIDIA-SMI has failed because it couldn't "
+        "communicate with the NVIDIA driver.",
+    }
+    missing = agent.SmiGpus(str(tmp_path / "absent" / "nvidia-smi"), SMI_GPU_FIELDS, SMI_APP_FIELDS)
+    assert "not found" in missing.read()["gpu_error"]
+
+
+def test_a_hanging_nvidia_smi_is_stopped_with_what_it_started(tmp_path: Path) -> None:
+    hanging = stand_in_smi(tmp_path, f"sleep 300 & echo $! > {tmp_path}/child.pid; wait\n")
+    smi = agent.SmiGpus(str(hanging), SMI_GPU_FIELDS, SMI_APP_FIELDS, timeout_s=0.5)
+    assert smi.read()["gpu_error"] == "nvidia-smi did not answer within 0.5 s (stopped it)"
+    child = int((tmp_path / "child.pid").read_text())
+    wait_until(lambda: not alive(child), "the hung nvidia-smi's child to be gone")
+
+
+# -- lifetime ------------------------------------------------------------------------------
+
+
+def test_agent_exits_when_stdin_reaches_eof() -> None:
+    process = subprocess.Popen(
+        agent_argv(interval=0.2, count=0), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert json.loads(process.stdout.readline())["processes"] == []
+        assert json.loads(process.stdout.readline())["process_error"].startswith("no match regex or pidfile")
+        process.stdin.close()
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
+        process.wait()
+    assert not alive(process.pid)
+    assert process.stderr.read() == b""
+
+
+def test_agent_exits_quietly_when_stdout_breaks() -> None:
+    process = subprocess.Popen(
+        agent_argv(interval=0.1, count=0), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        json.loads(process.stdout.readline())
+        process.stdout.close()
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
+        process.wait()
+    assert process.stderr.read() == b""
+
+
+# -- PID namespaces ------------------------------------------------------------------------
+
+
+def test_inside_a_pid_namespace_the_agent_says_so_and_sees_namespace_pids(tmp_path: Path, spawn, pid_namespace) -> None:
+    name = unique_name()
+    inside = [str(Path(__file__).parent / "bin" / "pct"), "exec", pid_namespace.id, "--"]
+    run_script = tmp_path / f"{name}.py"
+    run_script.write_text("import time; time.sleep(300)\n")
+    spawn([*inside, sys.executable, str(run_script)])
+
+    def sample_with_the_run() -> dict | None:
+        (line,) = run_agent(inside + agent_argv(name))
+        return line if line["processes"] else None
+
+    line = wait_until(sample_with_the_run, "the run inside the namespace")
+    assert line["in_pid_namespace"] is True
+    (run,) = line["processes"]
+    assert len(run["nspid"]) == 1 and run["nspid"] == [run["pid"]]
+    # The same process seen from outside: a host PID, and NSpid adds the namespace's.
+    (host_line,) = run_agent(agent_argv(name))
+    (host_run,) = host_line["processes"]
+    assert host_run["nspid"] == [host_run["pid"], run["pid"]]
+    if os.readlink("/proc/self/ns/pid") == f"pid:[{agent.INIT_PID_NAMESPACE_INODE}]":
+        assert host_line["in_pid_namespace"] is False
+
+
+# -- portability ---------------------------------------------------------------------------
+
+
+def test_agent_source_is_python_38_syntax() -> None:
+    ast.parse(AGENT.read_text(), feature_version=(3, 8))
+
+
+def test_the_mark_of_pulse_programs_is_in_the_bootstrap() -> None:
+    assert agent.PULSE_PROGRAM_MARK in program_script("python3", "", "pulse-agent", [])
+
+
+@pytest.mark.skipif(not PYTHON38.exists(), reason="no Python 3.8 interpreter under ~/.pyenv")
+def test_agent_runs_under_python_38_through_the_bootstrap(tmp_path: Path, spawn) -> None:
+    name = unique_name()
+    run_pid, worker_pid = start_training(spawn, tmp_path, name)
+    gpu_csv = (FIXTURES / "smi_query_gpu_noheader_nounits.txt").read_text()
+    replaying_smi(tmp_path, gpu_csv, "")
+    args = agent_args(name, count=2, gpu_source="auto", nvidia_smi=str(tmp_path / "nvidia-smi"))
+    script = program_script(str(PYTHON38), AGENT.read_text(), "pulse-agent", args)
+    process = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    process.stdin.write(AGENT.read_bytes())
+    process.stdin.flush()
+    lines = [json.loads(process.stdout.readline()) for _ in range(2)]
+    process.stdin.close()
+    assert process.wait(timeout=20) == 0
+    assert [p["pid"] for p in lines[1]["processes"]] == [run_pid, worker_pid]
+    assert lines[1]["processes"][0]["cpu_pct"] is not None
+    assert (lines[1]["gpu_source"], lines[1]["smi_gpu_csv"], lines[1]["gpu_error"]) == ("nvidia-smi", gpu_csv, None)
