@@ -100,6 +100,18 @@ class GpuReading:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadCpu:
+    """One thread of a process and its CPU% over the last sampling interval."""
+
+    tid: int
+    name: str
+    """The thread's comm: 'python3', 'pt_autograd_0', 'cuda-EvtHandlr', ..."""
+    cpu_pct: float | None
+    """None on the first sample (a rate needs two)."""
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessReading:
     """One process of the run, read from /proc on the target."""
 
@@ -119,6 +131,9 @@ class ProcessReading:
     """Where fd 1 points (readlink /proc/PID/fd/1), when readable."""
     unbuffered: bool | None = None
     """True when `-u` or PYTHONUNBUFFERED is set; None when it could not be read."""
+    children: tuple[int, ...] = ()
+    """PIDs of its direct children (DataLoader workers, ranks), each also a reading of the sample."""
+    thread_cpu: tuple[ThreadCpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
