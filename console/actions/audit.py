@@ -12,12 +12,13 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
 from console.model import LineKind
+from console.remote.target import Target
 
 
 class StepStatus(str, Enum):
@@ -122,3 +123,54 @@ class AuditLog:
         except FileNotFoundError:
             return []
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def outcome_of(events: list[StepEvent], finished: bool) -> str:
+    """One line for the audit log: ok (with the last step's detail), failed at a step, or cancelled."""
+    failed = [event for event in events if event.status is StepStatus.FAILED]
+    if failed:
+        return f"failed: {failed[0].step}: {failed[0].detail}"
+    if not finished:
+        last = events[-1].step if events else "start"
+        return f"cancelled during {last}"
+    warnings = sum(event.status is StepStatus.WARNING for event in events)
+    done = final_steps(events)
+    detail = done[-1].detail if done else ""
+    note = f" ({warnings} warning{'s' * (warnings != 1)})" if warnings else ""
+    return f"ok{note}: {detail}" if detail else f"ok{note}"
+
+
+async def audited(
+    events: AsyncGenerator[StepEvent | OutputLine, None],
+    *,
+    log: AuditLog,
+    action: str,
+    target: Target,
+    plan: dict,
+) -> AsyncIterator[StepEvent | OutputLine]:
+    """Pass an executor's events through and record the action when it ends, however it ends.
+
+    A cancelled or failed action is recorded too (as such); an audit log that cannot be
+    written is reported as a final warning step when the action ran to its end.
+    """
+    seen: list[StepEvent] = []
+    finished = False
+    container = target.container.describe() if target.container is not None else None
+    try:
+        async for event in events:
+            if isinstance(event, StepEvent):
+                seen.append(event)
+            yield event
+        finished = True
+    finally:
+        if not finished:
+            # Let the executor clean up (stop what it started) before the record is written.
+            await events.aclose()
+            try:
+                log.record(action, target.label, plan, seen, outcome_of(seen, False), container=container)
+            except OSError:
+                pass  # the action's own error (or the cancellation) is what the caller must see
+    try:
+        log.record(action, target.label, plan, seen, outcome_of(seen, True), container=container)
+    except OSError as exc:
+        yield StepEvent("audit", StepStatus.WARNING, f"could not write the audit log {log.path}: {exc.strerror}")

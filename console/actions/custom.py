@@ -1,0 +1,255 @@
+"""Config-defined actions (like k9s plugins): a command template filled from the run, then run.
+
+`[[actions]]` in the config names a key and a command with placeholders {pid} (the run's
+main PID), {pids} (all of them, space-separated words), {log}, {gpu} and {host}. Values
+come from the run and the config, so they are untrusted: every value is shell-quoted
+before it goes into the template, and a log path `x; rm -rf ~` arrives as that literal
+path. Other braces in a template are left alone.
+
+An action with `confirm` or `dangerous` changes something: it is refused in read-only mode
+and audited. One with neither is a viewer (`nvidia-smi -q`, `tail -n 100 {log}`) and runs freely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from console.actions.audit import (
+    ActionRefused,
+    AuditLog,
+    OutputLine,
+    StepEvent,
+    StepStatus,
+    audited,
+    refuse_if_read_only,
+)
+from console.config import Config, CustomAction
+from console.observe.lines import classify_line
+from console.observe.textsafe import sanitize, split_lines
+from console.remote.shell import quote
+from console.remote.target import Target, TargetError
+
+#: The placeholders a custom action's template may use.
+CUSTOM_PLACEHOLDERS = ("pid", "pids", "log", "gpu", "host")
+
+
+def fill_placeholders(template: str, values: Mapping[str, str]) -> str:
+    """`template` with each `{name}` in `values` replaced by its value; other braces untouched."""
+    pattern = re.compile(r"\{(" + "|".join(map(re.escape, values)) + r")\}")
+    return pattern.sub(lambda m: values[m.group(1)], template) if values else template
+
+
+def unknown_placeholders(template: str, known: tuple[str, ...]) -> list[str]:
+    """Names in `{name}` form that the template uses but `known` does not offer."""
+    return sorted({name for name in re.findall(r"\{([A-Za-z_]\w*)\}", template) if name not in known})
+
+
+@dataclass(frozen=True, slots=True)
+class ActionContext:
+    """What the run offers to a template, as read by the console at the moment of the key press."""
+
+    pids: tuple[int, ...] = ()
+    """The run's processes, main process first."""
+    log: str | None = None
+    gpu: int | None = None
+    """The GPU the operator has selected (else the first one the run uses)."""
+    host: str = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class CustomPlan:
+    """A custom action ready to run: the exact command line and whether it changes anything."""
+
+    action: CustomAction
+    command: str
+    mutating: bool
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.action.name,
+            "key": self.action.key,
+            "template": self.action.command,
+            "command": self.command,
+            "dangerous": self.action.dangerous,
+            "confirm": self.action.confirm,
+        }
+
+    def describe(self) -> list[str]:
+        """The plan as lines for a confirmation screen or a terminal."""
+        warning = "  (marked dangerous)" if self.action.dangerous else ""
+        return [f"{self.action.name}{warning}", f"  $ {self.command}"]
+
+
+def is_mutating(action: CustomAction) -> bool:
+    """True when the action asks for confirmation or is marked dangerous."""
+    return action.confirm or action.dangerous
+
+
+def plan_custom(action: CustomAction, context: ActionContext, *, read_only: bool = False) -> CustomPlan:
+    """Fill the template with quoted values; ActionRefused when it cannot run as configured."""
+    mutating = is_mutating(action)
+    if mutating:
+        refuse_if_read_only(f"action {action.name!r}", read_only)
+    unknown = unknown_placeholders(action.command, CUSTOM_PLACEHOLDERS)
+    if unknown:
+        names = ", ".join("{" + name + "}" for name in unknown)
+        raise ActionRefused(
+            f"action {action.name!r}: unknown placeholder {names}; use {{pid}} {{pids}} {{log}} {{gpu}} {{host}}"
+        )
+    values: dict[str, str] = {"host": quote(context.host)}
+    needs = set(re.findall(r"\{(pid|pids|log|gpu)\}", action.command))
+    if needs & {"pid", "pids"}:
+        if not context.pids:
+            raise ActionRefused(f"action {action.name!r}: no run process found for {{pid}}; is the run alive?")
+        values["pid"] = quote(str(context.pids[0]))
+        values["pids"] = " ".join(quote(str(pid)) for pid in context.pids)
+    if "log" in needs:
+        if not context.log:
+            raise ActionRefused(f"action {action.name!r}: no log path known for {{log}}; set [run] log")
+        values["log"] = quote(context.log)
+    if "gpu" in needs:
+        if context.gpu is None:
+            raise ActionRefused(f"action {action.name!r}: no GPU selected for {{gpu}}")
+        values["gpu"] = quote(str(context.gpu))
+    return CustomPlan(action, fill_placeholders(action.command, values), mutating)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def shell_path(path: str) -> str:
+    """A path as one bash word: quoted, except that a leading `~/` still means the target's home."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + quote(path[2:])
+    return quote(path)
+
+
+def env_assignments(env: Mapping[str, str]) -> str:
+    """`NAME=value` words for `env`, each quoted; ActionRefused on a name that is not a variable name."""
+    for name in env:
+        if not _ENV_NAME.fullmatch(name):
+            raise ActionRefused(f"environment: {name!r} is not a variable name; fix [run] env")
+    return " ".join(quote(f"{name}={value}") for name, value in env.items())
+
+
+#: The first line a grouped command prints: the PID (and process group) of what it started.
+_PID_MARK = "pulse-started-pid "
+
+
+def group_script(command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """A bash script that runs `command` as its own process group and prints its PID first.
+
+    `setsid` makes the command a process group of its own, so it can be stopped by that
+    group through a separate command (OpenSSH does not pass a closed channel's signal on).
+    """
+    lines = ["exec 2>&1"]
+    if cwd:
+        lines.append(f"cd {shell_path(cwd)} || exit 1")
+    env_part = f"env {env_assignments(env)} " if env else ""
+    lines.append(f"setsid {env_part}bash -c {quote(command)} </dev/null 2>&1 &")
+    lines.append(f'echo "{_PID_MARK}$!"')
+    lines.append("wait $!")
+    return "\n".join(lines)
+
+
+async def stop_group(target: Target, pgid: int, grace_s: float = 2.0) -> None:
+    """SIGTERM the process group `pgid`, then SIGKILL it if still there after `grace_s`."""
+    polls = max(1, int(grace_s / 0.1))
+    script = (
+        f"kill -TERM -- -{pgid} 2>/dev/null || exit 0\n"
+        f"for _ in $(seq {polls}); do kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.1; done\n"
+        f"kill -KILL -- -{pgid} 2>/dev/null; exit 0"
+    )
+    await target.run(script, timeout=grace_s + 10, login=False)
+
+
+async def stream_grouped(
+    target: Target,
+    command: str,
+    *,
+    step: str,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """Run `command` in its own process group, yield its output lines, then the step's result.
+
+    Output lines are sanitized and classified (OOM, traceback...). When the caller stops
+    iterating, or the timeout passes, the group this call started, and only it, is stopped.
+    The final StepEvent's data holds the `pid`.
+    """
+    try:
+        channel = await target.open(group_script(command, cwd=cwd, env=env))
+    except TargetError as exc:
+        yield StepEvent(step, StepStatus.FAILED, str(exc))
+        return
+    pid: int | None = None
+    status: int | None = None
+    outcome = "cancelled"
+    try:
+        channel.write_eof()
+        pending = b""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while chunk := await channel.read():
+                    lines, pending = split_lines(pending + chunk)
+                    for raw in lines:
+                        if pid is None and raw.startswith(_PID_MARK.encode()):
+                            pid = int(raw[len(_PID_MARK) :])
+                            continue
+                        text, _ = sanitize(raw)
+                        yield OutputLine(step, text, classify_line(text).kind)
+                if pending:
+                    text, _ = sanitize(pending)
+                    yield OutputLine(step, text, classify_line(text).kind)
+                status = await channel.wait()
+                outcome = "ended"
+        except TimeoutError:
+            outcome = "timed out"
+    finally:
+        if outcome != "ended" and pid is not None:
+            try:
+                await asyncio.shield(stop_group(target, pid))
+            except (TargetError, OSError):
+                pass  # the link is gone: nothing more this side can do
+        channel.close()
+    data = {"pid": pid, "exit_status": status}
+    if outcome == "timed out":
+        yield StepEvent(step, StepStatus.FAILED, f"timed out after {timeout_s:g} s; stopped", data)
+    elif status == 0:
+        yield StepEvent(step, StepStatus.OK, "exit 0", data)
+    elif status is None:
+        yield StepEvent(step, StepStatus.FAILED, "killed by a signal", data)
+    else:
+        yield StepEvent(step, StepStatus.FAILED, f"exit {status}", data)
+
+
+async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    step = plan.action.name
+    yield StepEvent(step, StepStatus.RUNNING, plan.command)
+    running = stream_grouped(target, plan.command, step=step)
+    async with aclosing(running):  # a cancelled action stops its process group now
+        async for event in running:
+            yield event
+
+
+def execute_custom(
+    target: Target, config: Config, plan: CustomPlan
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """Run the filled command and stream its output; mutating actions are audited."""
+    events = _run_custom(target, plan)
+    if not plan.mutating:
+        return events
+    return audited(
+        events,
+        log=AuditLog(config.audit_log),
+        action=f"custom:{plan.action.name}",
+        target=target,
+        plan=plan.as_json(),
+    )

@@ -1,0 +1,175 @@
+"""Sequential warmup: the configured command once per (GPU, sequence length), one at a time.
+
+Autotuning Triton kernels for several GPUs at once ran a GPU out of memory; one step at
+a time with a shared `TRITON_CACHE_DIR` warms the same cache without that risk. Each step
+runs as its own process group (so cancelling stops exactly it), streams its output lines
+(sanitized and classified, so an OOM or a traceback stands out), and the warmup stops at
+the first step that fails.
+
+The template decides which GPU a step uses: Pulse fills `{gpu}` and `{seq_len}` and sets
+nothing else per step (no CUDA_VISIBLE_DEVICES), so write `CUDA_VISIBLE_DEVICES={gpu} python3 …`
+or `python3 … --gpu {gpu}` as the script expects. The run's `[run] env` and `cwd` apply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from console.actions.audit import (
+    ActionRefused,
+    AuditLog,
+    OutputLine,
+    StepEvent,
+    StepStatus,
+    audited,
+    refuse_if_read_only,
+)
+from console.actions.custom import fill_placeholders, shell_path, stream_grouped, unknown_placeholders
+from console.config import Config
+from console.remote.target import Target
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupStep:
+    """One command of the warmup: step `index` (1-based) of the plan."""
+
+    index: int
+    gpu: int
+    seq_len: int
+    command: str
+
+    @property
+    def name(self) -> str:
+        return f"gpu {self.gpu} seq_len {self.seq_len}"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupPlan:
+    """Exactly what the warmup will run, in order, and where."""
+
+    steps: tuple[WarmupStep, ...]
+    triton_cache_dir: str
+    cwd: str | None
+    env: dict[str, str]
+    step_timeout_s: float
+
+    def as_json(self) -> dict:
+        return {
+            "steps": [
+                {"index": s.index, "gpu": s.gpu, "seq_len": s.seq_len, "command": s.command} for s in self.steps
+            ],
+            "triton_cache_dir": self.triton_cache_dir,
+            "cwd": self.cwd,
+            "env": self.env,
+            "step_timeout_s": self.step_timeout_s,
+        }
+
+    def describe(self) -> list[str]:
+        """The plan as lines for a confirmation screen or a terminal."""
+        lines = [
+            f"warmup: {len(self.steps)} steps, one at a time, TRITON_CACHE_DIR={self.triton_cache_dir}",
+        ]
+        if self.cwd:
+            lines.append(f"  in {self.cwd}")
+        lines += [f"  {s.index:>3}. $ {s.command}" for s in self.steps]
+        return lines
+
+
+def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
+    """Every (gpu, seq_len) command, GPU-major; ActionRefused when warmup is not configured."""
+    refuse_if_read_only("warmup", read_only)
+    warmup = config.warmup
+    if not warmup.command:
+        raise ActionRefused(f"{config.source}: no [warmup] command configured; add one with {{gpu}} and {{seq_len}}")
+    unknown = unknown_placeholders(warmup.command, ("gpu", "seq_len"))
+    if unknown:
+        names = ", ".join("{" + name + "}" for name in unknown)
+        raise ActionRefused(f"{config.source}: [warmup] command: unknown placeholder {names}; use {{gpu}} {{seq_len}}")
+    if not warmup.gpus or not warmup.seq_lens:
+        raise ActionRefused(f"{config.source}: [warmup] needs gpus and seq_lens (lists of integers)")
+    steps = tuple(
+        WarmupStep(
+            index=i,
+            gpu=gpu,
+            seq_len=seq_len,
+            command=fill_placeholders(warmup.command, {"gpu": str(int(gpu)), "seq_len": str(int(seq_len))}),
+        )
+        for i, (gpu, seq_len) in enumerate(
+            ((gpu, seq_len) for gpu in warmup.gpus for seq_len in warmup.seq_lens), start=1
+        )
+    )
+    return WarmupPlan(
+        steps=steps,
+        triton_cache_dir=warmup.triton_cache_dir,
+        cwd=config.run.cwd,
+        env=dict(config.run.env),
+        step_timeout_s=warmup.step_timeout_s,
+    )
+
+
+def _eta_s(elapsed: list[float], remaining: int) -> float | None:
+    return sum(elapsed) / len(elapsed) * remaining if elapsed else None
+
+
+def format_duration(seconds: float) -> str:
+    """`42 s`, `3m05s`, `2h10m`: short enough for a status line."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    total = len(plan.steps)
+    elapsed: list[float] = []
+    # TRITON_CACHE_DIR is exported by the wrapper, not by `env`, so that `~` means the target's home.
+    prelude = f"export TRITON_CACHE_DIR={shell_path(plan.triton_cache_dir)}; mkdir -p -- \"$TRITON_CACHE_DIR\"; "
+    for step in plan.steps:
+        label = f"step {step.index}/{total}"
+        eta = _eta_s(elapsed, total - step.index + 1)
+        eta_text = f" (ETA {format_duration(eta)})" if eta is not None else ""
+        data = {"index": step.index, "total": total, "gpu": step.gpu, "seq_len": step.seq_len, "eta_s": eta}
+        yield StepEvent(label, StepStatus.RUNNING, f"{step.name}: {step.command}{eta_text}", data)
+        started = time.monotonic()
+        result: StepEvent | None = None
+        running = stream_grouped(
+            target, prelude + step.command, step=label, cwd=plan.cwd, env=plan.env, timeout_s=plan.step_timeout_s
+        )
+        async with aclosing(running):  # a cancelled warmup stops the step's process group now
+            async for event in running:
+                if isinstance(event, StepEvent):
+                    result = event
+                else:
+                    yield event
+        took = time.monotonic() - started
+        elapsed.append(took)
+        assert result is not None  # stream_grouped always ends with the step's result
+        data = {**data, **result.data, "elapsed_s": took}
+        if result.status is not StepStatus.OK:
+            yield StepEvent(label, StepStatus.FAILED, f"{step.name} failed: {result.detail}", data)
+            for later in plan.steps[step.index :]:
+                yield StepEvent(
+                    f"step {later.index}/{total}", StepStatus.SKIPPED, f"{later.name}: not run (step {step.index} failed)"
+                )
+            return
+        yield StepEvent(label, StepStatus.OK, f"{step.name} done in {format_duration(took)}", data)
+
+
+def execute_warmup(target: Target, config: Config, plan: WarmupPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """Run the plan's steps one after another; stop at the first failure; audited.
+
+    Iterate to run it; stop iterating (or cancel the task) to cancel: the step that is
+    running is stopped by its own process group and nothing else is touched.
+    """
+    return audited(
+        _run_warmup(target, plan),
+        log=AuditLog(config.audit_log),
+        action="warmup",
+        target=target,
+        plan=plan.as_json(),
+    )
