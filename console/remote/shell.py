@@ -47,11 +47,22 @@ def script_argv(script: str, container: Container | None = None, *, login: bool 
     return container_argv(container, ["bash", "-lc" if login else "-c", script])
 
 
+def _refuse_nul(value: str) -> str:
+    # A process argument is a C string: a NUL would silently cut it short on the far side.
+    if "\0" in value:
+        raise ValueError(f"a command argument cannot contain a NUL character: {value[:40]!r}")
+    return value
+
+
 def command_line(argv: list[str]) -> str:
-    """One string that a POSIX shell (sshd runs the user's shell with -c) splits back into `argv`."""
-    return shlex.join(argv)
+    """One string that a POSIX shell (sshd runs the user's shell with -c) splits back into `argv`.
+
+    The login shell on the host must be POSIX (bash, dash, zsh); csh and fish quote differently.
+    ValueError for an argument with a NUL character, which no process argument can hold.
+    """
+    return shlex.join(_refuse_nul(arg) for arg in argv)
 
 
 def quote(value: str) -> str:
-    """Quote one value for a bash script."""
-    return shlex.quote(value)
+    """Quote one value for a bash script (ValueError for a NUL character, as in `command_line`)."""
+    return shlex.quote(_refuse_nul(value))

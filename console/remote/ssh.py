@@ -145,8 +145,9 @@ class _ChannelSlots:
 class _Connection:
     """The one asyncssh connection to a host, shared by every SshTarget naming it on this event loop."""
 
-    def __init__(self, cfg: TargetConfig, max_channels: int) -> None:
+    def __init__(self, cfg: TargetConfig, max_channels: int, keepalive_interval: float) -> None:
         self.cfg = cfg
+        self.keepalive_interval = keepalive_interval
         self.user, self.host = split_user(cfg.host or "")
         self.label = cfg.host or ""
         self.conn: asyncssh.SSHClientConnection | None = None
@@ -191,7 +192,7 @@ class _Connection:
                 username=self.user or (),
                 known_hosts=host_keys.match,
                 client_factory=lambda: _Client(self, host_keys),
-                keepalive_interval=KEEPALIVE_INTERVAL_S,
+                keepalive_interval=self.keepalive_interval,
                 keepalive_count_max=KEEPALIVE_COUNT_MAX,
                 connect_timeout=CONNECT_TIMEOUT_S,
             )
@@ -438,13 +439,17 @@ class SshTarget(Target):
         *,
         max_channels: int = DEFAULT_MAX_CHANNELS,
         open_timeout: float = OPEN_TIMEOUT_S,
+        keepalive_interval: float = KEEPALIVE_INTERVAL_S,
     ) -> None:
+        """`max_channels`, `open_timeout` and `keepalive_interval` apply to the connection this target
+        creates; a target that joins an existing connection shares that connection's settings."""
         if not cfg.host:
             raise ValueError("SshTarget needs a host")
         super().__init__(cfg.container)
         self.cfg = cfg
         self.max_channels = max_channels
         self.open_timeout = open_timeout
+        self.keepalive_interval = keepalive_interval
         self.label = cfg.host if cfg.container is None else f"{cfg.host}/{cfg.container.describe()}"
         self._connection: _Connection | None = None
 
@@ -461,7 +466,7 @@ class SshTarget(Target):
         registry = _connections.setdefault(loop, {})
         connection = registry.get(self.key)
         if connection is None or connection._closed:
-            connection = registry[self.key] = _Connection(self.cfg, self.max_channels)
+            connection = registry[self.key] = _Connection(self.cfg, self.max_channels, self.keepalive_interval)
         connection.targets.add(self)
         self._connection = connection
         self._set_state(connection.state)
