@@ -21,7 +21,7 @@ from console.observe import follow_agent
 from console.observe.lines import classify_line
 from console.observe.textsafe import sanitize, split_lines
 from console.remote.program import open_program
-from console.remote.target import Target, TargetError
+from console.remote.target import Channel, Target, TargetError
 
 AGENT_SOURCE = Path(follow_agent.__file__).read_text()
 AGENT_NAME = "pulse-follow"
@@ -30,6 +30,7 @@ BACKLOG_BYTES = 1 << 20
 READ_SIZE = 1 << 20
 #: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+REAP_S = 5.0
 
 LinesCallback = Callable[[list[LogLine]], None]
 EventCallback = Callable[[Event], None]
@@ -188,6 +189,7 @@ class LogFollower:
             status = await asyncio.wait_for(channel.wait(), self.stale_s)
         finally:
             channel.close()
+            await _reap(channel)
         said = sanitize(getattr(channel, "stderr", "").strip().rpartition("\n")[2], 200)[0]
         return f"it exited with status {status}" + (f" ({said})" if said else "")
 
@@ -291,6 +293,14 @@ class LogFollower:
     def _emit(self, text: str, data: dict) -> None:
         if self.on_event is not None:
             self.on_event(Event(time.monotonic(), "log", text, data))
+
+
+async def _reap(channel: Channel) -> None:
+    """Wait briefly for a closed channel's command to be gone, so no process outlives the follower."""
+    try:
+        await asyncio.wait_for(channel.wait(), REAP_S)
+    except (TargetError, asyncio.TimeoutError):
+        pass  # the transport is gone or slow; the agent exits on its own at stdin EOF
 
 
 def _describe(header: dict) -> str:

@@ -1,0 +1,403 @@
+"""The log follower on real files written by real processes, through LocalTarget and a real sshd.
+
+Every test checks the exact lines received: nothing lost, nothing repeated, across partial
+lines, truncation, rotation, deletion, a newer run's log, a killed agent and a lost connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from console.config import Config, RunConfig
+from console.model import Event, LineKind, LogLine
+from console.observe import follow_agent
+from console.observe.follow import LogFollower, log_pattern
+from console.remote.connect import make_target
+from console.remote.target import LocalTarget, Target
+
+WAIT_S = 60.0
+"""Generous: other engineers' tests share the two cores."""
+
+APPEND = "import sys; f = open(sys.argv[1], 'ab'); f.write(sys.stdin.buffer.read()); f.close()"
+
+# Writes `count` numbered lines in writes of varying size (splitting lines across writes),
+# optionally pausing between writes, and prints the sha256 of every byte written.
+BURST = """
+import hashlib, sys, time
+path, count, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+digest = hashlib.sha256()
+with open(path, 'ab', buffering=0) as f:
+    block = bytearray()
+    sizes = (1, 7, 100, 4096, 65536, 333)
+    for i in range(count):
+        block += b'line %d %s\\n' % (i, b'x' * (i % 97))
+        if len(block) >= sizes[i % len(sizes)]:
+            cut = len(block) - (i % 5)
+            f.write(block[:cut]); digest.update(block[:cut]); del block[:cut]
+            if pause:
+                time.sleep(pause)
+    f.write(block); digest.update(block)
+print(digest.hexdigest())
+"""
+
+
+async def python(code: str, *args: str, stdin: bytes = b"") -> str:
+    """Run a real writer process to its end; its stdout."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await process.communicate(stdin)
+    assert process.returncode == 0
+    return out.decode()
+
+
+async def append(path: Path, data: bytes) -> None:
+    await python(APPEND, str(path), stdin=data)
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+class Run:
+    """A LogFollower running as a task, with everything it reported."""
+
+    def __init__(self, target: Target, log: str, **options) -> None:
+        self.lines: list[LogLine] = []
+        self.batches = 0
+        self.events: list[Event] = []
+        self.follower = LogFollower(
+            target, Config(run=RunConfig(log=log)), self._on_lines, on_event=self.events.append, **options
+        )
+        self.task: asyncio.Task | None = None
+
+    def _on_lines(self, lines: list[LogLine]) -> None:
+        self.batches += 1
+        self.lines.extend(lines)
+
+    @property
+    def texts(self) -> list[str]:
+        return [line.text for line in self.lines]
+
+    def seen(self, ev: str) -> int:
+        return sum(1 for event in self.events if event.data["ev"] == ev)
+
+    async def __aenter__(self) -> Run:
+        self.task = asyncio.create_task(self.follower.run())
+        await until(lambda: self.follower.agent_pid is not None, "the agent to open the log")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.task
+
+    async def receive(self, texts: list[str]) -> None:
+        """Wait until exactly `texts` arrived (and fail on anything else)."""
+        await until(lambda: len(self.lines) >= len(texts), f"{len(texts)} lines (have {len(self.lines)})")
+        await asyncio.sleep(0.2)  # anything extra (a duplicate) would have arrived by now
+        assert self.texts == texts
+        assert [line.number for line in self.lines] == list(range(1, len(texts) + 1))
+
+    async def restarted(self, old_pid: int) -> None:
+        await until(
+            lambda: self.follower.agent_pid not in (None, old_pid), "the agent to be started again"
+        )
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def target(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    if request.param == "local":
+        yield LocalTarget()
+        return
+    sshd = request.getfixturevalue("sshd")
+    ssh_target = make_target(sshd.target_config())
+    try:
+        yield ssh_target
+    finally:
+        await ssh_target.close()
+
+
+async def test_appended_lines_arrive_in_order(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"before 1\nbefore 2\n")
+    async with Run(target, str(log)) as run:
+        await run.receive(["before 1", "before 2"])
+        await append(log, b"step 1 | loss 2.50 | 14200 tok/s\n")
+        await append(log, b"step 2 | loss 2.40 | 14300 tok/s\nCUDA out of memory. Tried to allocate 2.00 GiB\n")
+        await run.receive(
+            ["before 1", "before 2", "step 1 | loss 2.50 | 14200 tok/s",
+             "step 2 | loss 2.40 | 14300 tok/s", "CUDA out of memory. Tried to allocate 2.00 GiB"]
+        )
+        assert run.lines[2].info.loss == 2.5
+        assert run.lines[4].info.kind is LineKind.OOM
+        assert run.follower.path == str(log)
+        assert run.follower.inode == log.stat().st_ino
+        assert run.follower.offset == log.stat().st_size
+
+
+async def test_partial_line_completed_later_comes_out_once_whole(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    async with Run(target, str(log)) as run:
+        await append(log, b"first\nsecond ha")
+        await run.receive(["first"])
+        assert run.follower.pending_bytes == len(b"second ha")
+        await append(log, b"lf\n")
+        await run.receive(["first", "second half"])
+
+
+async def test_backlog_starts_at_a_line_start(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"".join(b"old line %d\n" % i for i in range(1000)))
+    async with Run(target, str(log), backlog_bytes=100) as run:
+        await until(lambda: run.lines, "the backlog")
+        await asyncio.sleep(0.2)
+        # The last 100 bytes hold 7 whole lines and the end of another, which is skipped.
+        assert run.texts == [f"old line {i}" for i in range(993, 1000)]
+
+
+async def test_truncation_restarts_from_the_start(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"one long line of the old run\ntwo\n")
+    async with Run(target, str(log)) as run:
+        await run.receive(["one long line of the old run", "two"])
+        await python("import sys; open(sys.argv[1], 'wb').write(b'fresh\\n')", str(log))
+        await run.receive(["one long line of the old run", "two", "fresh"])
+        assert run.seen("truncated") == 1
+
+
+async def test_rotation_keeps_lines_written_to_the_old_file(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    rotate = """
+import os, sys
+path = sys.argv[1]
+old = open(path, 'ab', buffering=0)
+old.write(b'a1\\na2\\n')
+os.rename(path, path + '.1')
+old.write(b'a3 written after the rename\\n')
+old.close()
+new = open(path, 'ab', buffering=0)
+new.write(b'b1\\n')
+new.close()
+"""
+    async with Run(target, str(log)) as run:
+        await python(rotate, str(log))
+        await run.receive(["a1", "a2", "a3 written after the rename", "b1"])
+        assert run.seen("rotated") == 1
+        assert run.follower.inode == log.stat().st_ino
+        await append(log, b"b2\n")
+        await run.receive(["a1", "a2", "a3 written after the rename", "b1", "b2"])
+
+
+async def test_deleted_then_recreated(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"a1\n")
+    async with Run(target, str(log)) as run:
+        await run.receive(["a1"])
+        log.unlink()
+        await until(lambda: run.seen("missing") == 1, "the missing event")
+        assert not run.follower.status.exists
+        await append(log, b"b1\n")
+        await run.receive(["a1", "b1"])
+        assert run.follower.status.exists
+
+
+async def test_a_newer_log_matching_the_pattern_is_followed(target: Target, tmp_path: Path) -> None:
+    first, second = tmp_path / "train_20240101-0900.log", tmp_path / "train_20240101-1000.log"
+    first.write_bytes(b"run 1 line\n")
+    log = str(tmp_path / "train_{started}.log")
+    assert log_pattern(log) == str(tmp_path / "train_*.log")
+    async with Run(target, log) as run:
+        await run.receive(["run 1 line"])
+        await append(first, b"run 1 unfinished")
+        await run.receive(["run 1 line"])
+        await append(second, b"run 2 line\n")
+        await run.receive(["run 1 line", "run 1 unfinished", "run 2 line"])
+        assert run.seen("replaced") == 1
+        assert run.follower.path == str(second)
+        # The old run writing once more must not pull the follower back to its log.
+        await append(first, b"run 1 late\n")
+        await append(second, b"run 2 next\n")
+        await run.receive(["run 1 line", "run 1 unfinished", "run 2 line", "run 2 next"])
+
+
+async def test_missing_at_start_then_created(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "later.log"
+    run = Run(target, str(log))
+    run.task = asyncio.create_task(run.follower.run())
+    try:
+        await until(lambda: run.seen("missing") == 1, "the missing event")
+        await append(log, b"finally\n")
+        await run.receive(["finally"])
+    finally:
+        await run.__aexit__()
+
+
+async def burst(target: Target, tmp_path: Path, count: int) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    async with Run(target, str(log)) as run:
+        written = await python(BURST, str(log), str(count), "0")
+        await until(lambda: len(run.lines) >= count, f"{count} lines (have {len(run.lines)})")
+        await asyncio.sleep(0.2)
+        received = hashlib.sha256("".join(text + "\n" for text in run.texts).encode()).hexdigest()
+        assert len(run.lines) == count
+        assert received == written.strip()
+        assert run.batches < count / 10  # lines come in batches, one call per chunk
+
+
+async def test_burst_of_200k_lines_arrives_exactly(target: Target, tmp_path: Path) -> None:
+    await burst(target, tmp_path, 200_000)
+
+
+@pytest.mark.soak
+async def test_burst_of_a_million_lines_arrives_exactly(target: Target, tmp_path: Path) -> None:
+    await burst(target, tmp_path, 1_000_000)
+
+
+async def test_untrusted_bytes_become_safe_lines(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    async with Run(target, str(log)) as run:
+        await append(
+            log,
+            b"bad utf-8 \xff\xfe here\n"
+            b"\x1b]0;owned title\x07\x1b[31mred\x1b[0m\n"
+            b"nul\x00inside\n"
+            b"\x1b]52;c;cm0gLXJmIH4=\x07clipboard\n"
+            b"\r 10%|#         | 10/100\r 20%|##        | 20/100\n",
+        )
+        await run.receive(["bad utf-8 \ufffd\ufffd here", "red", "nulinside", "clipboard", " 20%|##        | 20/100"])
+        for text in run.texts:
+            assert text.isprintable()
+
+
+async def test_a_10mb_line_without_newline_is_cut_and_not_buffered(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    bound = 16 * 1024
+    async with Run(target, str(log), max_line_bytes=bound) as run:
+        await append(log, b"before\n" + b"x" * (10 * 1024 * 1024))
+        await until(lambda: run.follower.offset == log.stat().st_size, "the 10 MB line to be read")
+        assert run.follower.pending_bytes == 0
+        assert [(line.text[:3], line.cut, len(line.text)) for line in run.lines] == [
+            ("bef", False, 6), ("xxx", True, bound)
+        ]
+        # A reconnect in the middle of the long line neither reads it again nor cuts it twice.
+        old_pid = run.follower.agent_pid
+        os.kill(old_pid, signal.SIGKILL)
+        await run.restarted(old_pid)
+        await append(log, b"y" * (1024 * 1024) + b" end of the long line\nafter\n")
+        await until(lambda: len(run.lines) >= 3, "the line after")
+        await asyncio.sleep(0.2)
+        assert run.texts[2:] == ["after"]
+
+
+async def test_a_long_progress_bar_keeps_its_latest_redraw(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    redraws = b"".join(b"\r%3d%%|%s| %d/1000 [12.50it/s]" % (i // 10, b"#" * (i // 100), i) for i in range(1000))
+    async with Run(target, str(log), max_line_bytes=1024) as run:
+        await append(log, redraws)
+        await until(lambda: run.follower.offset + run.follower.pending_bytes == log.stat().st_size, "the redraws")
+        assert run.follower.pending_bytes <= 1024
+        await append(log, b"\n")
+        await run.receive([" 99%|#########| 999/1000 [12.50it/s]"])
+        assert run.lines[0].info.it_per_s == 12.5
+
+
+async def test_partial_line_across_a_restart_comes_out_once(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"done\nhalf")
+    async with Run(target, str(log)) as run:
+        await run.receive(["done"])
+        old_pid = run.follower.agent_pid
+        os.kill(old_pid, signal.SIGKILL)
+        await run.restarted(old_pid)
+        await append(log, b" and the rest\n")
+        await run.receive(["done", "half and the rest"])
+        assert run.seen("disconnected") == 1
+
+
+async def test_resume_after_the_agent_is_killed_mid_stream(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    count = 30_000
+    async with Run(target, str(log)) as run:
+        writer = asyncio.create_task(python(BURST, str(log), str(count), "0.0005"))
+        for threshold in (2_000, 8_000, 15_000):
+            await until(lambda: len(run.lines) >= threshold or writer.done(), f"{threshold} lines")
+            old_pid = run.follower.agent_pid
+            os.kill(old_pid, signal.SIGKILL)
+            await run.restarted(old_pid)
+        written = await writer
+        await until(lambda: len(run.lines) >= count, f"{count} lines (have {len(run.lines)})")
+        await asyncio.sleep(0.2)
+        assert [int(text.split()[1]) for text in run.texts] == list(range(count))
+        received = hashlib.sha256("".join(text + "\n" for text in run.texts).encode()).hexdigest()
+        assert received == written.strip()
+        assert run.seen("disconnected") == 3
+
+
+async def test_resume_after_the_ssh_connection_is_lost(sshd, tmp_path: Path) -> None:
+    target = make_target(sshd.target_config())
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    count = 20_000
+    try:
+        async with Run(target, str(log)) as run:
+            writer = asyncio.create_task(python(BURST, str(log), str(count), "0.0005"))
+            await until(lambda: len(run.lines) >= 3_000, "3000 lines")
+            old_pid = run.follower.agent_pid
+            sshd.kill_connections()
+            await run.restarted(old_pid)
+            written = await writer
+            await until(lambda: len(run.lines) >= count, f"{count} lines (have {len(run.lines)})")
+            await asyncio.sleep(0.2)
+            assert [int(text.split()[1]) for text in run.texts] == list(range(count))
+            assert hashlib.sha256("".join(t + "\n" for t in run.texts).encode()).hexdigest() == written.strip()
+    finally:
+        await target.close()
+
+
+async def test_the_agent_exits_when_its_channel_closes(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"x\n")
+    async with Run(target, str(log)) as run:
+        pid = run.follower.agent_pid
+        assert pid_alive(pid)
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[5] == b"pulse-follow"
+    await until(lambda: not pid_alive(pid), f"agent {pid} to exit")
+
+
+def test_agent_line_start_before(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes(b"aa\nbbbb\ncc")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        assert [follow_agent.Follower.line_start_before(fd, p) for p in (0, 1, 3, 4, 8, 9)] == [0, 3, 3, 8, 8, 10]
+    finally:
+        os.close(fd)
