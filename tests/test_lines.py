@@ -1,0 +1,314 @@
+"""classify_line on the H200 captures and on a realistic log of every supported framework."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from console.config import MetricPattern
+from console.model import LineInfo, LineKind
+from console.observe.lines import classify_line, compile_metric_pattern, parse_metric_value
+from console.observe.textsafe import sanitize
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H200 = FIXTURES / "h200"
+LOGS = FIXTURES / "logs"
+
+N = LineKind.NORMAL
+
+
+def read_lines(path: Path) -> list[str]:
+    """A log as the follower delivers it: split on newlines, each line sanitized."""
+    return [sanitize(raw)[0] for raw in path.read_bytes().split(b"\n")[:-1]]
+
+
+def kinds(path: Path) -> list[str]:
+    return [classify_line(line).kind.value for line in read_lines(path)]
+
+
+def metrics(line: str, patterns=()) -> dict:
+    return {k: v for k, v in classify_line(line, patterns).as_json().items() if v is not None and k != "kind"}
+
+
+# -- the H200 captures --------------------------------------------------------
+
+
+def test_h200_hung_log() -> None:
+    assert kinds(H200 / "hung.log") == [
+        "normal",
+        "traceback",  # Exception in thread TargetForwardLoop:
+        "traceback",
+        "normal",
+        "normal",
+        "normal",
+        "normal",
+        "normal",
+        "normal",
+        "traceback",  # RuntimeError: producer died before publishing
+    ]
+    first = classify_line(read_lines(H200 / "hung.log")[0])
+    assert first == LineInfo(LineKind.NORMAL, tokens_per_s=14200.0, loss=2.31, step=1)
+
+
+def test_h200_oom() -> None:
+    assert kinds(H200 / "oom.txt") == ["traceback", "normal", "oom"]
+
+
+def test_h200_nan_anomaly() -> None:
+    found = kinds(H200 / "nan_anomaly.txt")
+    assert found[0] == "nan"  # step 7 | loss nan
+    assert found[1] == "warning"  # UserWarning: Error detected in DivBackward0 ...
+    assert found[5] == "traceback"
+    assert found[-1] == "nan"  # RuntimeError: Function 'DivBackward0' returned nan values ...
+    assert set(found[6:-1]) == {"normal"}
+    assert classify_line("step 7 | loss nan") == LineInfo(LineKind.NAN, step=7)
+
+
+def test_h200_device_assert() -> None:
+    assert kinds(H200 / "device_assert.txt") == [
+        "cuda_error",  # IndexKernel.cu:111: ... Assertion `...` failed.
+        "traceback",
+        "normal",
+        "cuda_error",  # torch.AcceleratorError: CUDA error: device-side assert triggered
+        "cuda_error",  # Search for `cudaErrorAssert' ...
+        "normal",
+        "normal",
+        "normal",  # Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+        "normal",
+    ]
+
+
+# -- framework logs -------------------------------------------------------------
+
+
+def test_hf_trainer_log() -> None:
+    lines = read_lines(LOGS / "hf_trainer.log")
+    assert [classify_line(line).kind for line in lines] == [N] * 10 + [LineKind.WARNING, LineKind.NAN, N, N]
+    # the banner's `Total optimization steps = 782` is not a step report
+    assert all(metrics(line) == {} for line in lines[:8])
+    assert metrics(lines[8]) == {"loss": 3.4571}
+    assert metrics(lines[12]) == {"samples_per_s": 80.6, "it_per_s": 10.1}  # eval: no training loss
+    assert metrics(lines[13]) == {
+        "tokens_per_s": 34081.2,
+        "samples_per_s": 33.282,
+        "it_per_s": 0.521,
+        "loss": 2.8142,
+    }
+
+
+def test_tqdm_log_keeps_the_last_redraw() -> None:
+    lines = read_lines(LOGS / "tqdm.log")
+    assert lines[0] == "  2%|2         | 16/782 [00:06<04:58,  2.57it/s]"
+    assert metrics(lines[0]) == {"it_per_s": 2.57, "step": 16, "total_steps": 782}
+    assert metrics(lines[1]) == {"loss": 3.4571}
+    assert metrics(lines[2]) == {"it_per_s": pytest.approx(1 / 1.31), "step": 32, "total_steps": 782}
+    assert metrics(lines[3]) == {"it_per_s": 2.59, "step": 782, "total_steps": 782}
+    assert kinds(LOGS / "tqdm.log") == ["normal"] * 4
+
+
+def test_lightning_log() -> None:
+    lines = read_lines(LOGS / "lightning.log")
+    assert set(kinds(LOGS / "lightning.log")) == {"normal"}
+    assert metrics(lines[8]) == {"it_per_s": 2.5, "loss": 3.21, "step": 100, "total_steps": 1000}
+    assert metrics(lines[10]) == {"it_per_s": 2.49, "loss": 2.511, "step": 1000, "total_steps": 1000}
+    assert metrics(lines[4]) == {}  # the model summary table
+
+
+def test_megatron_log() -> None:
+    lines = read_lines(LOGS / "megatron.log")
+    assert kinds(LOGS / "megatron.log") == ["normal"] * 9 + ["nan", "nccl_timeout", "nccl_timeout"]
+    assert metrics(lines[6]) == {
+        "it_per_s": pytest.approx(1000 / 438.3),
+        "loss": 6.159759,
+        "step": 609,
+        "total_steps": 500000,
+    }
+    assert metrics(lines[8]) == {
+        "samples_per_s": 2.66,
+        "it_per_s": pytest.approx(1 / 769.99),
+        "loss": 63.84045,
+        "step": 2,
+        "total_steps": 95367,
+    }
+    assert classify_line(lines[9]).loss is None  # lm loss: NaN
+
+
+def test_torchtitan_log_with_colours() -> None:
+    lines = read_lines(LOGS / "torchtitan.log")
+    assert kinds(LOGS / "torchtitan.log") == ["normal", "normal", "normal", "normal", "warning"]
+    assert metrics(lines[1]) == {"tokens_per_s": 3502.0, "loss": 8.1661, "step": 1}
+    assert metrics(lines[3]) == {"tokens_per_s": 177138.0, "loss": 6.1098, "step": 2}
+    assert metrics(lines[2]) == {}  # "adjusting timeout" is not an NCCL timeout
+
+
+def test_nanogpt_log() -> None:
+    lines = read_lines(LOGS / "nanogpt.log")
+    assert set(kinds(LOGS / "nanogpt.log")) == {"normal"}
+    assert metrics(lines[0]) == {}  # "tokens per iteration will be: 491,520" is not a rate
+    assert metrics(lines[7]) == {"loss": 10.9889, "step": 0}
+    assert metrics(lines[9]) == {"it_per_s": pytest.approx(1000 / 120), "loss": 9.5411, "step": 10}
+
+
+def test_deepspeed_log() -> None:
+    lines = read_lines(LOGS / "deepspeed.log")
+    assert kinds(LOGS / "deepspeed.log") == ["normal", "warning", "normal", "normal", "normal", "normal", "killed", "killed"]
+    assert metrics(lines[2]) == {}  # OVERFLOW ... Attempted loss scale: a loss scale, not a loss
+    assert metrics(lines[3]) == {"step": 10}
+    assert metrics(lines[4]) == {"samples_per_s": pytest.approx(25.704280480541442), "step": 10}
+    assert metrics(lines[5]) == {"samples_per_s": 62.5, "it_per_s": pytest.approx(1 / 0.512), "loss": 2.3031, "step": 20}
+
+
+def test_torchrun_failures_log() -> None:
+    assert kinds(LOGS / "torchrun_failures.log") == [
+        "cuda_error",  # watchdog thread terminated with exception: CUDA error: an illegal memory access
+        "cuda_error",  # CUBLAS_STATUS_EXECUTION_FAILED
+        "oom",  # CUBLAS_STATUS_ALLOC_FAILED
+        "cuda_error",  # Xid 79
+        "warning",
+        "warning",  # glog W line: closing signal SIGTERM
+        "killed",  # exitcode: -9
+        "traceback",
+        "normal",
+        "traceback",  # [rank0]: torch.distributed.DistBackendError: NCCL error ...
+        "traceback",  # ChildFailedError:
+        "killed",  # kernel OOM killer
+        "killed",  # the shell's "Killed"
+        "oom",  # RESOURCE_EXHAUSTED
+        "nccl_timeout",  # Heartbeat monitor timed out
+    ]
+
+
+# -- single lines -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", LineKind.OOM),
+        ("RuntimeError: CUDA error: out of memory", LineKind.OOM),
+        ("MemoryError", LineKind.OOM),
+        ("RuntimeError: CUDA error: device-side assert triggered", LineKind.CUDA_ERROR),
+        ("cudaErrorLaunchFailure: unspecified launch failure", LineKind.CUDA_ERROR),
+        ("[E ProcessGroupNCCL.cpp:475] [Rank 1] NCCL watchdog thread terminated", LineKind.NCCL_TIMEOUT),
+        ("NCCL operation timed out after 1800000 ms", LineKind.NCCL_TIMEOUT),
+        ("Loss is NaN, stopping training", LineKind.NAN),
+        ("loss: inf", LineKind.NAN),
+        ("'grad_norm': inf", LineKind.NAN),
+        ("nan detected in gradients", LineKind.NAN),
+        ("WARNING: found NaN in local grad norm", LineKind.NAN),
+        ("The total norm of order 2.0 for gradients from `parameters` is non-finite", LineKind.NAN),
+        ("loss tensor(nan, device='cuda:0')", LineKind.NAN),
+        ("killed by signal 9", LineKind.KILLED),
+        ("Signal 9 (SIGKILL) received by PID 1234", LineKind.KILLED),
+        ("memory cgroup oom-kill: constraint=CONSTRAINT_MEMCG", LineKind.KILLED),
+        ("    Reason: OOMKilled", LineKind.KILLED),
+        ("Traceback (most recent call last):", LineKind.TRACEBACK),
+        ("KeyboardInterrupt", LineKind.TRACEBACK),
+        ("ValueError: shapes (3,) and (4,) not aligned", LineKind.TRACEBACK),
+        ("/x/y.py:12: FutureWarning: `foo` is deprecated", LineKind.WARNING),
+        ("Warning: no checkpoint found", LineKind.WARNING),
+        ("[W socket.cpp:464] [c10d] The server socket has failed to bind", LineKind.WARNING),
+        ("2025-01-01 12:00:00 - WARNING - slow dataloader", LineKind.WARNING),
+        ("gcc: warning: unused flag", LineKind.WARNING),
+        # the same line with two signals: the higher one wins
+        ("RuntimeError: NCCL timeout while handling CUDA out of memory", LineKind.OOM),
+        ("Traceback ... Killed", LineKind.KILLED),
+    ],
+)
+def test_kind(line: str, kind: LineKind) -> None:
+    assert classify_line(line).kind is kind
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "using the nano config",
+        "moved the model to room 4",
+        "2025-01-01 12:00:00 - INFO - starting inference",
+        "finance dataset loaded",
+        "skip_nan_check: true",
+        "applying torch.nan_to_num to logits",
+        "detect_anomaly=False",
+        "NaNs are filtered by the collator: banana",
+        "NCCL_TIMEOUT=1800",
+        "nccl timeout set to 1800 s",
+        "NCCL INFO Channel 00/24 : 0 1 2 3 4 5 6 7",
+        "number of nan iterations:   0",
+        "errors=0 warnings_as_errors=false",
+        "an Error occurred? no: all checks passed",
+        "loss scale: 65536.0",
+        "skillful killjoy",
+        "Total optimization steps = 1,000",
+    ],
+)
+def test_false_positives_are_normal(line: str) -> None:
+    assert classify_line(line).kind is LineKind.NORMAL, line
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("14.2K tok/s", {"tokens_per_s": 14200.0}),
+        ("1.5M tokens/s", {"tokens_per_s": 1.5e6}),
+        ("1,234,567 tokens/s", {"tokens_per_s": 1234567.0}),
+        ("tokens/s: 14,200", {"tokens_per_s": 14200.0}),
+        ("throughput 9,876 tok/sec", {"tokens_per_s": 9876.0}),
+        ("tokens_per_second=512.5", {"tokens_per_s": 512.5}),
+        ("tps: 14,200", {"tokens_per_s": 14200.0}),
+        ("1234 tok/s/gpu", {}),  # per GPU, not the run's rate
+        ("64.0 samples/s", {"samples_per_s": 64.0}),
+        ("12.3it/s", {"it_per_s": 12.3}),
+        ("1.52s/it", {"it_per_s": pytest.approx(1 / 1.52)}),
+        ("loss 2.31", {"loss": 2.31}),
+        ("loss: 2.31", {"loss": 2.31}),
+        ("loss=2.31", {"loss": 2.31}),
+        ("'loss': 2.31", {"loss": 2.31}),
+        ("lm loss: 2.31E+00", {"loss": 2.31}),
+        ("train_loss=2.31", {"loss": 2.31}),
+        ("eval_loss=2.31", {}),
+        ("step 10/1000", {"step": 10, "total_steps": 1000}),
+        ("iteration 10/ 1000", {"step": 10, "total_steps": 1000}),
+        ("'step': 10", {"step": 10}),
+        ("Step 1,200/10,000", {"step": 1200, "total_steps": 10000}),
+        ("Epoch 0:  10%|█ | 10/100 [00:01<00:09, 9.50it/s]", {"it_per_s": 9.5, "step": 10, "total_steps": 100}),
+        ("step 3 | loss 2.1 | 14.2K tok/s", {"tokens_per_s": 14200.0, "loss": 2.1, "step": 3}),
+        ("copied 10/100 files", {}),
+        ("saving to /ckpt/step_100/model.pt", {}),
+    ],
+)
+def test_metrics(line: str, expected: dict) -> None:
+    assert metrics(line) == expected
+
+
+def test_config_patterns_apply_after_builtins_and_win() -> None:
+    patterns = (
+        MetricPattern("tokens_per_s", r"tgs\): (?P<value>[\d.]+)"),
+        MetricPattern("loss", r"objective=(?P<loss>\S+)"),
+        MetricPattern("step", r"^\[(?P<value>\d+)\]"),
+    )
+    line = "[42] step 7 | tokens per gpu per second (tgs): 633.8 | objective=1.25"
+    assert metrics(line, patterns) == {"tokens_per_s": 633.8, "loss": 1.25, "step": 42}
+    assert metrics("step 7 | loss 3.0", patterns) == {"loss": 3.0, "step": 7}
+    assert classify_line("objective=nan", patterns).kind is LineKind.NAN
+
+
+def test_bad_config_patterns_are_reported_and_never_break_a_line() -> None:
+    with pytest.raises(ValueError, match="named group"):
+        compile_metric_pattern(r"loss (\d+)", "loss")
+    with pytest.raises(ValueError, match="must be one of"):
+        compile_metric_pattern(r"(?P<value>\d+)", "speed")
+    with pytest.raises(ValueError, match="metric pattern"):
+        compile_metric_pattern(r"(?P<value>[", "loss")
+    bad = (MetricPattern("loss", "(?P<value>["), MetricPattern("loss", r"x=(?P<value>\w+)"))
+    assert classify_line("step 1 loss 2.0 x=abc", bad) == LineInfo(loss=2.0, step=1)
+
+
+def test_parse_metric_value() -> None:
+    assert parse_metric_value("14.2K") == 14200.0
+    assert parse_metric_value(" 1,234 ") == 1234.0
+    assert parse_metric_value("2.31E+00") == 2.31
+    assert math.isnan(parse_metric_value("nan"))
+    with pytest.raises(ValueError):
+        parse_metric_value("fast")
