@@ -1,0 +1,455 @@
+"""The Pulse console: panes over one RunState, keys from the action table, work in workers.
+
+`PulseApp` renders a `RunState` that something else fills (a Monitor, or a test). It never
+awaits the network in its own handlers: the log pane is fed on a ~10 Hz timer from the
+state, the other panes repaint on a 0.5 s timer when the state changed, and actions run in
+workers that post typed messages back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Input
+
+from console.config import Config
+from console.model import ConnectionState, Sample
+from console.state import RATE_UNITS, RunState
+from console.ui.gpu_pane import GpuPane
+from console.ui.help_screen import HelpScreen
+from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
+from console.ui.log_pane import LogPane
+from console.ui.palette import PulseCommands
+from console.ui.process_pane import ProcessPane
+from console.ui.status_bar import StatusBar, StatusView
+from console.ui.themes import DEFAULT_THEME, PulseTheme, Thresholds, ThemeError, choose_theme, load_themes
+from console.ui.throughput_pane import ThroughputPane, ThroughputView, format_duration
+
+LOG_FLUSH_S = 0.1
+REFRESH_S = 0.5
+#: The window of "current / average / min" throughput figures.
+RATE_WINDOW_S = 300.0
+#: Values kept for the sparklines (they summarise to their width).
+SPARK_POINTS = 240
+#: Steps seen over this window give the ETA.
+ETA_WINDOW_S = 600.0
+ETA_LINES_SCANNED = 2000
+
+
+class Startable(Protocol):
+    """What the app needs of a monitor: start feeding the state, and stop."""
+
+    def start(self): ...
+
+    def stop(self): ...
+
+
+MonitorFactory = Callable[[Callable[[], None]], Startable]
+"""Given the app's on-change callback, returns a monitor that feeds the app's RunState."""
+
+
+def own_pids(sample: Sample) -> frozenset[int]:
+    """The run's PIDs as any namespace may number them (a driver in a container reports host PIDs)."""
+    pids: set[int] = set()
+    for process in sample.processes:
+        pids.add(process.pid)
+        pids.update(process.nspid)
+    return frozenset(pids)
+
+
+def step_eta_s(state: RunState) -> float | None:
+    """Seconds until total_steps at the step rate of the last ETA_WINDOW_S, from the lines held."""
+    if state.step is None or not state.total_steps or state.step >= state.total_steps:
+        return None
+    newest: tuple[float, int] | None = None
+    oldest: tuple[float, int] | None = None
+    for scanned, line in enumerate(reversed(state.lines)):
+        if scanned >= ETA_LINES_SCANNED:
+            break
+        if line.info.step is None:
+            continue
+        if newest is None:
+            newest = (line.time, line.info.step)
+        elif newest[0] - line.time > ETA_WINDOW_S:
+            break
+        oldest = (line.time, line.info.step)
+    if newest is None or oldest is None or newest[0] <= oldest[0] or newest[1] <= oldest[1]:
+        return None
+    steps_per_s = (newest[1] - oldest[1]) / (newest[0] - oldest[0])
+    return (state.total_steps - state.step) / steps_per_s
+
+
+class PulseApp(App[int]):
+    """The console for one run on one target."""
+
+    CSS_PATH = "pulse.tcss"
+    TITLE = "Pulse"
+    COMMANDS = App.COMMANDS | {PulseCommands}
+    BINDINGS = [binding(spec) for spec in ACTIONS]
+
+    def __init__(
+        self,
+        config: Config,
+        state: RunState,
+        *,
+        monitor_factory: MonitorFactory | None = None,
+        target=None,
+        read_only: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        theme: str | None = None,
+        themes: dict[str, PulseTheme] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.state = state
+        self.target = target
+        self.read_only = read_only
+        self.clock = clock
+        self.monitor_factory = monitor_factory
+        self.monitor: Startable | None = None
+        self.pulse_themes = themes if themes is not None else load_themes()
+        for pulse_theme in self.pulse_themes.values():
+            self.register_theme(pulse_theme.theme)
+        self.theme = choose_theme(theme, self.pulse_themes)
+        self.action_specs: tuple[ActionSpec, ...] = wired_actions(config, has_target=target is not None)
+        self._wired = {spec.action for spec in self.action_specs}
+        for spec in self.action_specs:
+            if spec.action.startswith("custom("):
+                self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
+        self._dirty = True
+
+    # -- layout ------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with Vertical(id="gpus-box", classes="box"):
+            yield GpuPane(id="gpus")
+        with Horizontal(id="middle"):
+            with Vertical(id="processes-box", classes="box"):
+                yield ProcessPane(id="processes")
+            with Vertical(id="throughput-box", classes="box"):
+                yield ThroughputPane(id="throughput")
+        with Vertical(id="log-box", classes="box"):
+            yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
+            yield LogPane(id="log", max_lines=self.state.lines.maxlen or 10_000)
+        yield Footer()
+
+    @property
+    def log_pane(self) -> LogPane:
+        return self.query_one("#log", LogPane)
+
+    async def on_mount(self) -> None:
+        self.query_one("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self._size_classes()
+        self.refresh_panes()
+        self.flush_log()
+        self.log_pane.focus()
+        self.set_interval(LOG_FLUSH_S, self.flush_log)
+        self.set_interval(REFRESH_S, self._tick)
+        if self.monitor_factory is not None:
+            self.monitor = self.monitor_factory(self.mark_changed)
+            started = self.monitor.start()
+            if inspect.isawaitable(started):
+                await started
+
+    async def on_unmount(self) -> None:
+        if self.monitor is not None:
+            stopped = self.monitor.stop()
+            if inspect.isawaitable(stopped):
+                await stopped
+
+    def on_resize(self) -> None:
+        self._size_classes()
+
+    def _size_classes(self) -> None:
+        width, height = self.size
+        self.screen.set_class(width < 110, "-narrow")
+        self.screen.set_class(height < 34, "-short")
+
+    # -- themes ------------------------------------------------------------------
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        # Textual's own themes lack Pulse's line colours: borrow the default theme's.
+        default = self.pulse_themes.get(DEFAULT_THEME) if hasattr(self, "pulse_themes") else None
+        return dict(default.theme.variables) if default else {}
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The gauge thresholds of the current theme (defaults for a non-Pulse theme)."""
+        current = self.pulse_themes.get(self.theme)
+        return current.thresholds if current else Thresholds()
+
+    def _theme_changed(self, _theme) -> None:
+        self._dirty = True
+        self.refresh_panes()
+
+    def action_cycle_theme(self) -> None:
+        names = sorted(self.pulse_themes, key=lambda name: (name != DEFAULT_THEME, name))
+        following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.theme = following
+        self.notify(f"theme: {following}", timeout=2)
+
+    # -- state → panes -----------------------------------------------------------
+
+    def mark_changed(self) -> None:
+        """The monitor's on-change callback: repaint on the next tick (cheap, any thread)."""
+        self._dirty = True
+
+    def _tick(self) -> None:
+        self.refresh_panes(force=False)
+
+    def flush_log(self) -> None:
+        """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
+        pane = self.log_pane
+        if not pane.screen.is_current:
+            return
+        lines = self.state.lines_after(pane.last_number)
+        if lines:
+            pane.append(lines)
+
+    def refresh_panes(self, force: bool = True) -> None:
+        """Repaint from the state: the status line always (ages move), the rest when it changed."""
+        now = self.clock()
+        self.query_one(StatusBar).show(self.status_view(now))
+        if not (force or self._dirty):
+            self._refresh_titles(now)
+            return
+        self._dirty = False
+        sample = self.state.latest
+        gpus = self.query_one(GpuPane)
+        if sample is not None:
+            gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)
+            self.query_one(ProcessPane).show(sample.processes)
+        self.query_one(ThroughputPane).show(self.throughput_view())
+        self._refresh_titles(now)
+
+    def status_view(self, now: float) -> StatusView:
+        target = self.config.target
+        container = target.container.describe() if target.container else None
+        connection: ConnectionState = self.state.connection
+        age = None if self.state.last_sample_at is None else max(0.0, now - self.state.last_sample_at)
+        return StatusView(
+            host=target.host or "this machine",
+            container=container,
+            run=self.config.run.name,
+            status=connection.status,
+            connection=connection.describe(now),
+            sample_age_s=age,
+            read_only=self.read_only,
+        )
+
+    def throughput_view(self) -> ThroughputView:
+        state, metrics = self.state, self.config.metrics
+        base = dict(
+            losses=tuple(state.values("loss")[-SPARK_POINTS:]),
+            step=state.step,
+            total_steps=state.total_steps,
+            eta_s=step_eta_s(state),
+            slow_fraction=metrics.slow_fraction,
+        )
+        metric = state.rate_metric
+        if metric is None:
+            return ThroughputView(unit=None, baseline=metrics.baseline_tokens_per_s, **base)
+        values = state.values(metric)
+        recent = state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]
+        return ThroughputView(
+            unit=RATE_UNITS[metric],
+            rates=tuple(values[-SPARK_POINTS:]),
+            current=values[-1],
+            average=sum(recent) / len(recent),
+            minimum=min(recent),
+            baseline=metrics.baseline(metric),
+            **base,
+        )
+
+    def _refresh_titles(self, now: float) -> None:
+        sample = self.state.latest
+        gpus_box = self.query_one("#gpus-box")
+        gpus_box.border_title = "GPUs"
+        subtitle, level = self.gpu_subtitle(sample)
+        gpus_box.border_subtitle = subtitle
+        gpus_box.set_class(level == "warn", "-warn")
+        gpus_box.set_class(level == "crit", "-crit")
+
+        processes_box = self.query_one("#processes-box")
+        pane = self.query_one(ProcessPane)
+        if sample is None:
+            processes_box.border_title = "Processes"
+        elif sample.process_error:
+            processes_box.border_title = f"Processes · {sample.process_error}"
+        else:
+            processes_box.border_title = f"Processes · {pane.alive_count} alive"
+        silent = self.log_silent_s(now)
+        if silent is None:
+            processes_box.border_subtitle = "log not read yet"
+        else:
+            processes_box.border_subtitle = f"log grew {format_duration(silent)} ago"
+        stalled = silent is not None and silent >= self.config.stall.log_silent_s
+        processes_box.set_class(stalled, "-crit")
+        processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
+        self._refresh_log_titles()
+
+    def gpu_subtitle(self, sample: Sample | None) -> tuple[str, str]:
+        """The GPUs pane's subtitle and how loud it should be: source, errors, unseen processes."""
+        if sample is None:
+            return "waiting for the first sample", "ok"
+        if sample.gpu_error:
+            return f"GPU read failed: {sample.gpu_error}", "crit"
+        parts = []
+        if sample.gpus:
+            names = {gpu.name for gpu in sample.gpus}
+            parts.append(f"{len(sample.gpus)} × {names.pop()}" if len(names) == 1 else f"{len(sample.gpus)} GPUs")
+        parts.append(sample.gpu_source)
+        level = "ok"
+        if any(gpu.error for gpu in sample.gpus):
+            parts.append("GPU fault")
+            level = "crit"
+        if self.processes_unseen(sample):
+            parts.insert(0, "processes unseen (PID namespace)")
+            level = "warn" if level == "ok" else level
+        return " · ".join(parts), level
+
+    @staticmethod
+    def processes_unseen(sample: Sample) -> bool:
+        """True when the driver lists PIDs none of which is the run's (a PID namespace hides the mapping)."""
+        try:
+            from console.observe.sampler import gpu_processes_unseen
+        except ImportError:
+            return False
+        return gpu_processes_unseen(sample)
+
+    def log_silent_s(self, now: float) -> float | None:
+        """Seconds since the log last grew: from the stat of the last sample, else the last line received."""
+        sample = self.state.latest
+        if sample is not None and sample.log is not None and sample.log.exists and self.state.last_sample_at is not None:
+            return max(0.0, sample.time - sample.log.mtime) + max(0.0, now - self.state.last_sample_at)
+        if self.state.last_line_at is not None:
+            return max(0.0, now - self.state.last_line_at)
+        return None
+
+    def _refresh_log_titles(self) -> None:
+        box, pane = self.query_one("#log-box"), self.log_pane
+        box.border_title = f"Log · {self.state.log_path or self.config.run.log or 'no log configured'}"
+        parts = []
+        if pane.filter_text:
+            parts.append(f"filter “{pane.filter_text}”: {pane.line_count} lines")
+        if pane.following:
+            parts.append("following")
+        else:
+            parts.append(f"paused · {pane.unseen} new lines · f to follow" if pane.unseen else "paused · f to follow")
+        problems = len(self.state.problems)
+        if problems:
+            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · n/N jump")
+        box.border_subtitle = " · ".join(parts)
+        box.set_class(not pane.following and pane.unseen > 0, "-warn")
+
+    @on(LogPane.FollowChanged)
+    def _follow_changed(self) -> None:
+        self._refresh_log_titles()
+
+    # -- keys ------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        table_actions = {spec.action for spec in ACTIONS}
+        if action == "custom":
+            return f"custom({parameters[0]})" in self._wired if parameters else False
+        if action in table_actions and action not in self._wired:
+            return False
+        return True
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
+
+    def action_toggle_follow(self) -> None:
+        following = self.log_pane.toggle_follow()
+        self.notify("following the log" if following else "paused: f or End to follow again", timeout=2)
+
+    def action_next_problem(self) -> None:
+        self._jump(backwards=False)
+
+    def action_previous_problem(self) -> None:
+        self._jump(backwards=True)
+
+    def _jump(self, *, backwards: bool) -> None:
+        line = self.log_pane.next_problem(backwards=backwards)
+        if line is None:
+            where = "above" if backwards else "below"
+            self.notify(f"no problem line {where}", severity="information", timeout=2)
+        else:
+            self._refresh_log_titles()
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.add_class("-visible")
+        search.value = self.log_pane.filter_text
+        search.focus()
+
+    @on(Input.Changed, "#search")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.log_pane.filter_text = event.value
+        self._refresh_log_titles()
+
+    @on(Input.Submitted, "#search")
+    def _filter_kept(self, event: Input.Submitted) -> None:
+        if not event.value:
+            event.input.remove_class("-visible")
+        self.log_pane.focus()
+
+    def clear_filter(self) -> None:
+        """Show every line again and hide the filter box."""
+        search = self.query_one("#search", Input)
+        search.value = ""
+        search.remove_class("-visible")
+        self.log_pane.filter_text = ""
+        self.log_pane.focus()
+        self._refresh_log_titles()
+
+    def on_key(self, event) -> None:
+        if event.key == "escape" and self.screen is self.screen_stack[0]:
+            if self.log_pane.filter_text or self.query_one("#search").has_class("-visible"):
+                self.clear_filter()
+                event.stop()
+
+    def refuse_if_read_only(self, what: str) -> bool:
+        """Tell the operator a mutating action is disabled; True when it was refused."""
+        if self.read_only:
+            self.notify(f"read-only: {what} disabled (started with --read-only)", severity="warning")
+            return True
+        return False
+
+
+def run_console(config: Config, args: argparse.Namespace) -> int:
+    """`pulse CONFIG`: connect to the target, start the monitor and run the console until quit."""
+    try:
+        themes = load_themes()
+        theme = choose_theme(getattr(args, "theme", None), themes)
+    except ThemeError as exc:
+        print(f"pulse: {exc}", file=sys.stderr)
+        return 2
+    from console.monitor import Monitor
+    from console.remote.connect import make_target
+
+    target = make_target(config.target)
+    state = RunState()
+    app = PulseApp(
+        config,
+        state,
+        monitor_factory=lambda on_change: Monitor(config, target, state, on_change),
+        target=target,
+        read_only=bool(getattr(args, "read_only", False)),
+        theme=theme,
+        themes=themes,
+    )
+    result = app.run()
+    return result if isinstance(result, int) else 0
+

@@ -1,0 +1,201 @@
+"""The GPUs pane: one line per GPU with memory and utilization bars, temperature, power and PIDs."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from console.model import GpuReading
+from console.ui.themes import Thresholds
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar_cells(fraction: float, width: int) -> str:
+    """A horizontal bar `width` cells wide filled to `fraction`, with eighth-cell precision."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full
+    if part and full < width:
+        text += _EIGHTHS[part]
+    return text.ljust(width)
+
+
+def gib(mib: float) -> str:
+    """MiB as a short GiB figure: `21.1G`."""
+    return f"{mib / 1024:.1f}G"
+
+
+class GpuPane(ScrollView, can_focus=False):
+    """Renders GPU readings; knows nothing about where they came from."""
+
+    COMPONENT_CLASSES = {
+        "gpu-pane--ok",
+        "gpu-pane--warn",
+        "gpu-pane--crit",
+        "gpu-pane--track",
+        "gpu-pane--role",
+        "gpu-pane--dim",
+        "gpu-pane--own",
+        "gpu-pane--error",
+    }
+
+    DEFAULT_CSS = """
+    GpuPane {
+        height: auto;
+        overflow-x: hidden;
+        overflow-y: auto;
+        scrollbar-size-vertical: 1;
+        & > .gpu-pane--ok { color: $success; }
+        & > .gpu-pane--warn { color: $warning; }
+        & > .gpu-pane--crit { color: $error; text-style: bold; }
+        & > .gpu-pane--track { background: $panel-lighten-1; }
+        & > .gpu-pane--role { color: $secondary; }
+        & > .gpu-pane--dim { color: $text-muted; }
+        & > .gpu-pane--own { color: $accent; text-style: bold; }
+        & > .gpu-pane--error { color: $error; text-style: bold reverse; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.gpus: tuple[GpuReading, ...] = ()
+        self.roles: dict[int, str] = {}
+        self.own_pids: frozenset[int] = frozenset()
+        self.thresholds = Thresholds()
+        self._cache: dict[int, Strip] = {}
+
+    def show(
+        self,
+        gpus: tuple[GpuReading, ...],
+        *,
+        roles: dict[int, str],
+        own_pids: frozenset[int],
+        thresholds: Thresholds,
+    ) -> None:
+        """Replace what the pane shows; repaints only when something changed."""
+        if (gpus, roles, own_pids, thresholds) == (self.gpus, self.roles, self.own_pids, self.thresholds):
+            return
+        self.gpus, self.roles, self.own_pids, self.thresholds = gpus, roles, own_pids, thresholds
+        self._cache.clear()
+        self.virtual_size = Size(self.size.width, max(len(gpus), 1))
+        self.refresh()
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return max(len(self.gpus), 1)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def on_resize(self) -> None:
+        self._cache.clear()
+        self.virtual_size = Size(self.size.width, max(len(self.gpus), 1))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = y + int(self.scroll_offset.y)
+        if not self.gpus:
+            if y == 0:
+                text = Text("no GPU readings yet", style=self._style("dim"))
+                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width)
+            return Strip.blank(width)
+        if index >= len(self.gpus):
+            return Strip.blank(width)
+        if index not in self._cache:
+            text = self.gpu_line(self.gpus[index], width)
+            text.truncate(width)
+            text.stylize_before(self.rich_style)
+            segments = list(text.render(self.app.console))
+            self._cache[index] = Strip(segments).adjust_cell_length(width, self.rich_style)
+        return self._cache[index]
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"gpu-pane--{name}", partial=True)
+
+    def _level(self, value: float | None, warn: float, crit: float) -> Style:
+        if value is None:
+            return self._style("dim")
+        if value >= crit:
+            return self._style("crit")
+        if value >= warn:
+            return self._style("warn")
+        return self._style("ok")
+
+    def _bar(self, text: Text, fraction: float | None, width: int, style: Style) -> None:
+        track = self._style("track")
+        if fraction is None:
+            text.append(" " * width, track)
+        else:
+            text.append(bar_cells(fraction, width), track + style)
+
+    def gpu_line(self, gpu: GpuReading, width: int) -> Text:
+        """One GPU as a line of columns sized to `width`."""
+        t = self.thresholds
+        role_width = max((len(role) for role in self.roles.values()), default=0)
+        text = Text(no_wrap=True, end="")
+        text.append(f"{gpu.index:>2} ", "bold")
+        if role_width:
+            text.append(f"{self.roles.get(gpu.index, ''):<{role_width}} ", self._style("role"))
+        if gpu.error:
+            text.append(f" {gpu.error} ", self._style("error"))
+            return text
+
+        fixed = text.cell_len + 1 + 13 + 2 + 5 + 2 + 5 + 2 + 5
+        spare = max(width - fixed, 8)
+        pids_width = max(0, min(spare - 18, 28)) if spare >= 30 else 0
+        bars = spare - pids_width - 1
+        mem_bar = max(bars * 3 // 5, 4)
+        util_bar = max(bars - mem_bar, 4)
+
+        used, total = gpu.memory_used_mib, gpu.memory_total_mib
+        mem_pct = used * 100 / total if used is not None and total else None
+        mem_style = self._level(mem_pct, t.memory_warn_pct, t.memory_crit_pct)
+        self._bar(text, None if mem_pct is None else mem_pct / 100, mem_bar, mem_style)
+        mem_text = f"{gib(used) if used is not None else '?':>6}/{gib(total) if total else '?':<6}"
+        text.append(f" {mem_text}", "" if mem_pct is not None else self._style("dim"))
+        text.append(f"{mem_pct:4.0f}%" if mem_pct is not None else "   —%", mem_style)
+
+        util = gpu.utilization_pct
+        idle = util is not None and util < t.utilization_idle_pct
+        util_style = self._style("dim") if util is None or idle else self._style("ok")
+        text.append("  ")
+        self._bar(text, None if util is None else util / 100, util_bar, util_style)
+        text.append(f"{util:4.0f}%" if util is not None else "   —%", util_style)
+
+        temp = gpu.temperature_c
+        text.append("  ")
+        temp_style = self._level(temp, t.temperature_warn_c, t.temperature_crit_c)
+        text.append(f"{temp:3.0f}°C" if temp is not None else "  —°C", temp_style)
+        text.append("  ")
+        if gpu.power_w is not None:
+            text.append(f"{gpu.power_w:4.0f}W")
+        else:
+            text.append("   —W", self._style("dim"))
+
+        if pids_width:
+            text.append("  ")
+            self._append_pids(text, gpu, pids_width)
+        return text
+
+    def _append_pids(self, text: Text, gpu: GpuReading, width: int) -> None:
+        start = text.cell_len
+        if not gpu.processes:
+            text.append("no processes", self._style("dim"))
+            return
+        for n, process in enumerate(gpu.processes):
+            own = process.pid in self.own_pids
+            used = f" {gib(process.used_mib)}" if process.used_mib is not None else ""
+            item = f"{'●' if own else '○'}{process.pid}{used}"
+            more = len(gpu.processes) - n - 1
+            if text.cell_len - start + len(item) + (6 if more else 0) > width:
+                text.append(f"+{len(gpu.processes) - n} more", self._style("dim"))
+                return
+            text.append(item, self._style("own") if own else "")
+            if more:
+                text.append(" ")
+

@@ -1,0 +1,66 @@
+"""The help screen: every wired action's key and what it does, from the action table."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from console.ui.keymap import GROUPS, ActionSpec
+
+
+def help_table(specs: tuple[ActionSpec, ...], *, read_only: bool) -> Table:
+    """The keys grouped by what they act on, one line each."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(justify="right", style="bold")
+    table.add_column()
+    for group in GROUPS:
+        members = [spec for spec in specs if spec.group == group]
+        if not members:
+            continue
+        table.add_row("", Text(group, style="bold underline"))
+        for spec in members:
+            line = Text(spec.help)
+            if read_only and spec.mutating:
+                line.append("  (disabled: read-only)", style="dim")
+            table.add_row(Text(spec.key_display), line)
+        table.add_row("", "")
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and actions; any of Esc, q, ? closes it."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+        & > VerticalScroll {
+            width: auto;
+            max-width: 90%;
+            height: auto;
+            max-height: 90%;
+            border: round $primary;
+            border-title-color: $primary;
+            border-subtitle-color: $text-muted;
+            background: $surface;
+            padding: 1 2;
+        }
+    }
+    """
+
+    def __init__(self, specs: tuple[ActionSpec, ...], *, read_only: bool = False) -> None:
+        super().__init__()
+        self.specs = specs
+        self.read_only = read_only
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = "Pulse keys"
+            scroll.border_subtitle = "Esc closes · ctrl+p searches actions and themes"
+            yield Static(help_table(self.specs, read_only=self.read_only))

@@ -1,0 +1,319 @@
+"""The log tail: a line-API widget that renders only the visible lines, each styled by its kind.
+
+Lines arrive in batches (`append`, called by the app on a ~10 Hz timer), never one at a
+time. The pane follows the end of the log until the operator scrolls up or presses `f`;
+while paused it counts the lines that arrived. Problem lines are coloured by kind and
+marked in a two-cell gutter; `next_problem`/`previous_problem` jump between them.
+A filter shows only lines containing some text (case-insensitive, highlighted).
+Text is never parsed as markup: lines are untrusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.cells import cell_len
+from rich.style import Style
+from rich.text import Text
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import var
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from console.model import PROBLEM_KINDS, LineKind, LogLine
+
+GUTTER = 2
+#: Lines longer than this are drawn without the filter highlight (toolong does the same).
+HIGHLIGHT_MAX_CHARS = 10_000
+#: Gutter marks per problem kind, so the kind reads without colour too (NO_COLOR).
+GUTTER_MARKS = {
+    LineKind.OOM: "M",
+    LineKind.NAN: "N",
+    LineKind.TRACEBACK: "T",
+    LineKind.NCCL_TIMEOUT: "C",
+    LineKind.CUDA_ERROR: "G",
+    LineKind.KILLED: "K",
+}
+
+
+class LogPane(ScrollView, can_focus=True):
+    """A bounded, styled, filterable tail of the run's log."""
+
+    COMPONENT_CLASSES = {f"log-pane--{kind.value}" for kind in LineKind if kind is not LineKind.NORMAL} | {
+        "log-pane--gutter",
+        "log-pane--match",
+        "log-pane--current",
+    }
+
+    DEFAULT_CSS = """
+    LogPane {
+        background: $surface;
+        color: $foreground;
+        overflow: auto;
+        scrollbar-size-vertical: 1;
+        scrollbar-size-horizontal: 0;
+        &:focus { background-tint: $foreground 3%; }
+        & > .log-pane--oom { color: $line-oom; text-style: bold; }
+        & > .log-pane--nan { color: $line-nan; text-style: bold; }
+        & > .log-pane--traceback { color: $line-traceback; }
+        & > .log-pane--nccl_timeout { color: $line-nccl-timeout; text-style: bold; }
+        & > .log-pane--cuda_error { color: $line-cuda-error; text-style: bold; }
+        & > .log-pane--killed { color: $line-killed; text-style: bold reverse; }
+        & > .log-pane--warning { color: $line-warning; }
+        & > .log-pane--gutter { color: $text-muted; }
+        & > .log-pane--match { background: $accent 40%; text-style: bold; }
+        & > .log-pane--current { background: $primary 30%; }
+    }
+    """
+
+    following: var[bool] = var(True)
+    """True while the view sticks to the end of the log."""
+    unseen: var[int] = var(0)
+    """Lines that arrived while following was paused."""
+    filter_text: var[str] = var("")
+
+    class FollowChanged(Message):
+        """Following paused or resumed, or the count of unseen lines changed."""
+
+        def __init__(self, pane: LogPane) -> None:
+            super().__init__()
+            self.pane = pane
+
+    def __init__(self, *, max_lines: int = 10_000, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.max_lines = max_lines
+        self._lines: list[LogLine] = []
+        self._shown: list[LogLine] = self._lines
+        self._width = 0
+        self._current: int | None = None
+        """Line number of the problem line the operator jumped to."""
+        self._cache: LRUCache[int, Strip] = LRUCache(1024)
+        self._styles: dict[str, Style] = {}
+        self._programmatic_scroll = False
+
+    # -- data ------------------------------------------------------------------
+
+    @property
+    def last_number(self) -> int:
+        """Number of the newest line held (0 when empty): the app appends what comes after."""
+        return self._lines[-1].number if self._lines else 0
+
+    @property
+    def line_count(self) -> int:
+        """Lines on show (after the filter)."""
+        return len(self._shown)
+
+    @property
+    def shown_lines(self) -> Sequence[LogLine]:
+        return self._shown
+
+    def append(self, lines: Sequence[LogLine]) -> None:
+        """Add a batch of lines at the end (one layout and one scroll per batch)."""
+        if not lines:
+            return
+        self._lines.extend(lines)
+        if self._shown is not self._lines:
+            matching = [line for line in lines if self._matches(line)]
+            self._shown.extend(matching)
+            added = len(matching)
+        else:
+            added = len(lines)
+        self._width = max(self._width, max(self._cell_len(line.text) for line in lines) + GUTTER)
+        self._prune()
+        if not self.following and added:
+            self.unseen += added
+        self._update_virtual_size()
+        if self.following:
+            self._scroll_to_end()
+        elif added:
+            self.refresh()
+
+    def clear(self) -> None:
+        """Forget every line (a new log is followed)."""
+        self._lines.clear()
+        self._shown = self._lines if not self.filter_text else []
+        self._width = 0
+        self._current = None
+        self._cache.clear()
+        self.unseen = 0
+        self._update_virtual_size()
+        self.refresh()
+
+    def _prune(self) -> None:
+        # Prune in chunks of 10% so a full pane does not shift its list on every batch.
+        excess = len(self._lines) - self.max_lines
+        if excess <= 0:
+            return
+        excess = max(excess, self.max_lines // 10)
+        first_kept = self._lines[excess].number
+        del self._lines[:excess]
+        if self._shown is not self._lines:
+            dropped = 0
+            while dropped < len(self._shown) and self._shown[dropped].number < first_kept:
+                dropped += 1
+            del self._shown[:dropped]
+        else:
+            dropped = excess
+        self._cache.clear()
+        if not self.following and dropped:
+            self._set_scroll_y(max(0, self.scroll_y - dropped))
+
+    @staticmethod
+    def _cell_len(text: str) -> int:
+        return len(text) if text.isascii() else cell_len(text)
+
+    def _update_virtual_size(self) -> None:
+        self.virtual_size = Size(self._width, len(self._shown))
+
+    # -- following -------------------------------------------------------------
+
+    def _set_scroll_y(self, y: float) -> None:
+        self._programmatic_scroll = True
+        try:
+            self.scroll_to(y=y, animate=False, immediate=True)
+        finally:
+            self._programmatic_scroll = False
+
+    def _scroll_to_end(self) -> None:
+        self._programmatic_scroll = True
+        try:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        finally:
+            self._programmatic_scroll = False
+
+    def on_resize(self) -> None:
+        if self.following:
+            self.call_after_refresh(self._scroll_to_end)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self._programmatic_scroll:
+            return
+        if new_value < old_value and self.following:
+            self.following = False
+        elif new_value > old_value and not self.following and new_value >= self.max_scroll_y:
+            self.follow()
+
+    def watch_following(self, following: bool) -> None:
+        self.post_message(self.FollowChanged(self))
+
+    def watch_unseen(self) -> None:
+        self.post_message(self.FollowChanged(self))
+
+    def follow(self) -> None:
+        """Stick to the end of the log again."""
+        self.unseen = 0
+        self._current = None
+        self.following = True
+        self._scroll_to_end()
+        self.refresh()
+
+    def pause(self) -> None:
+        """Stop following; new lines are counted instead of scrolled to."""
+        self.following = False
+
+    def toggle_follow(self) -> bool:
+        """Pause or resume; returns whether the pane now follows."""
+        if self.following:
+            self.pause()
+        else:
+            self.follow()
+        return self.following
+
+    # -- problems ----------------------------------------------------------------
+
+    def _anchor_index(self) -> int:
+        if self._current is not None:
+            for index, line in enumerate(self._shown):
+                if line.number == self._current:
+                    return index
+        return int(self.scroll_y)
+
+    def next_problem(self, *, backwards: bool = False) -> LogLine | None:
+        """Move to the next (or previous) problem line after the current one; None when there is none."""
+        anchor = self._anchor_index()
+        if backwards:
+            indices = range(min(anchor - 1, len(self._shown) - 1), -1, -1)
+        else:
+            start = anchor + 1 if self._current is not None else anchor
+            indices = range(start, len(self._shown))
+        for index in indices:
+            line = self._shown[index]
+            if line.info.kind in PROBLEM_KINDS:
+                self._current = line.number
+                self.pause()
+                self._set_scroll_y(max(0, index - self.scrollable_content_region.height // 3))
+                self._cache.clear()
+                self.refresh()
+                return line
+        return None
+
+    @property
+    def current_problem(self) -> int | None:
+        """Line number of the problem line last jumped to."""
+        return self._current
+
+    # -- filter ------------------------------------------------------------------
+
+    def _matches(self, line: LogLine) -> bool:
+        return self.filter_text.casefold() in line.text.casefold()
+
+    def watch_filter_text(self, text: str) -> None:
+        self._shown = [line for line in self._lines if self._matches(line)] if text else self._lines
+        self._cache.clear()
+        self._update_virtual_size()
+        self.unseen = 0
+        if self.following:
+            self._scroll_to_end()
+        else:
+            self._set_scroll_y(min(self.scroll_y, self.max_scroll_y))
+        self.refresh()
+
+    # -- rendering -----------------------------------------------------------------
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._cache.clear()
+
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.get_component_rich_style(f"log-pane--{name}", partial=True)
+        return style
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        if index >= len(self._shown):
+            return Strip.blank(width, self.rich_style)
+        strip = self._cache.get(index)
+        if strip is None:
+            strip = self._render_full_line(self._shown[index])
+            self._cache[index] = strip
+        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style).apply_offsets(scroll_x, index)
+
+    def _render_full_line(self, line: LogLine) -> Strip:
+        kind = line.info.kind
+        text = Text(no_wrap=True, end="")
+        mark = GUTTER_MARKS.get(kind)
+        if mark:
+            text.append(f"{mark}▌", self._style(kind.value))
+        else:
+            text.append(" " * GUTTER, self._style("gutter"))
+        body = Text(line.text, style=self._style(kind.value) if kind is not LineKind.NORMAL else "")
+        if self.filter_text and len(line.text) <= HIGHLIGHT_MAX_CHARS:
+            folded = line.text.casefold()
+            needle = self.filter_text.casefold()
+            start = folded.find(needle)
+            while start >= 0 and len(folded) == len(line.text):
+                body.stylize(self._style("match"), start, start + len(needle))
+                start = folded.find(needle, start + len(needle))
+        text.append_text(body)
+        if line.number == self._current:
+            text.stylize(self._style("current"))
+        text.stylize_before(self.rich_style)
+        return Strip(text.render(self.app.console), text.cell_len)

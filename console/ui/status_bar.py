@@ -1,0 +1,105 @@
+"""The top line: where the run is, whether the link to it is up, how fresh the data is, and the verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from console.model import ConnectionStatus
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """Everything the status bar says, already worded."""
+
+    host: str
+    container: str | None
+    run: str
+    status: ConnectionStatus
+    connection: str
+    """ConnectionState.describe(now): `connected`, `reconnecting in 4 s: …`, `failed: …`."""
+    sample_age_s: float | None
+    verdict: str | None = None
+    verdict_summary: str = ""
+    verdict_level: str = "ok"
+    """`ok`, `warn` or `crit`: how bad the verdict is."""
+    read_only: bool = False
+
+
+class StatusBar(Static):
+    """A one-line header; dumb: `show(StatusView)`."""
+
+    COMPONENT_CLASSES = {
+        "status-bar--brand",
+        "status-bar--ok",
+        "status-bar--warn",
+        "status-bar--crit",
+        "status-bar--dim",
+    }
+
+    DEFAULT_CSS = """
+    StatusBar {
+        height: 1;
+        background: $panel;
+        color: $foreground;
+        & > .status-bar--brand { color: $primary; text-style: bold; }
+        & > .status-bar--ok { color: $success; }
+        & > .status-bar--warn { color: $warning; text-style: bold; }
+        & > .status-bar--crit { color: $error; text-style: bold; }
+        & > .status-bar--dim { color: $text-muted; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: StatusView | None = None
+
+    def show(self, view: StatusView) -> None:
+        """Repaint from `view` when it changed."""
+        if view == self.view:
+            return
+        self.view = view
+        self.update(self._render_view(view))
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self.view is not None:
+            self.update(self._render_view(self.view))
+
+    def _style(self, name: str):
+        return self.get_component_rich_style(f"status-bar--{name}", partial=True)
+
+    def _render_view(self, view: StatusView) -> Text:
+        sep = (" │ ", self._style("dim"))
+        where = view.host + (f" · {view.container}" if view.container else "")
+        level = {
+            ConnectionStatus.CONNECTED: "ok",
+            ConnectionStatus.CONNECTING: "warn",
+            ConnectionStatus.RECONNECTING: "warn",
+            ConnectionStatus.FAILED: "crit",
+        }[view.status]
+        dot = "●" if view.status is ConnectionStatus.CONNECTED else "○"
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        text.append(" ◆ pulse ", self._style("brand"))
+        text.append(view.run, "bold")
+        text.append(" on ")
+        text.append(where)
+        text.append(*sep)
+        text.append(f"{dot} {view.connection}", self._style(level))
+        text.append(*sep)
+        if view.sample_age_s is None:
+            text.append("no sample yet", self._style("dim"))
+        else:
+            age_level = "dim" if view.sample_age_s < 5 else "warn" if view.sample_age_s < 30 else "crit"
+            text.append(f"sample {view.sample_age_s:.0f} s ago", self._style(age_level))
+        if view.verdict:
+            text.append(*sep)
+            text.append(view.verdict, self._style(view.verdict_level))
+            if view.verdict_summary:
+                text.append(f": {view.verdict_summary}")
+        if view.read_only:
+            text.append(*sep)
+            text.append("read-only", self._style("warn"))
+        return text

@@ -1,0 +1,172 @@
+"""Theme files: TOML in themes/ (and ~/.config/pulse/themes/) turned into Textual themes.
+
+A theme file has three tables: `[colors]` (Textual's base colours), `[lines]` (one colour
+per kind of log line, exposed to CSS as `$line-oom`, `$line-nan`, ...) and `[thresholds]`
+(where a gauge turns warning or critical). Files are validated when the console starts;
+a bad one stops it with one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from textual.color import Color, ColorParseError
+from textual.theme import Theme
+
+from console.model import LineKind
+
+#: The themes shipped with Pulse.
+BUILTIN_THEME_DIR = Path(__file__).resolve().parents[2] / "themes"
+#: Where an operator's own theme files are picked up too.
+USER_THEME_DIR = Path("~/.config/pulse/themes").expanduser()
+DEFAULT_THEME = "pulse-dark"
+
+COLOR_KEYS = (
+    "primary",
+    "secondary",
+    "accent",
+    "foreground",
+    "background",
+    "surface",
+    "panel",
+    "success",
+    "warning",
+    "error",
+)
+REQUIRED_COLOR_KEYS = ("primary", "foreground", "background")
+#: Log-line kinds that get their own colour (normal lines use the foreground).
+STYLED_KINDS = tuple(kind for kind in LineKind if kind is not LineKind.NORMAL)
+
+
+class ThemeError(Exception):
+    """A theme file is unusable; the message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Where the GPU pane's gauges change colour."""
+
+    memory_warn_pct: float = 90.0
+    memory_crit_pct: float = 97.0
+    temperature_warn_c: float = 80.0
+    temperature_crit_c: float = 88.0
+    utilization_idle_pct: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class PulseTheme:
+    """A validated theme file: the Textual theme and the thresholds that go with it."""
+
+    theme: Theme
+    thresholds: Thresholds
+    path: Path
+
+
+def line_variable(kind: LineKind) -> str:
+    """The CSS variable holding the colour of log lines of `kind`, e.g. `line-nccl-timeout`."""
+    return "line-" + kind.value.replace("_", "-")
+
+
+def load_theme_file(path: Path) -> PulseTheme:
+    """Read and validate one theme file. Raises ThemeError (one line) when it is wrong."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ThemeError(f"{path}: cannot read theme file ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ThemeError(f"{path}: theme file is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ThemeError(f"{path}: invalid TOML: {exc}") from None
+
+    def fail(key: str, problem: str) -> ThemeError:
+        return ThemeError(f"{path}: {key}: {problem}")
+
+    _check_keys(data, {"name", "dark", "colors", "lines", "thresholds"}, "", fail)
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise fail("name", "must be a non-empty string")
+    dark = data.get("dark", True)
+    if not isinstance(dark, bool):
+        raise fail("dark", "must be true or false")
+
+    colors = _table(data, "colors", fail)
+    _check_keys(colors, set(COLOR_KEYS), "colors.", fail)
+    for key in REQUIRED_COLOR_KEYS:
+        if key not in colors:
+            raise fail(f"colors.{key}", "missing (required)")
+    base = {key: _color(value, f"colors.{key}", fail) for key, value in colors.items()}
+
+    lines = _table(data, "lines", fail)
+    kinds = {kind.value: kind for kind in STYLED_KINDS}
+    _check_keys(lines, set(kinds), "lines.", fail)
+    variables = {
+        line_variable(kinds[key]): _color(value, f"lines.{key}", fail) for key, value in lines.items()
+    }
+
+    raw_thresholds = _table(data, "thresholds", fail)
+    names = {f.name for f in fields(Thresholds)}
+    _check_keys(raw_thresholds, names, "thresholds.", fail)
+    for key, value in raw_thresholds.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise fail(f"thresholds.{key}", f"{value!r} is not a non-negative number")
+    thresholds = Thresholds(**{key: float(value) for key, value in raw_thresholds.items()})
+    if thresholds.memory_warn_pct > thresholds.memory_crit_pct:
+        raise fail("thresholds.memory_warn_pct", "is above memory_crit_pct")
+    if thresholds.temperature_warn_c > thresholds.temperature_crit_c:
+        raise fail("thresholds.temperature_warn_c", "is above temperature_crit_c")
+
+    theme = Theme(name=name, dark=dark, variables=variables, **base)
+    return PulseTheme(theme, thresholds, path)
+
+
+def load_themes(directories: tuple[Path, ...] = (BUILTIN_THEME_DIR, USER_THEME_DIR)) -> dict[str, PulseTheme]:
+    """Every theme file in `directories` (later ones override earlier ones by name)."""
+    themes: dict[str, PulseTheme] = {}
+    for directory in directories:
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.toml")):
+            loaded = load_theme_file(path)
+            themes[loaded.theme.name] = loaded
+    if DEFAULT_THEME not in themes:
+        raise ThemeError(f"{BUILTIN_THEME_DIR}: the default theme {DEFAULT_THEME}.toml is missing")
+    return themes
+
+
+def choose_theme(requested: str | None, themes: dict[str, PulseTheme]) -> str:
+    """The name to start with: `requested` (a theme name or a .toml path, loaded into `themes`)."""
+    if requested is None:
+        return DEFAULT_THEME
+    if requested.endswith(".toml"):
+        loaded = load_theme_file(Path(requested).expanduser())
+        themes[loaded.theme.name] = loaded
+        return loaded.theme.name
+    if requested not in themes:
+        known = ", ".join(sorted(themes))
+        raise ThemeError(f"--theme {requested}: no such theme (known: {known}; or give a .toml path)")
+    return requested
+
+
+def _table(data: dict, key: str, fail) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise fail(key, "must be a table")
+    return value
+
+
+def _check_keys(table: dict, allowed: set[str], prefix: str, fail) -> None:
+    for key in table:
+        if key not in allowed:
+            raise fail(f"{prefix}{key}", f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+
+
+def _color(value: object, key: str, fail) -> str:
+    if not isinstance(value, str):
+        raise fail(key, f"{value!r} is not a colour string")
+    try:
+        Color.parse(value)
+    except ColorParseError:
+        raise fail(key, f"{value!r} is not a colour (use #RRGGBB or a colour name)") from None
+    return value

@@ -1,0 +1,130 @@
+"""Throughput: the run's rate against its baseline, the loss, and step progress with an ETA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Sparkline, Static
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputView:
+    """What the pane shows, computed by the app from RunState (the pane does no arithmetic on state)."""
+
+    unit: str | None
+    """`tok/s`, `samples/s`, `it/s`; None before the log gave any rate."""
+    rates: tuple[float, ...] = ()
+    """Recent rate values, oldest first (the sparkline)."""
+    current: float | None = None
+    average: float | None = None
+    minimum: float | None = None
+    baseline: float | None = None
+    losses: tuple[float, ...] = ()
+    step: int | None = None
+    total_steps: int | None = None
+    eta_s: float | None = None
+    slow_fraction: float = 0.8
+
+
+def si(value: float) -> str:
+    """A rate in three significant figures: 14.2K, 980, 1.05M."""
+    for factor, suffix in ((1e6, "M"), (1e3, "K")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def format_duration(seconds: float) -> str:
+    """`2d 4h`, `5h 12m`, `7m 03s`, `42s`."""
+    s = int(max(seconds, 0))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {s:02d}s"
+    return f"{s}s"
+
+
+class ThroughputPane(Vertical):
+    """Sparklines and figures for the run's rate and loss."""
+
+    DEFAULT_CSS = """
+    ThroughputPane {
+        height: auto;
+        & > Static { height: 1; }
+        & Sparkline { height: 2; margin: 0 0 0 0; }
+        & #loss-spark { height: 1; }
+        & Sparkline > .sparkline--max-color { color: $success; }
+        & Sparkline > .sparkline--min-color { color: $success 40%; }
+        &.-slow Sparkline > .sparkline--max-color { color: $warning; }
+        &.-slow Sparkline > .sparkline--min-color { color: $warning 40%; }
+        & #loss-spark > .sparkline--max-color { color: $accent; }
+        & #loss-spark > .sparkline--min-color { color: $accent 40%; }
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="rate-line")
+        yield Sparkline([], id="rate-spark")
+        yield Static(id="baseline-line")
+        yield Static(id="loss-line")
+        yield Sparkline([], id="loss-spark")
+        yield Static(id="step-line")
+
+    def show(self, view: ThroughputView) -> None:
+        """Repaint from `view`."""
+        rate_line, baseline_line = self.query_one("#rate-line", Static), self.query_one("#baseline-line", Static)
+        if view.unit is None or view.current is None:
+            rate_line.update(Text("no rate in the log yet", style="dim"))
+            baseline_line.update(Text(f"baseline {si(view.baseline)}" if view.baseline else "", style="dim"))
+        else:
+            line = Text.assemble((si(view.current), "bold"), f" {view.unit}")
+            if view.average is not None and view.minimum is not None:
+                line.append(f" avg {si(view.average)} min {si(view.minimum)}", "dim")
+            rate_line.update(line)
+            if view.baseline:
+                ratio = view.current / view.baseline
+                slow = ratio < view.slow_fraction
+                baseline_line.update(
+                    Text.assemble(
+                        (f"{ratio:.0%}", "bold"),
+                        f" of baseline {si(view.baseline)}",
+                        ("  below normal" if slow else "", "bold"),
+                    )
+                )
+                self.set_class(slow, "-slow")
+            else:
+                baseline_line.update(Text("no baseline in config [metrics]", style="dim"))
+                self.set_class(False, "-slow")
+        self.query_one("#rate-spark", Sparkline).data = list(view.rates)
+
+        loss_line = self.query_one("#loss-line", Static)
+        if view.losses:
+            loss_line.update(Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold")))
+        else:
+            loss_line.update(Text("no loss in the log yet", style="dim"))
+        self.query_one("#loss-spark", Sparkline).data = list(view.losses)
+
+        step_line = self.query_one("#step-line", Static)
+        if view.step is None:
+            step_line.update(Text("no step count in the log yet", style="dim"))
+        elif view.total_steps:
+            done = view.step / view.total_steps
+            eta = format_duration(view.eta_s).replace(" ", "") if view.eta_s is not None else "—"
+            step_line.update(
+                Text.assemble(
+                    "step ",
+                    (f"{view.step:,}", "bold"),
+                    f"/{view.total_steps:,} {done:.1%} ETA ",
+                    (eta, "bold"),
+                )
+            )
+        else:
+            step_line.update(Text.assemble("step ", (f"{view.step:,}", "bold")))

@@ -1,0 +1,231 @@
+"""Pre-filled RunStates for UI tests: one per scenario, built from the H200 captures, on a fake clock.
+
+The GPUs are H200s as the fixtures show them (name, 143771 MiB, 700 W limit); 8 of them,
+0–4 `target` and 5–7 `drafter`. Log lines are classified by the real line classifier, and
+the problem lines are the real captures (oom.txt, nan_anomaly.txt, hung.log). Nothing here
+is random: the same scenario always renders the same screen.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from console.config import Config, GpuConfig, MetricsConfig, RunConfig, TargetConfig
+from console.model import (
+    ConnectionState,
+    ConnectionStatus,
+    GpuProcess,
+    GpuReading,
+    LogLine,
+    LogStatus,
+    ProcessReading,
+    Sample,
+)
+from console.observe.lines import classify_line
+from console.remote.shell import Container
+from console.state import RunState
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
+SCENARIOS = ("healthy", "slow", "oom", "nan", "hang", "buffered", "dead")
+#: The fake clock's reading (monotonic seconds) when a test starts.
+NOW = 50_000.0
+#: The target's wall clock at NOW.
+TARGET_NOW = 1_760_000_000.0
+MAIN_PID = 4127
+WORKER_PIDS = (4190, 4191)
+LOG_PATH = "/workspace/train_20251009-0412.log"
+LAUNCH = "python3 -u /root/train_dflash_pipeline.py --target-gpus 0,1,2,3,4 --drafter-gpus 5,6,7"
+
+# From smi_query_gpu_busy.txt: an H200 as nvidia-smi names it.
+H200_NAME = "NVIDIA H200"
+H200_TOTAL_MIB = 143771
+H200_POWER_LIMIT_W = 700.0
+H200_UUID = "GPU-06eb1f4e-90e3-123f-e50b-b07664ee52f9"
+
+
+class FakeClock:
+    """A monotonic clock that only moves when a test moves it."""
+
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_config(**run_overrides) -> Config:
+    """The DFlash run of the design notes: 5 target GPUs, 3 drafter GPUs, a 14.2K tok/s baseline."""
+    run = dict(name="dflash-7b", launch=LAUNCH, log=LOG_PATH, match=r"python3.*train_dflash_pipeline\.py")
+    run.update(run_overrides)
+    return Config(
+        target=TargetConfig(host="root@10.1.2.6", container=Container("pct", "200")),
+        run=RunConfig(**run),
+        gpus=GpuConfig(roles={**{i: "target" for i in range(5)}, **{i: "drafter" for i in range(5, 8)}}),
+        metrics=MetricsConfig(baseline_tokens_per_s=14200),
+        source="tests/snapshot_apps/scenarios.py",
+    )
+
+
+def h200(index: int, used_mib: int | None, util: float | None, temp: float, power: float, pids=(), error=None) -> GpuReading:
+    return GpuReading(
+        index=index,
+        uuid=H200_UUID[:-2] + f"{index:02d}",
+        name=H200_NAME,
+        memory_used_mib=used_mib,
+        memory_total_mib=H200_TOTAL_MIB,
+        utilization_pct=util,
+        temperature_c=temp,
+        power_w=power,
+        power_limit_w=H200_POWER_LIMIT_W,
+        processes=tuple(GpuProcess(pid, mib, "python3") for pid, mib in pids),
+        error=error,
+    )
+
+
+def training_gpus(*, busy: bool = True, oom_gpu: int | None = None) -> tuple[GpuReading, ...]:
+    gpus = []
+    for i in range(8):
+        target = i < 5
+        used = (121_380 + 1_250 * i) if target else (72_410 + 830 * i)
+        if i == oom_gpu:
+            used = 143_102
+        util = (98.0 - i) if target else 84.0 + i
+        temp = (62.0 + 2 * i) if target else 55.0 + i
+        power = (640.0 - 9 * i) if target else 410.0 + 7 * i
+        if not busy:
+            util, temp, power = 0.0, 38.0 + (i % 3), 122.83 + i
+        gpus.append(h200(i, used, util, temp, power, pids=((MAIN_PID, used - 610),)))
+    return tuple(gpus)
+
+
+def run_processes(*, main_state: str = "R", main_cpu: float | None = 812.4, worker_cpu: float = 23.5, unbuffered=True) -> tuple[ProcessReading, ...]:
+    main = ProcessReading(
+        pid=MAIN_PID,
+        ppid=1,
+        state=main_state,
+        elapsed_s=13_262.0,
+        threads=143,
+        rss_mib=39_117.0,
+        cpu_pct=main_cpu,
+        cmdline=LAUNCH,
+        nspid=(MAIN_PID,),
+        stdout=LOG_PATH,
+        unbuffered=unbuffered,
+        children=WORKER_PIDS,
+    )
+    workers = tuple(
+        ProcessReading(
+            pid=pid,
+            ppid=MAIN_PID,
+            state="S",
+            elapsed_s=13_250.0,
+            threads=4,
+            rss_mib=2_210.0 + n * 17,
+            cpu_pct=worker_cpu,
+            cmdline=f"python3 -u /root/train_dflash_pipeline.py [DataLoader worker {n}]",
+            nspid=(pid,),
+        )
+        for n, pid in enumerate(WORKER_PIDS)
+    )
+    return (main, *workers)
+
+
+def step_lines(count: int, *, rate_of, start_step: int = 1_000, total: int = 50_000, end_at: float = NOW, every_s: float = 2.0):
+    """`count` training lines ending at `end_at` (local clock), one every `every_s` seconds."""
+    texts = []
+    for n in range(count):
+        step = start_step + n * 10
+        loss = 2.9 * math.exp(-n / 900) + 0.05 * math.sin(n / 7)
+        texts.append((end_at - (count - 1 - n) * every_s, f"step {step}/{total} | loss {loss:.4f} | {rate_of(n) / 1000:.1f}K tok/s | lr 3.0e-04"))
+    return texts
+
+
+def extra(at: float, *texts: str) -> list[tuple[float, str]]:
+    return [(at, text) for text in texts]
+
+
+def fixture_lines(name: str) -> list[str]:
+    return (FIXTURES / name).read_text().splitlines()
+
+
+def to_log_lines(timed_texts: list[tuple[float, str]]) -> list[LogLine]:
+    return [LogLine(number, text, classify_line(text), time=at) for number, (at, text) in enumerate(timed_texts, 1)]
+
+
+def healthy_rate(n: int) -> float:
+    return 14_050 + 260 * math.sin(n / 5) + 90 * math.cos(n / 2.3)
+
+
+def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
+    """A RunState as a monitor would have filled it for `scenario` (see SCENARIOS)."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}")
+    clock = clock or FakeClock()
+    state = RunState(clock=clock)
+    state.log_path = LOG_PATH
+    now = clock.now
+    silent_s = 1.0
+    gpus = training_gpus()
+    processes = run_processes()
+
+    texts = extra(now - 620, "[rank0] loading checkpoint /workspace/ckpt/step_990.pt", "UserWarning: TypedStorage is deprecated")
+    if scenario == "healthy":
+        texts += step_lines(160, rate_of=healthy_rate)
+    elif scenario == "slow":
+        texts += step_lines(160, rate_of=lambda n: healthy_rate(n) * (1.0 if n < 80 else 0.66))
+    elif scenario == "oom":
+        texts += step_lines(120, rate_of=healthy_rate, end_at=now - 40)
+        texts += extra(now - 38, *fixture_lines("oom.txt"))
+        gpus, processes, silent_s = training_gpus(oom_gpu=2), (), 38.0
+    elif scenario == "nan":
+        texts += step_lines(120, rate_of=healthy_rate, end_at=now - 20)
+        texts += extra(now - 18, *fixture_lines("nan_anomaly.txt"))
+        silent_s = 18.0
+    elif scenario == "hang":
+        texts += step_lines(120, rate_of=healthy_rate, end_at=now - 730)
+        texts += extra(now - 728, *fixture_lines("hung.log")[1:])
+        gpus = training_gpus(busy=False)
+        processes = run_processes(main_state="S", main_cpu=0.0, worker_cpu=0.0)
+        silent_s = 728.0
+    elif scenario == "buffered":
+        texts += step_lines(40, rate_of=healthy_rate, end_at=now - 905)
+        processes = run_processes(main_cpu=99.6, unbuffered=False)
+        silent_s = 905.0
+    elif scenario == "dead":
+        texts += step_lines(120, rate_of=healthy_rate, end_at=now - 300)
+        texts += extra(now - 299, "Killed")
+        gpus = tuple(h200(i, 0, 0.0, 36.0 + i % 3, 71.0 + i, pids=()) for i in range(8))
+        processes, silent_s = (), 299.0
+
+    state.add_lines(to_log_lines(texts))
+    state.add_sample(
+        Sample(
+            time=TARGET_NOW,
+            gpus=gpus,
+            gpu_source="nvml",
+            processes=processes,
+            log=LogStatus(LOG_PATH, True, size=8_912_331, mtime=TARGET_NOW - silent_s, inode=1_311_877),
+        )
+    )
+    state.last_sample_at = now - 0.8
+    state.set_connection(ConnectionState(ConnectionStatus.CONNECTED, detail=""))
+    return state
+
+
+def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: bool = False, target=None, **run_overrides):
+    """A PulseApp over `scenario`'s state with no live source, on a fake clock (app.clock)."""
+    from console.ui.app import PulseApp
+
+    clock = FakeClock()
+    return PulseApp(
+        make_config(**run_overrides),
+        build_state(scenario, clock),
+        target=target,
+        read_only=read_only,
+        clock=clock,
+        theme=theme,
+    )
