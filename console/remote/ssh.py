@@ -121,25 +121,56 @@ class _Client(asyncssh.SSHClient):
 
 
 class _ChannelSlots:
-    """Channel opens queue here; a server that refuses sessions earlier teaches the real limit."""
+    """Channel opens queue here; a server that refuses sessions sooner teaches us its real limit."""
+
+    REFUSED_RETRY_S = 0.2
+    """After a refusal, retry at the latest this long after (the server frees a session a moment
+    after the channel that held it has closed on our side)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.in_use = 0
-        self._semaphore = asyncio.Semaphore(limit)
+        """Slots taken: open channels and opens in flight."""
+        self.open = 0
+        self.peak = 0
+        """The most channels the server has let us hold at once."""
+        self._released = asyncio.Event()
 
     async def acquire(self) -> None:
-        await self._semaphore.acquire()
+        while self.in_use >= self.limit:
+            await self._released.wait()
         self.in_use += 1
+
+    def opened(self) -> None:
+        self.open += 1
+        self.peak = max(self.peak, self.open)
+
+    def closed(self) -> None:
+        """An opened channel has closed on both sides: its server session is free."""
+        self.open -= 1
+        self.release()
 
     def release(self) -> None:
         self.in_use -= 1
-        self._semaphore.release()
+        self._released.set()
+        self._released = asyncio.Event()
 
-    def retire(self) -> None:
-        """Keep the caller's permit for good: the server allows one channel fewer than we thought."""
-        self.in_use -= 1
-        self.limit -= 1
+    async def refused(self) -> bool:
+        """The server refused the caller's channel: give its slot back and, when other channels are
+        open (the server is only full), lower the limit to what it has allowed, wait for a channel to
+        end and return True so the caller retries. False: a refusal with nothing open is real."""
+        released = self._released
+        self.release()
+        if self.in_use == 0:
+            return False
+        # Opens still in flight may be refused too, so count them now and let `peak` (channels the
+        # server did hold at once) keep a late-freed session from lowering the limit below its real value.
+        self.limit = max(1, min(self.limit, max(self.peak, self.in_use)))
+        try:
+            await asyncio.wait_for(released.wait(), self.REFUSED_RETRY_S)
+        except asyncio.TimeoutError:
+            pass
+        return True
 
 
 class _Connection:
@@ -304,16 +335,15 @@ class _Connection:
                 if self.conn is not conn or slots is not self.slots:
                     slots.release()  # the connection went away meanwhile: try again on the next one
                     continue
-                if slots.in_use > 1:
-                    slots.retire()  # the server's MaxSessions is lower than our limit
+                if await slots.refused():  # the server's MaxSessions is lower than our limit
                     continue
-                slots.release()
                 raise TargetError(f"{self.label}: the server refused a channel ({exc.reason}); check its sshd_config") from None
             except (asyncssh.Error, OSError) as exc:
                 slots.release()
                 if self.conn is not conn:
                     continue
                 raise TargetError(f"{self.label}: could not start a command ({_reason(exc)})") from None
+            slots.opened()
             return _SshChannel(process, self.label, slots, lambda: self.conn is not conn)
 
     async def close(self) -> None:
@@ -372,7 +402,7 @@ class _SshChannel:
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
         self._closed_by_us = False
         # The server's session slot is free only once the channel is closed on both sides.
-        asyncio.ensure_future(process.wait_closed()).add_done_callback(lambda _: slots.release())
+        asyncio.ensure_future(process.wait_closed()).add_done_callback(lambda _: slots.closed())
 
     async def _drain_stderr(self) -> None:
         try:
@@ -471,6 +501,11 @@ class SshTarget(Target):
         self._connection = connection
         self._set_state(connection.state)
         return connection
+
+    @property
+    def channel_limit(self) -> int:
+        """How many channels may be open at once: the configured limit, lowered to the server's MaxSessions once seen."""
+        return self._connection.slots.limit if self._connection is not None else self.max_channels
 
     async def connect(self) -> None:
         """Connect now (open() does it on demand); TargetError says why it cannot."""

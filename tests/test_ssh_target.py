@@ -1,0 +1,256 @@
+"""SshTarget against a real OpenSSH sshd on 127.0.0.1: commands, streams, limits and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from console.config import TargetConfig
+from console.model import ConnectionState, ConnectionStatus
+from console.remote.connect import make_target
+from console.remote.ssh import SshTarget, backoff_delays, split_user
+from console.remote.target import LocalTarget, TargetError
+from tests.sshd import SshServer, start_sshd
+
+#: Upper bound on any wait for the connection to change state (reconnects back off up to 15 s).
+STATE_WAIT_S = 60.0
+
+
+class StateLog:
+    """Every state a target reports, with a way to wait for one."""
+
+    def __init__(self, target: SshTarget) -> None:
+        self.seen: list[ConnectionStatus] = []
+        self.details: list[str] = []
+        self._changed = asyncio.Event()
+        target.on_state(self._record)
+
+    def _record(self, state: ConnectionState) -> None:
+        self.seen.append(state.status)
+        self.details.append(state.detail)
+        self._changed.set()
+
+    async def wait_for(self, status: ConnectionStatus, after: int = 0) -> None:
+        async def reached() -> None:
+            while status not in self.seen[after:]:
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(reached(), STATE_WAIT_S)
+
+
+@pytest.fixture
+async def targets() -> AsyncIterator[Callable[..., SshTarget]]:
+    """Makes SshTargets and closes them when the test ends."""
+    made: list[SshTarget] = []
+
+    def make(cfg: TargetConfig, **options) -> SshTarget:
+        target = SshTarget(cfg, **options)
+        made.append(target)
+        return target
+
+    yield make
+    for target in made:
+        await target.close()
+
+
+@pytest.fixture
+def own_sshd(tmp_path: Path):
+    """A server of this test's own, for tests that stop, restart or reconfigure it."""
+    server = start_sshd(tmp_path)
+    yield server
+    server.stop()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_make_target_picks_the_transport(sshd: SshServer) -> None:
+    """No host → this machine; a host → SSH."""
+    assert isinstance(make_target(TargetConfig()), LocalTarget)
+    target = make_target(sshd.target_config())
+    assert isinstance(target, SshTarget)
+    assert target.label == "pulse-test"
+
+
+def test_split_user_and_backoff() -> None:
+    """`user@host` splits; reconnect delays double from 0.5 s to a 15 s cap, jittered down by at most 25 %."""
+    assert split_user("root@10.1.2.6") == ("root", "10.1.2.6")
+    assert split_user("gpu-box") == (None, "gpu-box")
+    delays = backoff_delays()
+    firsts = [next(delays) for _ in range(10)]
+    bounds = [0.5, 1, 2, 4, 8, 15, 15, 15, 15, 15]
+    assert all(0.75 * bound <= delay <= bound for delay, bound in zip(firsts, bounds))
+
+
+async def test_run_returns_status_stdout_and_stderr(sshd: SshServer, targets) -> None:
+    """Exit status, stdout and stderr come back separately."""
+    target = targets(sshd.target_config())
+    result = await target.run("echo out; echo err >&2; exit 3", timeout=30)
+    assert (result.exit_status, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert target.state.status is ConnectionStatus.CONNECTED
+
+
+async def test_stdin_passes_through(sshd: SshServer, targets) -> None:
+    """Bytes written to the channel reach the remote command's stdin, EOF included."""
+    target = targets(sshd.target_config())
+    result = await target.run("wc -c; cat >/dev/null", timeout=30, stdin=b"x" * 100_000)
+    assert result.stdout.split() == ["100000"]
+    channel = await target.open("tr a-z A-Z")
+    channel.write(b"hello\n")
+    channel.write_eof()
+    assert await channel.read() == b"HELLO\n"
+    assert await channel.read() == b""
+    assert await channel.wait() == 0
+    channel.close()
+
+
+async def test_stream_yields_lines(sshd: SshServer, targets) -> None:
+    """stream() splits output into lines; a last line without newline still comes."""
+    target = targets(sshd.target_config())
+    lines = [line async for line in target.stream("seq 1 5000; printf tail")]
+    assert lines == [str(i) for i in range(1, 5001)] + ["tail"]
+
+
+async def test_timeout_is_a_one_line_error(sshd: SshServer, targets) -> None:
+    """A command that outlives its timeout raises TargetError and its channel is closed."""
+    target = targets(sshd.target_config())
+    with pytest.raises(TargetError, match="timed out") as caught:
+        await target.run("sleep 30", timeout=0.5)
+    assert "\n" not in str(caught.value)
+
+
+async def test_close_sends_eof_so_a_helper_exits(sshd: SshServer, targets, tmp_path: Path) -> None:
+    """sshd ignores channel signals; close() sends EOF and a helper reading stdin ends on its own."""
+    target = targets(sshd.target_config())
+    marker = tmp_path / "helper-ended"
+    channel = await target.open(f"echo started; cat >/dev/null; touch {marker}")
+    assert await channel.read() == b"started\n"
+    channel.close()
+    for _ in range(600):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert marker.exists()
+
+
+async def test_targets_share_one_connection(sshd: SshServer, targets, pid_namespace) -> None:
+    """Targets naming the same host, container or not, use one SSH connection."""
+    before = set(sshd.connection_pids())
+    host = targets(sshd.target_config())
+    inside = targets(sshd.target_config(container=pid_namespace.container))
+    results = await asyncio.gather(host.run("echo host", 30), inside.run("echo inside", 30))
+    assert [r.stdout for r in results] == ["host\n", "inside\n"]
+    assert len(set(sshd.connection_pids()) - before) == 1
+
+
+async def test_many_parallel_commands_queue_behind_max_sessions(tmp_path: Path, targets) -> None:
+    """With MaxSessions 3 on the server, 20 parallel commands all succeed: the extra ones wait their turn."""
+    server = start_sshd(tmp_path, MaxSessions=3)
+    try:
+        target = targets(server.target_config())
+        results = await asyncio.gather(*(target.run(f"sleep 0.1; echo {i}", timeout=60) for i in range(20)))
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
+        assert all(r.ok for r in results)
+        assert target.channel_limit == 3
+
+        async def lines_of(first: int) -> list[str]:
+            return [line async for line in target.stream(f"seq {first} {first + 2}")]
+
+        outputs = await asyncio.gather(*(lines_of(i) for i in range(6)))
+        assert outputs == [[str(i), str(i + 1), str(i + 2)] for i in range(6)]
+    finally:
+        server.stop()
+
+
+async def test_reconnects_after_server_restart(own_sshd: SshServer, targets) -> None:
+    """The server goes away and comes back: RECONNECTING, then CONNECTED, and run() works again."""
+    target = targets(own_sshd.target_config())
+    log = StateLog(target)
+    assert (await target.run("echo before", 30)).stdout == "before\n"
+    mark = len(log.seen)
+    own_sshd.restart()
+    await log.wait_for(ConnectionStatus.RECONNECTING, mark)
+    assert target.state.retry_at is not None or target.state.status is ConnectionStatus.CONNECTED
+    await log.wait_for(ConnectionStatus.CONNECTED, mark)
+    assert (await target.run("echo after", 30)).stdout == "after\n"
+
+
+async def test_reconnects_after_the_server_side_connection_dies(own_sshd: SshServer, targets) -> None:
+    """Killing the per-connection sshd process by PID loses the link; the target reconnects."""
+    target = targets(own_sshd.target_config())
+    log = StateLog(target)
+    assert (await target.run("echo before", 30)).ok
+    mark = len(log.seen)
+    own_sshd.kill_connections()
+    await log.wait_for(ConnectionStatus.RECONNECTING, mark)
+    await log.wait_for(ConnectionStatus.CONNECTED, mark)
+    assert (await target.run("echo after", 30)).stdout == "after\n"
+
+
+async def test_open_waits_for_the_reconnect(own_sshd: SshServer, targets) -> None:
+    """A command asked for while the server is down runs once it is back, instead of failing at once."""
+    target = targets(own_sshd.target_config())
+    log = StateLog(target)
+    assert (await target.run("true", 30)).ok
+    mark = len(log.seen)
+    own_sshd.stop()
+    await log.wait_for(ConnectionStatus.RECONNECTING, mark)
+    pending = asyncio.ensure_future(target.run("echo waited", 60))
+    await asyncio.sleep(0.3)
+    assert not pending.done()
+    own_sshd.start()
+    assert (await pending).stdout == "waited\n"
+
+
+async def test_stream_cut_by_a_lost_connection_raises(own_sshd: SshServer, targets) -> None:
+    """A stream that loses its connection ends with TargetError, so a follower knows to resume."""
+    target = targets(own_sshd.target_config())
+    lines = target.stream("echo first; sleep 60")
+    assert await anext(lines) == "first"
+    own_sshd.kill_connections()
+    with pytest.raises(TargetError, match="connection lost"):
+        await anext(lines)
+    await lines.aclose()
+
+
+async def test_keepalive_notices_a_silent_server(own_sshd: SshServer, targets) -> None:
+    """A server that stops answering (SIGSTOP) is noticed by keepalives; after SIGCONT the link is back."""
+    target = targets(own_sshd.target_config(), keepalive_interval=0.3)
+    log = StateLog(target)
+    assert (await target.run("true", 30)).ok
+    mark = len(log.seen)
+    own_sshd.pause()
+    try:
+        await log.wait_for(ConnectionStatus.RECONNECTING, mark)
+    finally:
+        own_sshd.resume()
+    await log.wait_for(ConnectionStatus.CONNECTED, mark)
+    assert (await target.run("echo alive", 60)).stdout == "alive\n"
+
+
+async def test_unreachable_port_is_a_one_line_error(targets) -> None:
+    """Nothing listens on the port: one line naming the host and what to check; state FAILED."""
+    target = targets(TargetConfig(host="127.0.0.1", port=closed_port(), known_hosts="/dev/null"))
+    with pytest.raises(TargetError) as caught:
+        await target.run("true", 30)
+    message = str(caught.value)
+    assert "connection refused" in message and "127.0.0.1" in message and "\n" not in message
+    assert target.state.status is ConnectionStatus.FAILED
+
+
+async def test_refused_key_is_a_one_line_error(own_sshd: SshServer, targets) -> None:
+    """The server does not know our key: one line saying authentication was refused; no retry loop."""
+    own_sshd.authorized_keys.write_text("")
+    target = targets(own_sshd.target_config())
+    with pytest.raises(TargetError, match="authentication refused") as caught:
+        await target.run("true", 30)
+    assert "\n" not in str(caught.value)
+    assert target.state.status is ConnectionStatus.FAILED
