@@ -67,15 +67,6 @@ _QUOTE_CHARS = 160
 
 
 @dataclass(frozen=True, slots=True)
-class ThreadCpu:
-    """One thread's CPU% over the sampling window."""
-
-    tid: int
-    name: str
-    cpu_pct: float
-
-
-@dataclass(frozen=True, slots=True)
 class ProblemLine:
     """A log line of a problem kind, seen since the last launch."""
 
@@ -107,19 +98,17 @@ class Evidence:
 
     window_s: float
     processes: tuple[ProcessReading, ...] = ()
-    """The run's processes at the end of the window; cpu_pct is the delta over the window."""
+    """The run's processes at the end of the window; cpu_pct (and each thread's) is the delta over it."""
     process_error: str | None = None
     lifetime_cpu_pct: dict[int, float] = field(default_factory=dict)
     """pid → CPU% averaged over the process's life: what `ps` shows."""
-    threads: dict[int, tuple[ThreadCpu, ...]] = field(default_factory=dict)
-    """pid → its threads' CPU% over the window."""
     gpus: tuple[GpuReading, ...] = ()
     """The run's GPUs (all GPUs when the config names none)."""
     gpu_source: str = "none"
     gpu_error: str | None = None
     in_pid_namespace: bool = False
-    gpu_pids_unseen: tuple[int, ...] = ()
-    """PIDs holding GPU memory that are none of the run's (and no run PID holds any)."""
+    gpu_contexts_unseen: bool = False
+    """Seen from a PID namespace, the GPUs hold memory and none of it is under a PID of the run."""
     log_path: str | None = None
     log_exists: bool = False
     log_size: int = 0
@@ -235,7 +224,7 @@ class _Diagnosis:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
             lines.append(f"pid {p.pid} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
-            busy = [t for t in ev.threads.get(p.pid, ()) if t.cpu_pct > self.stall.cpu_idle_pct]
+            busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
                 busy.sort(key=lambda t: -t.cpu_pct)
                 shown = ", ".join(f"{t.name or t.tid} {t.cpu_pct:.0f}%" for t in busy[:4])
@@ -252,10 +241,11 @@ class _Diagnosis:
             mem = "mem ?" if g.memory_used_mib is None else f"{g.memory_used_mib} MiB used"
             held = ", ".join(f"pid {gp.pid} {gp.used_mib if gp.used_mib is not None else '?'} MiB" for gp in g.processes)
             lines.append(f"GPU {g.index} {util}, {mem}" + (f" ({held})" if held else ""))
-        if ev.gpu_pids_unseen:
-            pids = ", ".join(map(str, ev.gpu_pids_unseen))
-            where = "this PID namespace cannot see them (host PIDs)" if ev.in_pid_namespace else "none is the run's"
-            lines.append(f"GPU memory held by pid {pids}: {where}")
+        if ev.gpu_contexts_unseen:
+            run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
+            pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)
+            held = f"pid {', '.join(map(str, pids))}" if pids else "PIDs the driver does not list here"
+            lines.append(f"GPU memory held by {held}: this PID namespace cannot see them (host PIDs)")
         return lines
 
     def _log_lines(self) -> list[str]:
@@ -360,7 +350,7 @@ class _Diagnosis:
                 "p",
             )
 
-        if ev.in_pid_namespace and ev.gpu_pids_unseen:
+        if ev.gpu_contexts_unseen:
             return Verdict(
                 "gpu_contexts_unseen",
                 "GPU memory is held under PIDs this container cannot see",

@@ -11,19 +11,18 @@ from console.diagnose import (
     VERDICTS,
     Evidence,
     ProblemLine,
-    ThreadCpu,
     StackSummary,
     diagnose,
     severity,
     worse,
 )
-from console.model import GpuProcess, GpuReading, LineKind, ProcessReading
+from console.model import GpuProcess, GpuReading, LineKind, ProcessReading, ThreadCpu
 
 CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(baseline_tokens_per_s=14200))
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."
 
 
-def proc(pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True) -> ProcessReading:
+def proc(pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True, threads=()) -> ProcessReading:
     return ProcessReading(
         pid=pid,
         ppid=1,
@@ -35,6 +34,7 @@ def proc(pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True)
         cmdline="python3 -u hung.py",
         stdout=stdout,
         unbuffered=unbuffered,
+        thread_cpu=threads,
     )
 
 
@@ -74,9 +74,8 @@ HEALTHY = Evidence(
 #: ps_hung.txt: idle for 12 s, yet ps reports 52.5% CPU (its lifetime average).
 HUNG = replace(
     HEALTHY,
-    processes=(proc(cpu=0.0),),
+    processes=(proc(cpu=0.0, threads=(ThreadCpu(447, "python3", 0.0, "S"), ThreadCpu(449, "python3", 0.0, "S"))),),
     lifetime_cpu_pct={447: 52.5},
-    threads={447: (ThreadCpu(447, "python3", 0.0), ThreadCpu(449, "python3", 0.0))},
     gpus=(gpu(util=0.0),),
     log_growth=0,
     log_silent_s=312.0,
@@ -217,7 +216,7 @@ def test_slow_against_the_baseline():
 
 def test_gpu_contexts_unseen_in_a_pid_namespace():
     namespaced = replace(
-        HEALTHY, in_pid_namespace=True, gpus=(gpu(pids=(982211,)),), gpu_pids_unseen=(982211,)
+        HEALTHY, in_pid_namespace=True, gpus=(gpu(pids=(982211,)),), gpu_contexts_unseen=True
     )
     verdict = diagnose(namespaced, CONFIG)
     assert verdict.name == "gpu_contexts_unseen"
