@@ -1,0 +1,508 @@
+"""Safe kill-and-relaunch: plan, then stop, wait for GPU memory, launch once, verify.
+
+The plan is pure data: which processes (found by the sampling agent's selection, never by
+a second pattern match), their process groups and start times, the GPU memory each holds,
+and the exact launch command line. Executing it:
+
+1. stop: SIGTERM to each planned process group (only a group whose leader is a planned
+   process; any other planned process alone), each PID re-verified by its start time right
+   before the signal so a reused PID is never hit; SIGKILL what is left after the grace.
+   A process in D state (stuck in the kernel) or a zombie is reported, not waited on.
+2. gpu: wait until the old PIDs no longer hold GPU memory; refuse to launch if they still
+   do after the timeout, unless forced.
+3. launch: a command of its own (never the same shell line as the stop), in a new session,
+   stdout and stderr appended to a fresh log, PID written to the pidfile. If the link drops
+   here the launch state is unknown: it is checked, and never retried.
+4. verify: the new PID is alive after a few seconds and its log grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+from console.actions.audit import (
+    ActionRefused,
+    AuditLog,
+    OutputLine,
+    StepEvent,
+    StepStatus,
+    audited,
+    refuse_if_read_only,
+)
+from console.actions.custom import env_assignments, fill_placeholders, shell_path
+from console.config import Config
+from console.model import Sample
+from console.observe.sampler import sample_once
+from console.remote.shell import quote
+from console.remote.target import Target, TargetError
+
+#: Bash functions the stop runs on the target. `info` prints `PID STATE PGID START_TICKS`
+#: for each PID that exists; `sig` signals DEST only if PID still has the planned start time.
+_PROC_FUNCTIONS = r"""
+info() { local pid line f; for pid in "$@"; do
+  { read -r line < /proc/$pid/stat; } 2>/dev/null || continue
+  read -r -a f <<< "${line##*) }"
+  echo "$pid ${f[0]} ${f[2]} ${f[19]}"
+done; }
+sig() { local line f
+  { read -r line < /proc/$2/stat; } 2>/dev/null || { echo "$2 gone"; return; }
+  read -r -a f <<< "${line##*) }"
+  [ "${f[19]}" = "$3" ] || { echo "$2 reused"; return; }
+  if kill -$1 -- $4 2>/dev/null; then echo "$2 sent"; else echo "$2 gone"; fi
+}
+"""
+
+PROBE_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedProcess:
+    """One process the restart will stop, as it was when planned."""
+
+    pid: int
+    pgid: int
+    start_ticks: int
+    """Field 22 of /proc/PID/stat: with the PID, identifies the process across PID reuse."""
+    state: str
+    cmdline: str
+    gpu_mib: int | None
+    """GPU memory the driver lists for this PID (None when it lists none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalTarget:
+    """Where one signal goes: `dest` is `-PGID` for a whole group or `PID`, checked against `pid`'s start."""
+
+    pid: int
+    start_ticks: int
+    dest: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPlan:
+    """Exactly what the restart will do."""
+
+    processes: tuple[PlannedProcess, ...]
+    signals: tuple[SignalTarget, ...]
+    held_gpu_pids: tuple[int, ...]
+    """Driver PIDs whose GPU memory must be gone before the launch."""
+    launch: str
+    cwd: str | None
+    env: dict[str, str]
+    log: str
+    pidfile: str | None
+    launch_script: str
+    """The exact bash script the launch step runs."""
+    grace_s: float
+    notes: tuple[str, ...] = ()
+    """What the operator should know before confirming (e.g. GPU PIDs are host PIDs)."""
+
+    def as_json(self) -> dict:
+        return {
+            "processes": [
+                {"pid": p.pid, "pgid": p.pgid, "start_ticks": p.start_ticks, "state": p.state,
+                 "cmdline": p.cmdline, "gpu_mib": p.gpu_mib}
+                for p in self.processes
+            ],
+            "signals": [s.dest for s in self.signals],
+            "held_gpu_pids": list(self.held_gpu_pids),
+            "launch": self.launch,
+            "cwd": self.cwd,
+            "env": self.env,
+            "log": self.log,
+            "pidfile": self.pidfile,
+            "launch_script": self.launch_script,
+            "grace_s": self.grace_s,
+            "notes": list(self.notes),
+        }
+
+    def describe(self) -> list[str]:
+        """The plan as lines for a confirmation screen or a terminal."""
+        lines = []
+        if self.processes:
+            lines.append(f"stop {len(self.processes)} process(es): SIGTERM, SIGKILL after {self.grace_s:g} s")
+            for p in self.processes:
+                gpu = f"{p.gpu_mib} MiB GPU" if p.gpu_mib is not None else "no GPU memory listed"
+                lines.append(f"  {p.pid:>8}  pgid {p.pgid:<8} {p.state}  {gpu:<20} {p.cmdline}")
+            lines.append("  signals to: " + " ".join(s.dest for s in self.signals))
+        else:
+            lines.append("stop: no run process found; nothing to stop")
+        if self.held_gpu_pids:
+            lines.append("wait until GPU memory of PIDs " + " ".join(map(str, self.held_gpu_pids)) + " is released")
+        lines.append(f"launch: {self.launch}")
+        if self.cwd:
+            lines.append(f"  in {self.cwd}")
+        lines.append(f"  log -> {self.log}")
+        if self.pidfile:
+            lines.append(f"  pid -> {self.pidfile}")
+        lines += [f"note: {note}" for note in self.notes]
+        return lines
+
+
+def timestamp(at: float) -> str:
+    """The `{started}` value: local time as 20261129-234501."""
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(at))
+
+
+def is_simple_command(command: str) -> bool:
+    """True when `command` is one command (no ; & | && || or newline), so `exec` can replace bash with it."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return False
+    return "\n" not in command and not any(token and set(token) <= set(";&|()<>") for token in tokens)
+
+
+def launch_script(launch: str, *, cwd: str | None, env: dict[str, str], log: str, pidfile: str | None) -> str:
+    """The launch as bash: new session, unbuffered, appended to `log`, PID to `pidfile` and stdout.
+
+    Each line is its own command: `cd X && setsid … &` would put the whole `&&` list in a
+    background subshell, and `$!` would then be that subshell, not the run.
+    """
+    # A simple command replaces the bash so the recorded PID is the run itself.
+    body = f"exec {launch}" if is_simple_command(launch) else launch
+    env_words = env_assignments({"PYTHONUNBUFFERED": "1", **env})
+    log_word = shell_path(log)
+    lines = []
+    if cwd:
+        lines.append(f"cd {shell_path(cwd)} || exit 1")
+    lines.append(f'mkdir -p -- "$(dirname -- {log_word})" || exit 1')
+    lines.append(f"setsid nohup env {env_words} bash -c {quote(body)} </dev/null >>{log_word} 2>&1 &")
+    if pidfile:
+        lines.append(f"echo $! > {shell_path(pidfile)}")
+    lines.append("echo $!")
+    return "\n".join(lines)
+
+
+def _signal_targets(processes: list[PlannedProcess]) -> list[SignalTarget]:
+    planned = {p.pid: p for p in processes}
+    targets = []
+    for p in processes:
+        leader = planned.get(p.pgid)
+        if leader is p:
+            targets.append(SignalTarget(p.pid, p.start_ticks, f"-{p.pgid}"))
+        elif leader is None:
+            # Its group is led by something that is not the run (a launcher shell, an operator's
+            # session): signalling the group would hit that too, so this process goes alone.
+            targets.append(SignalTarget(p.pid, p.start_ticks, str(p.pid)))
+    return targets
+
+
+async def _proc_info(target: Target, pids: list[int]) -> dict[int, tuple[str, int, int]]:
+    """PID → (state, pgid, start_ticks) for those of `pids` that exist now."""
+    if not pids:
+        return {}
+    result = await target.run(_PROC_FUNCTIONS + "info " + " ".join(map(str, pids)), PROBE_TIMEOUT_S, login=False)
+    found = {}
+    for line in result.stdout.splitlines():
+        words = line.split()
+        if len(words) == 4 and words[0].isdigit():
+            found[int(words[0])] = (words[1], int(words[2]), int(words[3]))
+    return found
+
+
+def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
+    held: dict[int, int | None] = {}
+    for gpu in sample.gpus:
+        for process in gpu.processes:
+            before = held.get(process.pid)
+            if process.used_mib is None:
+                held.setdefault(process.pid, None)
+            else:
+                held[process.pid] = (before or 0) + process.used_mib
+    return held
+
+
+async def plan_restart(
+    target: Target, config: Config, *, read_only: bool = False, window_s: float = 0.2
+) -> RestartPlan:
+    """Find the run (the agent's selection), read groups, start times and GPU memory; build the launch.
+
+    ActionRefused when the restart cannot be planned as configured.
+    """
+    refuse_if_read_only("restart", read_only)
+    run = config.run
+    if not run.launch:
+        raise ActionRefused(f"{config.source}: no [run] launch command configured; restart needs one")
+    if not run.match and not run.pidfile:
+        raise ActionRefused(f"{config.source}: set [run] match or pidfile so restart can find the run to stop")
+    if not run.log:
+        raise ActionRefused(f"{config.source}: set [run] log: restart appends the new run's output to it")
+    try:
+        _, sample = await sample_once(target, config, window_s)
+    except TargetError as exc:
+        raise ActionRefused(f"cannot read the run's processes: {exc}") from None
+    notes = []
+    if sample.process_error:
+        notes.append(sample.process_error)
+    try:
+        info = await _proc_info(target, [p.pid for p in sample.processes])
+    except TargetError as exc:
+        raise ActionRefused(f"cannot read the run's process groups: {exc}") from None
+    gpu_mib = _gpu_mib_by_pid(sample)
+    processes = [
+        PlannedProcess(p.pid, info[p.pid][1], info[p.pid][2], info[p.pid][0], p.cmdline, gpu_mib.get(p.pid))
+        for p in sample.processes
+        if p.pid in info
+    ]
+    if sample.in_pid_namespace and gpu_mib:
+        # The driver lists host PIDs, which never equal the container's: wait for every context seen now.
+        held = sorted(gpu_mib)
+        notes.append(
+            "inside a PID namespace the driver lists host PIDs; waiting until all "
+            f"{len(held)} GPU context(s) seen now are gone"
+        )
+    else:
+        held = sorted(p.pid for p in processes if p.pid in gpu_mib)
+    if sample.gpu_error and not sample.gpus:
+        notes.append(f"no GPU readings ({sample.gpu_error}): GPU memory release cannot be checked")
+    log = fill_placeholders(run.log, {"started": timestamp(sample.time or time.time())})
+    if re.search(r"[*?\[]", log):
+        raise ActionRefused(f"{config.source}: [run] log {run.log!r} is a glob; use {{started}} to name each run's log")
+    script = launch_script(run.launch, cwd=run.cwd, env=dict(run.env), log=log, pidfile=run.pidfile)
+    return RestartPlan(
+        processes=tuple(processes),
+        signals=tuple(_signal_targets(processes)),
+        held_gpu_pids=tuple(held),
+        launch=run.launch,
+        cwd=run.cwd,
+        env=dict(run.env),
+        log=log,
+        pidfile=run.pidfile,
+        launch_script=script,
+        grace_s=run.grace_s,
+        notes=tuple(notes),
+    )
+
+
+@dataclass
+class _Timing:
+    grace_s: float
+    kill_wait_s: float
+    gpu_timeout_s: float
+    verify_after_s: float
+    poll_s: float
+    launch_timeout_s: float
+
+
+async def _send(target: Target, signal_name: str, signals: list[SignalTarget]) -> dict[int, str]:
+    if not signals:
+        return {}
+    calls = "\n".join(f"sig {signal_name} {s.pid} {s.start_ticks} {s.dest}" for s in signals)
+    result = await target.run(_PROC_FUNCTIONS + calls, PROBE_TIMEOUT_S, login=False)
+    return {int(pid): said for pid, said in (line.split() for line in result.stdout.splitlines() if line.strip())}
+
+
+async def _alive(target: Target, plan: RestartPlan) -> dict[int, str]:
+    """Planned PIDs that still are the planned process → their state (Z included)."""
+    info = await _proc_info(target, [p.pid for p in plan.processes])
+    return {p.pid: info[p.pid][0] for p in plan.processes if p.pid in info and info[p.pid][2] == p.start_ticks}
+
+
+async def _wait_gone(target: Target, plan: RestartPlan, seconds: float, poll_s: float) -> dict[int, str]:
+    """Poll until every planned process is gone or a zombie, or `seconds` pass; what is left."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = {pid: state for pid, state in (await _alive(target, plan)).items() if state != "Z"}
+        if not left or time.monotonic() >= deadline:
+            return await _alive(target, plan)
+        await asyncio.sleep(poll_s)
+
+
+async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator[StepEvent, None]:
+    step = "stop"
+    if not plan.processes:
+        yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop")
+        return
+    yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + " ".join(s.dest for s in plan.signals))
+    said = await _send(target, "TERM", list(plan.signals))
+    for pid, what in said.items():
+        if what == "reused":
+            yield StepEvent(step, StepStatus.WARNING, f"PID {pid} is now another process: not signalled", {"pid": pid})
+    left = await _wait_gone(target, plan, t.grace_s, t.poll_s)
+    killed = 0
+    if any(state != "Z" for state in left.values()):
+        survivors = [pid for pid, state in left.items() if state != "Z"]
+        yield StepEvent(
+            step, StepStatus.RUNNING, f"still running after {t.grace_s:g} s: SIGKILL to {' '.join(map(str, survivors))}"
+        )
+        by_pid = {p.pid: p for p in plan.processes}
+        await _send(target, "KILL", [SignalTarget(pid, by_pid[pid].start_ticks, str(pid)) for pid in survivors])
+        killed = len(survivors)
+        left = await _wait_gone(target, plan, t.kill_wait_s, t.poll_s)
+    for pid, state in sorted(left.items()):
+        if state == "Z":
+            yield StepEvent(step, StepStatus.WARNING, f"PID {pid} is a zombie (exited, not yet reaped by its parent)",
+                            {"pid": pid, "state": state})
+        elif state == "D":
+            yield StepEvent(step, StepStatus.WARNING,
+                            f"PID {pid} is in D state (uninterruptible, stuck in the kernel or driver): not waiting",
+                            {"pid": pid, "state": state})
+    stopped = len(plan.processes) - len(left)
+    detail = f"{stopped} of {len(plan.processes)} stopped" + (f" ({killed} needed SIGKILL)" if killed else "")
+    stuck = [pid for pid, state in left.items() if state not in ("Z", "D")]
+    if stuck:
+        yield StepEvent(step, StepStatus.FAILED, f"{detail}; still running: {' '.join(map(str, stuck))}")
+    else:
+        yield StepEvent(step, StepStatus.OK, detail, {"sigkill": killed})
+
+
+def _holding(sample: Sample, pids: set[int]) -> list[str]:
+    return [
+        f"PID {p.pid} {p.used_mib if p.used_mib is not None else '?'} MiB on GPU {gpu.index}"
+        for gpu in sample.gpus
+        for p in gpu.processes
+        if p.pid in pids
+    ]
+
+
+async def _gpu_release(
+    target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
+) -> AsyncGenerator[StepEvent, None]:
+    step = "gpu"
+    if not plan.held_gpu_pids:
+        yield StepEvent(step, StepStatus.SKIPPED, "the run's PIDs held no GPU memory the driver listed")
+        return
+    pids = set(plan.held_gpu_pids)
+    yield StepEvent(step, StepStatus.RUNNING, f"waiting up to {t.gpu_timeout_s:g} s for GPU memory to be released")
+    deadline = time.monotonic() + t.gpu_timeout_s
+    while True:
+        _, sample = await sample_once(target, config, 0.0)
+        holding = _holding(sample, pids)
+        if not holding:
+            yield StepEvent(step, StepStatus.OK, "GPU memory of the old PIDs released")
+            return
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(t.poll_s)
+    if force:
+        yield StepEvent(step, StepStatus.WARNING, f"still held after {t.gpu_timeout_s:g} s: {'; '.join(holding)}; launching anyway (--force)")
+    else:
+        yield StepEvent(
+            step,
+            StepStatus.FAILED,
+            f"still held after {t.gpu_timeout_s:g} s: {'; '.join(holding)}; not launching (--force to launch anyway)",
+        )
+
+
+async def _log_size(target: Target, log: str) -> int | None:
+    result = await target.run(f"stat -c %s -- {shell_path(log)} 2>/dev/null", PROBE_TIMEOUT_S, login=False)
+    return int(result.stdout) if result.ok and result.stdout.strip().isdigit() else None
+
+
+async def _after_unknown_launch(target: Target, config: Config, plan: RestartPlan) -> StepEvent:
+    """What can be learned about a launch whose result never came back (never launches again)."""
+    step = "check"
+    try:
+        _, sample = await sample_once(target, config, 0.0)
+    except TargetError as exc:
+        return StepEvent(step, StepStatus.FAILED, f"cannot check ({exc}); look for the run before launching again")
+    old = {p.pid for p in plan.processes}
+    new = [p.pid for p in sample.processes if p.pid not in old]
+    if new:
+        return StepEvent(step, StepStatus.WARNING,
+                         f"run process(es) {' '.join(map(str, new))} found: the launch happened; do not launch again",
+                         {"pids": new})
+    return StepEvent(step, StepStatus.WARNING,
+                     "no new run process found yet; the launch may still start: check before launching again")
+
+
+async def _restart(
+    target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    stopped_ok = gpu_ok = True
+    phase = "stop"
+    try:
+        async for event in _stop(target, plan, t):
+            stopped_ok = stopped_ok and event.status is not StepStatus.FAILED
+            yield event
+        phase = "gpu"
+        async for event in _gpu_release(target, config, plan, t, force):
+            gpu_ok = gpu_ok and event.status is not StepStatus.FAILED
+            yield event
+    except TargetError as exc:
+        yield StepEvent(phase, StepStatus.FAILED, f"{exc}; nothing launched")
+        yield StepEvent("launch", StepStatus.SKIPPED, "not launched: the target could not be checked")
+        return
+    if not (stopped_ok or force) or not gpu_ok:
+        why = "old processes still running" if not stopped_ok else "GPU memory still held"
+        yield StepEvent("launch", StepStatus.SKIPPED, f"not launched: {why}")
+        return
+
+    yield StepEvent("launch", StepStatus.RUNNING, plan.launch)
+    try:
+        # The bound covers opening the channel too: a link that hangs must not hang the restart.
+        result = await asyncio.wait_for(target.run(plan.launch_script, t.launch_timeout_s), t.launch_timeout_s)
+    except (TargetError, asyncio.TimeoutError) as exc:
+        why = str(exc) or f"no answer in {t.launch_timeout_s:g} s"
+        yield StepEvent("launch", StepStatus.FAILED, f"launch state unknown ({why}); not retrying")
+        yield await _after_unknown_launch(target, config, plan)
+        return
+    words = result.stdout.split()
+    if not result.ok or not words or not words[-1].isdigit():
+        said = (result.stderr or result.stdout).strip().splitlines()
+        yield StepEvent("launch", StepStatus.FAILED, f"exit {result.exit_status}: {said[-1] if said else 'no output'}")
+        return
+    pid = int(words[-1])
+    data = {"pid": pid, "log": plan.log, "pidfile": plan.pidfile}
+    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", data)
+
+    yield StepEvent("verify", StepStatus.RUNNING, f"checking PID {pid} in {t.verify_after_s:g} s")
+    try:
+        size_at_launch = await _log_size(target, plan.log)
+        await asyncio.sleep(t.verify_after_s)
+        info = await _proc_info(target, [pid])
+        size_now = await _log_size(target, plan.log)
+    except TargetError as exc:
+        yield StepEvent("verify", StepStatus.FAILED, f"cannot check PID {pid}: {exc}", data)
+        return
+    state = info.get(pid, ("gone",))[0]
+    if state in ("gone", "Z", "X"):
+        yield StepEvent("verify", StepStatus.FAILED, f"PID {pid} exited within {t.verify_after_s:g} s; see {plan.log}", data)
+        return
+    if size_now is None or size_now <= (size_at_launch or 0):
+        yield StepEvent("verify", StepStatus.WARNING,
+                        f"log {plan.log} has not grown in {t.verify_after_s:g} s (slow start or buffered output)", data)
+    yield StepEvent("verify", StepStatus.OK, f"new run PID {pid} alive, log {plan.log}", data)
+
+
+def execute_restart(
+    target: Target,
+    config: Config,
+    plan: RestartPlan,
+    *,
+    grace_s: float | None = None,
+    force: bool = False,
+    kill_wait_s: float = 5.0,
+    gpu_timeout_s: float = 60.0,
+    verify_after_s: float = 5.0,
+    poll_s: float = 0.25,
+    launch_timeout_s: float = 30.0,
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """Stop, wait for GPU memory, launch once, verify: step events as they happen; audited.
+
+    `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
+    processes or their GPU memory remain. Stop iterating to cancel between steps.
+    """
+    timing = _Timing(
+        grace_s=plan.grace_s if grace_s is None else grace_s,
+        kill_wait_s=kill_wait_s,
+        gpu_timeout_s=gpu_timeout_s,
+        verify_after_s=verify_after_s,
+        poll_s=poll_s,
+        launch_timeout_s=launch_timeout_s,
+    )
+    return audited(
+        _restart(target, config, plan, timing, force),
+        log=AuditLog(config.audit_log),
+        action="restart",
+        target=target,
+        plan=plan.as_json(),
+    )
