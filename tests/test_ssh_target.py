@@ -254,3 +254,19 @@ async def test_refused_key_is_a_one_line_error(own_sshd: SshServer, targets) -> 
         await target.run("true", 30)
     assert "\n" not in str(caught.value)
     assert target.state.status is ConnectionStatus.FAILED
+
+
+async def test_proxy_jump_from_ssh_config(sshd: SshServer, targets, tmp_path: Path) -> None:
+    """An alias whose ssh_config names a ProxyJump host goes through it (here: the same server)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        sshd.ssh_config.read_text()
+        + f"Host pulse-jumped\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n  ProxyJump {sshd.alias}\n"
+    )
+    before = set(sshd.connection_pids())
+    target = targets(TargetConfig(host="pulse-jumped", ssh_config=str(config)))
+    result = await target.run("echo jumped", 30)
+    assert result.stdout == "jumped\n"
+    # Two new server-side connections: one to the jump host, one tunnelled through it.
+    assert len(set(sshd.connection_pids()) - before) == 2

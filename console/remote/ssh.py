@@ -181,6 +181,8 @@ class _Connection:
         self.keepalive_interval = keepalive_interval
         self.user, self.host = split_user(cfg.host or "")
         self.label = cfg.host or ""
+        self._config_paths = [cfg.ssh_config] if cfg.ssh_config else ()
+        """ssh_config files; () is asyncssh's default, ~/.ssh/config."""
         self.conn: asyncssh.SSHClientConnection | None = None
         self.slots = _ChannelSlots(max_channels)
         self.state = ConnectionState(ConnectionStatus.CONNECTING)
@@ -198,7 +200,7 @@ class _Connection:
             target._set_state(self.state)
 
     async def _options(self, host_keys_out: list[_HostKeys]) -> asyncssh.SSHClientConnectionOptions:
-        config = [self.cfg.ssh_config] if self.cfg.ssh_config else ()
+        config = self._config_paths
         try:
             resolved = await asyncssh.SSHClientConnectionOptions.construct(
                 None, config=config, host=self.host, port=self.cfg.port or (), username=self.user or ()
@@ -238,7 +240,8 @@ class _Connection:
                 f"{self.label}:{options.port}"
             )
             try:
-                conn = await asyncssh.connect(self.host, options=options)
+                # The config again, for the ProxyJump hops: asyncssh reads it afresh for each.
+                conn = await asyncssh.connect(self.host, options=options, config=self._config_paths)
             except Exception as exc:  # every failure becomes one line for the operator
                 raise _describe(exc, where, options, host_keys[0] if host_keys else None) from None
         except _Permanent as exc:
@@ -350,6 +353,7 @@ class _Connection:
         self._closed = True
         if self._reconnect_task is not None:
             self._reconnect_task.cancel()
+            await asyncio.gather(self._reconnect_task, return_exceptions=True)
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
