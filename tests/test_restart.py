@@ -328,3 +328,62 @@ def _pids_with(tag: str) -> list[int]:
             if tag.encode() in argv and Path(argv[0].decode()).name.startswith("python"):
                 found.append(int(entry.name))
     return found
+
+
+# -- GPU memory: the demo's stand-in nvidia-smi lists a PID's memory while that PID lives ----------
+
+
+def gpu_config(config: Config, tmp_path: Path, holder_pid: int, held_mib: int = 20000) -> Config:
+    """`config` reading GPUs from the stand-in nvidia-smi, with `holder_pid` holding memory on GPUs 0 and 1."""
+    from console.demo.machine import write_state
+    from console.demo.nvidia_smi import idle_gpu
+
+    state = tmp_path / "gpus.json"
+    now = time.time()
+    gpus = [idle_gpu(index, held_mib if index < 2 else 0) for index in range(8)]
+    write_state(state, {"pid": holder_pid, "updated": now, "busy_until": now + 3600, "gpus": gpus})
+    repo = Path(__file__).resolve().parent.parent
+    smi = f"env PYTHONPATH={repo} {sys.executable} -m console.demo.nvidia_smi --state {state}"
+    return dataclasses.replace(
+        config, gpus=GpuConfig(source="nvidia-smi"), target=dataclasses.replace(config.target, nvidia_smi=smi)
+    )
+
+
+async def test_plan_shows_gpu_memory_and_launch_waits_for_its_release(procs, tmp_path):
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    run = procs.start([sys.executable, str(HEALTHY), "--tag", tag])
+    procs.adopt(run.pid)
+    config = gpu_config(run_config(tmp_path, tag), tmp_path, run.pid)
+    target = LocalTarget()
+    plan = await plan_restart(target, config)
+    [planned] = plan.processes
+    assert planned.pid == run.pid and planned.gpu_mib == 2 * (20000 - 9)  # less the driver's own 9 MiB a GPU
+    assert plan.held_gpu_pids == (run.pid,)
+    assert any(f"{planned.gpu_mib} MiB GPU" in line for line in plan.describe())
+
+    events = await run_restart(target, config, plan)
+    procs.adopt(final(events, "launch").data["pid"])
+    assert final(events, "gpu").status is StepStatus.OK, events
+    assert final(events, "verify").status is StepStatus.OK, events
+
+
+async def test_memory_still_held_refuses_the_launch_unless_forced(procs, tmp_path):
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    # A context the stop cannot end (a host PID seen from a container, a process stuck in the driver):
+    # a bystander the test owns, listed as holding memory, that the restart must not touch.
+    holder = procs.start(["sleep", "300"])
+    config = gpu_config(run_config(tmp_path, tag), tmp_path, holder.pid)
+    target = LocalTarget()
+    plan = dataclasses.replace(await plan_restart(target, config), held_gpu_pids=(holder.pid,))
+
+    events = await run_restart(target, config, plan, gpu_timeout_s=0.3)
+    gpu = final(events, "gpu")
+    assert gpu.status is StepStatus.FAILED and f"PID {holder.pid}" in gpu.detail and "--force" in gpu.detail
+    assert final(events, "launch").status is StepStatus.SKIPPED
+    assert holder.poll() is None
+
+    events = await run_restart(target, config, plan, gpu_timeout_s=0.3, force=True)
+    procs.adopt(final(events, "launch").data["pid"])
+    assert final(events, "gpu").status is StepStatus.WARNING
+    assert final(events, "verify").status is StepStatus.OK
+    assert holder.poll() is None
