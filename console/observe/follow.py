@@ -31,6 +31,8 @@ READ_SIZE = 1 << 20
 #: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 REAP_S = 5.0
+#: The longest stretch of line work between two yields to the event loop (the UI shares it).
+SLICE_S = 0.01
 
 LinesCallback = Callable[[list[LogLine]], None]
 EventCallback = Callable[[Event], None]
@@ -185,7 +187,7 @@ class LogFollower:
         try:
             while data := await asyncio.wait_for(channel.read(READ_SIZE), self.stale_s):
                 for header, payload in frames.feed(data):
-                    self._handle(header, payload)
+                    await self._handle(header, payload)
             status = await asyncio.wait_for(channel.wait(), self.stale_s)
         finally:
             channel.close()
@@ -195,7 +197,7 @@ class LogFollower:
 
     # -- frames ----------------------------------------------------------------
 
-    def _handle(self, header: dict, payload: bytes) -> None:
+    async def _handle(self, header: dict, payload: bytes) -> None:
         ev = header["ev"]
         if ev == "data":
             if header.get("inode") != self._inode or header.get("offset") != self._received:
@@ -204,9 +206,7 @@ class LogFollower:
                     f"expected {self._received} of inode {self._inode}"
                 )
             self._received += len(payload)
-            lines = self._split(payload)
-            if lines:
-                self.on_lines(lines)
+            await self._deliver(self._split(payload))
             return
         if ev == "open":
             self._open(header)
@@ -247,9 +247,9 @@ class LogFollower:
 
     # -- lines -----------------------------------------------------------------
 
-    def _split(self, chunk: bytes) -> list[LogLine]:
-        now = time.monotonic()
-        out: list[LogLine] = []
+    def _split(self, chunk: bytes) -> list[tuple[bytes, bool]]:
+        """The lines `chunk` completes, raw, each with whether it was cut at the bound."""
+        out: list[tuple[bytes, bool]] = []
         if self._skipping:
             end = chunk.find(b"\n")
             if end < 0:
@@ -259,18 +259,18 @@ class LogFollower:
         if self._partial:
             end = chunk.find(b"\n")
             if end < 0:
-                self._extend_partial(chunk, out, now)
+                self._extend_partial(chunk, out)
                 return out
-            out.append(self._line(bytes(self._partial) + chunk[:end], now))
+            out.append((bytes(self._partial) + chunk[:end], False))
             self._partial.clear()
             chunk = chunk[end + 1 :]
         lines, rest = split_lines(chunk)
-        out.extend(self._line(raw, now) for raw in lines)
+        out.extend((raw, False) for raw in lines)
         if rest:
-            self._extend_partial(rest, out, now)
+            self._extend_partial(rest, out)
         return out
 
-    def _extend_partial(self, data: bytes, out: list[LogLine], now: float) -> None:
+    def _extend_partial(self, data: bytes, out: list[tuple[bytes, bool]]) -> None:
         """Hold an unfinished line, never more than the bound: an over-long one is cut and its rest skipped."""
         self._partial += data
         if len(self._partial) <= self.max_line_bytes:
@@ -280,9 +280,25 @@ class LogFollower:
         if redraw > 0 and len(self._partial) - redraw <= self.max_line_bytes:
             del self._partial[:redraw]
             return
-        out.append(self._line(bytes(self._partial[: self.max_line_bytes]), now, cut=True))
+        out.append((bytes(self._partial[: self.max_line_bytes]), True))
         self._partial.clear()
         self._skipping = True
+
+    async def _deliver(self, raws: list[tuple[bytes, bool]]) -> None:
+        """Make lines of `raws` and hand them on: one batch, or one per SLICE_S of work so the loop stays responsive."""
+        batch: list[LogLine] = []
+        started = time.perf_counter()
+        now = time.monotonic()
+        for raw, cut in raws:
+            batch.append(self._line(raw, now, cut=cut))
+            if len(batch) % 64 == 0 and time.perf_counter() - started > SLICE_S:
+                self.on_lines(batch)
+                batch = []
+                await asyncio.sleep(0)
+                started = time.perf_counter()
+                now = time.monotonic()
+        if batch:
+            self.on_lines(batch)
 
     def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
         text, shortened = sanitize(raw, self.max_line_bytes)
