@@ -62,7 +62,7 @@ def _clean(text: str, max_len: int) -> tuple[str, bool]:
         cut = True
         text = text[-budget:] if "\r" in text[-budget:] else text[:budget]
     if "\x1b" in text or not text.isascii():
-        text = _ESCAPE_SEQUENCE.sub("", text)
+        text = strip_escape_sequences(text)
     if "\r" in text:
         text = _last_redraw(text)
     if "\t" in text:
@@ -71,6 +71,11 @@ def _clean(text: str, max_len: int) -> tuple[str, bool]:
     if len(text) > max_len:
         return text[:max_len], True
     return text, cut
+
+
+def strip_escape_sequences(text: str) -> str:
+    """`text` without terminal escape sequences (CSI, OSC, DCS, SOS, PM, APC, 8-bit forms); nothing else changes."""
+    return _ESCAPE_SEQUENCE.sub("", text)
 
 
 def _last_redraw(text: str) -> str:

@@ -1,0 +1,353 @@
+"""Parse `py-spy dump` (text, --native, --locals, --json) and say where each thread waits.
+
+Also maps py-spy's failures (no such process, ptrace denied, not installed, ...) to a
+code and one line of advice, since the operator reads those mid-incident.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from console.observe.textsafe import strip_escape_sequences
+
+
+@dataclass(frozen=True, slots=True)
+class LocalVariable:
+    """One argument or local of a frame, as py-spy --locals shows it."""
+
+    name: str
+    repr: str
+    argument: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    """One frame of a thread's stack, innermost first in ThreadStack.frames."""
+
+    function: str
+    file: str
+    """Full path when py-spy gave one (--json); otherwise its short name, e.g. `threading.py`."""
+    line: int | None
+    native: bool = False
+    """A C/C++ frame (--native): a library instead of a Python source line."""
+    locals: tuple[LocalVariable, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread of a dumped process."""
+
+    pid: int
+    thread_id: int
+    """The OS thread id (as in /proc/PID/task) when py-spy knows it, else its Python thread id."""
+    name: str | None
+    active: bool
+    """False when py-spy reports the thread idle (not on a CPU)."""
+    owns_gil: bool
+    frames: tuple[StackFrame, ...]
+
+    @property
+    def status(self) -> str:
+        """py-spy's own word: idle, active or active+gil."""
+        if not self.active:
+            return "idle"
+        return "active+gil" if self.owns_gil else "active"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDump:
+    """The threads of one process at the moment of the dump."""
+
+    pid: int
+    command: str
+    python_version: str | None
+    threads: tuple[ThreadStack, ...]
+    executable: str | None = None
+    parent_pid: int | None = None
+
+
+# -- text ------------------------------------------------------------------------
+
+_PROCESS = re.compile(r"^Process (\d+): (.*)$")
+_PYTHON = re.compile(r"^Python v(\S+) \((.*)\)$")
+_PARENT = re.compile(r"^Parent Process (\d+): .*$")
+_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?$')
+_LOCAL = re.compile(r"^ {12}(.*?): (.*)$")
+_FRAME_LINE = re.compile(r"^(.*):(\d+)$")
+
+
+def parse_dump_text(text: str) -> list[ProcessDump]:
+    """Every process in a text dump (several with --subprocesses). Raises ValueError on other text."""
+    if "\x1b" in text:
+        text = strip_escape_sequences(text)
+    dumps: list[ProcessDump] = []
+    header: dict | None = None
+    threads: list[ThreadStack] = []
+    frames: list[StackFrame] = []
+    thread: dict | None = None
+    argument = False
+
+    def close_thread() -> None:
+        nonlocal thread
+        if thread is not None:
+            threads.append(ThreadStack(frames=tuple(frames), **thread))
+            frames.clear()
+            thread = None
+
+    def close_process() -> None:
+        nonlocal header
+        close_thread()
+        if header is not None:
+            dumps.append(ProcessDump(threads=tuple(threads), **header))
+            threads.clear()
+            header = None
+
+    for line in text.splitlines():
+        if match := _PROCESS.match(line):
+            close_process()
+            header = {"pid": int(match[1]), "command": match[2], "python_version": None}
+        elif header is None:
+            continue  # py-spy's progress chatter or a separator before the first process
+        elif match := _PYTHON.match(line):
+            header.update(python_version=match[1], executable=match[2])
+        elif match := _PARENT.match(line):
+            header["parent_pid"] = int(match[1])
+        elif match := _THREAD.match(line):
+            close_thread()
+            status = match[2]
+            thread = {
+                "pid": header["pid"],
+                "thread_id": int(match[1], 16) if match[1].startswith("0x") else int(match[1]),
+                "name": match[3],
+                "active": status != "idle",
+                "owns_gil": "gil" in status,
+            }
+        elif thread is None:
+            continue
+        elif line.startswith("        ") and line.strip() in ("Arguments:", "Locals:"):
+            argument = line.strip() == "Arguments:"
+        elif (match := _LOCAL.match(line)) and frames:
+            last = frames[-1]
+            variable = LocalVariable(match[1], match[2], argument)
+            frames[-1] = StackFrame(last.function, last.file, last.line, last.native, (*last.locals, variable))
+        elif line.startswith("    ") and not line.startswith("     "):
+            frames.append(_text_frame(line[4:]))
+    close_process()
+    if not dumps:
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        raise ValueError(f"not py-spy dump output: {first[:200]!r}")
+    return dumps
+
+
+def _text_frame(text: str) -> StackFrame:
+    """`Queue.get (queue.py:171)`, `PyThread_acquire_lock_timed (python3.12)` or `0x7f5b... (libc.so.6)`."""
+    function, _, where = text.rpartition(" (")
+    where = where.removesuffix(")")
+    if not function:
+        return StackFrame(text, "", None, native=True)
+    match = _FRAME_LINE.match(where)
+    if match and match[2] != "0":
+        return StackFrame(function, match[1], int(match[2]))
+    return StackFrame(function, where, None, native=True)
+
+
+# -- json ------------------------------------------------------------------------
+
+
+def parse_dump_json(text: str) -> list[ProcessDump]:
+    """The processes in `py-spy dump --json` output (a list of threads, grouped here by pid)."""
+    try:
+        traces = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not py-spy --json output: {exc}") from None
+    if not isinstance(traces, list):
+        raise ValueError("not py-spy --json output: expected a list of threads")
+    by_pid: dict[int, list[ThreadStack]] = {}
+    commands: dict[int, str] = {}
+    try:
+        for trace in traces:
+            pid = int(trace["pid"])
+            info = trace.get("process_info") or {}
+            if info.get("command_line"):
+                commands[pid] = info["command_line"]
+            by_pid.setdefault(pid, []).append(
+                ThreadStack(
+                    pid=pid,
+                    thread_id=int(trace.get("os_thread_id") or trace["thread_id"]),
+                    name=trace.get("thread_name"),
+                    active=bool(trace.get("active")),
+                    owns_gil=bool(trace.get("owns_gil")),
+                    frames=tuple(_json_frame(frame) for frame in trace.get("frames") or ()),
+                )
+            )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"py-spy --json output has an unexpected shape: {type(exc).__name__}: {exc}") from None
+    return [ProcessDump(pid, commands.get(pid, ""), None, tuple(threads)) for pid, threads in by_pid.items()]
+
+
+def _json_frame(frame: dict) -> StackFrame:
+    line = frame.get("line") or None
+    variables = tuple(
+        LocalVariable(str(local.get("name")), str(local.get("repr") or "?"), bool(local.get("arg")))
+        for local in frame.get("locals") or ()
+    )
+    return StackFrame(
+        function=str(frame.get("name")),
+        file=str(frame.get("filename") or frame.get("short_filename") or ""),
+        line=line,
+        native=line is None or frame.get("module") is not None,
+        locals=variables,
+    )
+
+
+# -- reading stacks ----------------------------------------------------------------------
+
+_STDLIB = frozenset(sys.stdlib_module_names)
+_LIBRARY_PATH = re.compile(r"[/\\](?:site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d+(?:\.\d+)?t?[/\\]")
+
+
+def is_user_frame(frame: StackFrame) -> bool:
+    """True for the run's own code; False for native, installed-package, stdlib and frozen frames.
+
+    From a text dump's short names an installed package (`torch/nn/module.py`) cannot
+    be told from the run's own package; the --json dump's full paths can.
+    """
+    file = frame.file
+    if frame.native or not file or file.startswith("<frozen"):
+        return False
+    if file.startswith("/") or file[1:3] == ":\\":
+        return not _LIBRARY_PATH.search(file)
+    top = re.split(r"[/\\]", file, maxsplit=1)[0].removesuffix(".py")
+    return top not in _STDLIB
+
+
+#: What classify_wait answers, most telling first.
+WAITS = ("queue get", "NCCL collective", "CUDA synchronize", "lock/condition wait", "I/O", "sleep")
+
+_QUEUE = re.compile(r"(?:^|\.)(?:Simple|Joinable|Lifo|Priority)?Queue\.get(?:_nowait)?$|^get$")
+_COLLECTIVE = re.compile(
+    r"all_?reduce|all_?gather|reduce_scatter|all_?to_?all|broadcast|barrier|nccl|ProcessGroupNCCL|WorkNCCL", re.I
+)
+_SYNCHRONIZE = re.compile(r"synchronize|cuStreamQuery|cudaStreamQuery", re.I)
+_LOCK = re.compile(
+    r"(?:Condition|Event|Barrier|Semaphore|BoundedSemaphore)\.wait|(?:R?Lock|Semaphore|Condition)\.acquire"
+    r"|Thread\.join|_wait_for_tstate_lock|PyThread_acquire_lock|pthread_cond_(?:timed)?wait|pthread_mutex_lock"
+    r"|pthread_join|sem_(?:timed)?wait|futex|lll_lock_wait|acquire_lock"
+)
+_IO_NAMES = frozenset(
+    "read readinto readline readlines recv recv_into recvfrom recvmsg _recv _recv_bytes recv_bytes accept"
+    " accept4 connect select poll ppoll pselect epoll_wait kevent send sendall sendmsg write getaddrinfo"
+    " wait_for_data _read_ready readexactly".split()
+)
+_SLEEP = re.compile(r"(?:^|\.)sleep$|nanosleep|^time_sleep$|^usleep$")
+
+
+def classify_wait(thread: ThreadStack) -> str:
+    """Where a thread waits: one of WAITS, or 'running' / 'unknown' when no frame says.
+
+    The whole stack is read and the most telling wait wins, so `Queue.get` beats the
+    `Condition.wait` it sits in. A plain dump cannot see C calls: a thread in
+    `time.sleep` shows only its Python line, so it reads 'unknown' without --native.
+    """
+    found: set[str] = set()
+    for frame in thread.frames:
+        found.update(_frame_waits(frame))
+    for wait in WAITS:
+        if wait in found:
+            return wait
+    return "running" if thread.active else "unknown"
+
+
+def _frame_waits(frame: StackFrame) -> Iterable[str]:
+    name = frame.function
+    file = frame.file
+    if _QUEUE.search(name) and (name != "get" or file.endswith(("queue.py", "queues.py"))):
+        yield "queue get"
+    if _COLLECTIVE.search(name) and ("distributed" in file or "c10d" in name or "nccl" in f"{name} {file}".lower()):
+        yield "NCCL collective"
+    if _SYNCHRONIZE.search(name) or (frame.native and file.startswith("libcuda")):
+        yield "CUDA synchronize"
+    if _LOCK.search(name):
+        yield "lock/condition wait"
+    if _short_name(name) in _IO_NAMES:
+        yield "I/O"
+    if _SLEEP.search(name):
+        yield "sleep"
+
+
+def _short_name(function: str) -> str:
+    """`socket.recv` → `recv`; native `__libc_recv`, `__GI___poll` → `recv`, `poll`."""
+    last = function.rsplit(".", 1)[-1]
+    return re.sub(r"^(?:__GI_)?_*(?:libc_)?", "", last) or last
+
+
+def group_identical(threads: Sequence[ThreadStack]) -> list[tuple[int, ThreadStack]]:
+    """Threads with the same stack counted once: (count, first such thread), most common first."""
+    groups: dict[tuple, list] = {}
+    for thread in threads:
+        key = tuple((frame.function, frame.file, frame.line) for frame in thread.frames)
+        if key in groups:
+            groups[key][0] += 1
+        else:
+            groups[key] = [1, thread]
+    return sorted(((count, thread) for count, thread in groups.values()), key=lambda group: -group[0])
+
+
+# -- failures ------------------------------------------------------------------------
+
+_ADVICE = {
+    "no_such_process": (
+        "the process is gone, or py-spy runs in another PID namespace: use the PID as seen where py-spy runs"
+    ),
+    "permission_denied": (
+        "ptrace was denied: run py-spy as root; in docker add --cap-add SYS_PTRACE; "
+        "LXC/AppArmor may deny it anyway, then run py-spy on the host with the host PID"
+    ),
+    "not_found": "py-spy is not installed on the target: `pip install py-spy` there, or set target.py_spy to its path",
+    "unsupported_python": (
+        "py-spy cannot read this interpreter: upgrade it (`pip install -U py-spy`), "
+        "and make sure the PID is the Python process, not a launcher or shell"
+    ),
+    "timeout": "py-spy did not finish in time: the process may be stuck in the kernel (state D); retry with --nonblocking",
+}
+_ERROR_RULES = (
+    ("permission_denied", re.compile(r"Permission Denied|Operation not permitted|os error 1\)|os error 13\)|EPERM", re.I)),
+    (
+        "no_such_process",
+        re.compile(r"Check that the process is running|check if it is running|No such process|os error 3\)", re.I),
+    ),
+    (
+        "unsupported_python",
+        re.compile(
+            r"Unsupported version of Python|Failed to find python version|Failed to get python version"
+            r"|Failed to find a python interpreter|Failed to find (?:the )?interpreter",
+            re.I,
+        ),
+    ),
+    ("not_found", re.compile(r"command not found|py-spy: not found|No such file or directory.*py-spy|py-spy.*No such file or directory")),
+    ("timeout", re.compile(r"timed out|timeout", re.I)),
+)
+
+
+def classify_error(stderr: str, exit_status: int) -> tuple[str, str]:
+    """A failed py-spy run as (code, one line of advice); code is one of _ADVICE's keys or 'unknown'."""
+    if exit_status == 127:
+        return "not_found", _ADVICE["not_found"]
+    for code, rule in _ERROR_RULES:
+        if rule.search(stderr):
+            return code, _ADVICE[code]
+    if exit_status in (124, 137) and "Error" not in stderr:
+        return "timeout", _ADVICE["timeout"]
+    return "unknown", f"py-spy failed (exit {exit_status}): {_first_error_line(stderr)}"
+
+
+def _first_error_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("Error:"):
+            return line[:200]
+    return lines[0][:200] if lines else "no message"
