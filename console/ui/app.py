@@ -15,14 +15,18 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from textual import on
+from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import Footer, Input
 
 from console.config import Config
 from console.model import ConnectionState, Sample
 from console.state import RATE_UNITS, RunState
+from console.ui.action_screen import ActionScreen
+from console.ui.confirm_screen import ConfirmScreen
+from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.help_screen import HelpScreen
 from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
@@ -87,6 +91,36 @@ def step_eta_s(state: RunState) -> float | None:
     return (state.total_steps - state.step) / steps_per_s
 
 
+class PlanReady(Message):
+    """A mutating action has a plan: show it, ask, then run `execute()`."""
+
+    def __init__(self, title: str, lines: list[str], execute, *, confirm: bool = True, dangerous: bool = False) -> None:
+        super().__init__()
+        self.title = title
+        self.lines = lines
+        self.execute = execute
+        self.confirm = confirm
+        self.dangerous = dangerous
+
+
+class ActionRefusedMessage(Message):
+    """An action will not run (read-only, not configured, target unreachable): one line for the operator."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class VerdictReady(Message):
+    """A diagnosis finished; `show` opens the diagnosis screen (a key press asked for it)."""
+
+    def __init__(self, verdict, evidence, *, show: bool) -> None:
+        super().__init__()
+        self.verdict = verdict
+        self.evidence = evidence
+        self.show = show
+
+
 class PulseApp(App[int]):
     """The console for one run on one target."""
 
@@ -125,6 +159,8 @@ class PulseApp(App[int]):
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
+        self.verdict = None
+        """The latest Verdict, shown in the status line until the state changes."""
 
     # -- layout ------------------------------------------------------------------
 
@@ -244,6 +280,9 @@ class PulseApp(App[int]):
             status=connection.status,
             connection=connection.describe(now),
             sample_age_s=age,
+            verdict=self.verdict.name if self.verdict else None,
+            verdict_summary=self.verdict.summary if self.verdict else "",
+            verdict_level=verdict_level(self.verdict.name) if self.verdict else "ok",
             read_only=self.read_only,
         )
 
@@ -420,12 +459,109 @@ class PulseApp(App[int]):
                 self.clear_filter()
                 event.stop()
 
-    def refuse_if_read_only(self, what: str) -> bool:
-        """Tell the operator a mutating action is disabled; True when it was refused."""
-        if self.read_only:
-            self.notify(f"read-only: {what} disabled (started with --read-only)", severity="warning")
-            return True
-        return False
+    # -- actions on the run -------------------------------------------------------
+
+    def action_diagnose(self) -> None:
+        self.notify("diagnosing: sampling the run…", timeout=2)
+        self.run_diagnosis(show=True)
+
+    @work(exclusive=True, exit_on_error=False, group="diagnose")
+    async def run_diagnosis(self, *, show: bool) -> None:
+        """Gather evidence from the target and diagnose it (posts VerdictReady)."""
+        from console.diagnose import diagnose
+        from console.evidence import gather
+        from console.remote.target import TargetError
+
+        try:
+            evidence = await gather(self.target, self.config, window_s=self.config.stall.sample_window_s, follower_state=self.state)
+        except TargetError as exc:
+            self.post_message(ActionRefusedMessage(f"diagnosis failed: {exc}"))
+            return
+        self.post_message(VerdictReady(diagnose(evidence, self.config), evidence, show=show))
+
+    @on(VerdictReady)
+    def _verdict(self, message: VerdictReady) -> None:
+        self.set_verdict(message.verdict)
+        if message.show:
+            self.push_screen(DiagnosisScreen(message.verdict, message.evidence))
+
+    def set_verdict(self, verdict) -> None:
+        """Show `verdict` in the status line; notify when it is worse than the previous one."""
+        from console.diagnose import worse
+
+        previous = self.verdict
+        self.verdict = verdict
+        if previous is not None and worse(verdict.name, previous.name):
+            severity = "error" if verdict_level(verdict.name) == "crit" else "warning"
+            self.notify(f"{verdict.name}: {verdict.summary}", title="run got worse", severity=severity, timeout=10)
+        self.refresh_panes()
+
+    def action_restart(self) -> None:
+        from console.actions.restart import execute_restart, plan_restart
+
+        async def make_plan():
+            plan = await plan_restart(self.target, self.config, read_only=self.read_only)
+            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan), dangerous=True)
+
+        self.prepare_action(make_plan)
+
+    def action_warmup(self) -> None:
+        from console.actions.warmup import execute_warmup, plan_warmup
+
+        async def make_plan():
+            plan = plan_warmup(self.config, read_only=self.read_only)
+            return PlanReady("Sequential warmup", plan.describe(), lambda: execute_warmup(self.target, self.config, plan))
+
+        self.prepare_action(make_plan)
+
+    def action_custom(self, index: int) -> None:
+        from console.actions.custom import ActionContext, execute_custom, plan_custom
+
+        custom = self.config.actions[index]
+        sample = self.state.latest
+        processes = sample.processes if sample else ()
+        roots = [p for p in processes if p.ppid not in {q.pid for q in processes}]
+        pids = tuple(p.pid for p in roots + [p for p in processes if p not in roots])
+        used = sorted(self.config.gpus.roles) or [gpu.index for gpu in (sample.gpus if sample else ())]
+        context = ActionContext(pids=pids, log=self.state.log_path or self.config.run.log, gpu=used[0] if used else None, host=self.config.target.host or "local")
+
+        async def make_plan():
+            plan = plan_custom(custom, context, read_only=self.read_only)
+            return PlanReady(
+                custom.name,
+                plan.describe(),
+                lambda: execute_custom(self.target, self.config, plan),
+                confirm=custom.confirm,
+                dangerous=custom.dangerous,
+            )
+
+        self.prepare_action(make_plan)
+
+    @work(exclusive=True, exit_on_error=False, group="plan")
+    async def prepare_action(self, make_plan) -> None:
+        """Build an action's plan off the UI's handlers (planning may read the target)."""
+        from console.actions.audit import ActionRefused
+        from console.remote.target import TargetError
+
+        try:
+            self.post_message(await make_plan())
+        except (ActionRefused, TargetError) as exc:
+            self.post_message(ActionRefusedMessage(str(exc)))
+
+    @on(ActionRefusedMessage)
+    def _refused(self, message: ActionRefusedMessage) -> None:
+        self.notify(message.text, severity="warning", timeout=6)
+
+    @on(PlanReady)
+    def _plan_ready(self, message: PlanReady) -> None:
+        def run(confirmed: bool | None) -> None:
+            if confirmed:
+                self.push_screen(ActionScreen(message.title, message.execute), callback=lambda _ok: self.mark_changed())
+
+        if message.confirm:
+            self.push_screen(ConfirmScreen(message.title, message.lines, dangerous=message.dangerous), callback=run)
+        else:
+            run(True)
 
 
 def run_console(config: Config, args: argparse.Namespace) -> int:

@@ -40,9 +40,10 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen {
         align: center middle;
+        background: $background 50%;
         & > VerticalScroll {
-            width: auto;
-            max-width: 90%;
+            width: 104;
+            max-width: 95%;
             height: auto;
             max-height: 90%;
             border: round $primary;

@@ -106,6 +106,11 @@ def importable(module: str) -> bool:
 
 def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
     """The table entry of a custom action from the config's [[actions]]."""
+    mutating = True
+    if importable(CUSTOM_MODULE):
+        from console.actions.custom import is_mutating
+
+        mutating = is_mutating(custom)
     return ActionSpec(
         f"custom({index})",
         custom.key,
@@ -113,7 +118,7 @@ def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
         custom.name,
         custom.description or f"Run: {custom.command}",
         "Run",
-        mutating=True,
+        mutating=mutating,
         modules=(CUSTOM_MODULE,),
         needs_target=True,
     )

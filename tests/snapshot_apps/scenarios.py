@@ -216,16 +216,18 @@ def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
     return state
 
 
-def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: bool = False, target=None, **run_overrides):
-    """A PulseApp over `scenario`'s state with no live source, on a fake clock (app.clock)."""
+def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: bool = False, target=None, config=None):
+    """A PulseApp over `scenario`'s state with no live source, on a fake clock (app.clock), no animations."""
     from console.ui.app import PulseApp
 
     clock = FakeClock()
-    return PulseApp(
-        make_config(**run_overrides),
+    app = PulseApp(
+        config or make_config(),
         build_state(scenario, clock),
         target=target,
         read_only=read_only,
         clock=clock,
         theme=theme,
     )
+    app.animation_level = "none"
+    return app

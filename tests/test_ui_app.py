@@ -1,0 +1,258 @@
+"""Pilot tests of the console: keys, follow/pause, problem jumps, filter, themes, connection, read-only."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+from rich.console import Console
+
+from textual.widgets import Input
+
+from console.config import WarmupConfig
+from console.model import ConnectionState, ConnectionStatus, GpuReading, LogLine, Sample
+from console.observe.lines import classify_line
+from console.remote.target import LocalTarget
+from console.ui.gpu_pane import GpuPane
+from console.ui.help_screen import HelpScreen
+from console.ui.log_pane import LogPane
+from console.ui.process_pane import ProcessPane
+from console.ui.status_bar import StatusBar
+from tests.snapshot_apps.scenarios import NOW, h200, make_app, make_config, run_processes
+
+SIZE = (120, 40)
+
+
+def status_text(app) -> str:
+    return str(app.query_one(StatusBar).render())
+
+
+def add_lines(app, texts: list[str]) -> None:
+    first = app.state.lines_received + 1
+    app.state.add_lines(LogLine(first + i, text, classify_line(text), time=NOW) for i, text in enumerate(texts))
+
+
+async def test_help_opens_and_closes_and_q_quits():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        console = Console(width=120, record=True, file=io.StringIO())
+        console.print(app.screen.query_one("Static").content)
+        shown = console.export_text()
+        assert "Jump to the next OOM" in shown and "Pause or resume following" in shown
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_unwired_actions_are_hidden_and_their_keys_do_nothing():
+    app = make_app()  # no target: nothing can act on the run
+    async with app.run_test(size=SIZE) as pilot:
+        assert {"diagnose", "dump", "restart", "warmup"}.isdisjoint(spec.action for spec in app.action_specs)
+        footer_keys = {binding.key for _, binding, enabled, _ in app.screen.active_bindings.values() if enabled}
+        assert "R" not in footer_keys and "d" not in footer_keys
+        await pilot.press("R", "d")
+        assert app.screen is app.screen_stack[0]
+
+
+async def test_follow_pauses_counts_new_lines_and_resumes():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        assert log.following and log.scroll_y == log.max_scroll_y
+        await pilot.press("f")
+        assert not log.following
+        add_lines(app, [f"step {9000 + i} | loss 1.0 | 14.1K tok/s" for i in range(37)])
+        app.flush_log()
+        await pilot.pause()
+        assert log.unseen == 37
+        assert "37 new lines" in app.query_one("#log-box").border_subtitle
+        top = log.scroll_y
+        assert top < log.max_scroll_y
+        await pilot.press("f")
+        await pilot.pause()
+        assert log.following and log.unseen == 0
+        assert log.scroll_y == log.max_scroll_y
+        assert "following" in app.query_one("#log-box").border_subtitle
+
+
+async def test_scrolling_up_pauses_and_scrolling_to_the_end_follows_again():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        await pilot.press("pageup")
+        assert not log.following
+        add_lines(app, ["step 1 | loss 1.0"] * 5)
+        app.flush_log()
+        assert log.unseen == 5
+        await pilot.press("end")
+        await pilot.pause()
+        assert log.following and log.unseen == 0
+
+
+async def test_n_and_N_jump_between_problem_lines():
+    app = make_app("oom")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        problems = [line for line in log.shown_lines if line.info.kind.value in ("traceback", "oom")]
+        assert [line.info.kind.value for line in problems] == ["traceback", "oom"]
+        await pilot.press("home")
+        await pilot.press("n")
+        assert log.current_problem == problems[0].number
+        assert not log.following
+        await pilot.press("n")
+        assert log.current_problem == problems[1].number
+        await pilot.press("n")  # none below: stays, says so
+        assert log.current_problem == problems[1].number
+        assert any("no problem line below" in n.message for n in app._notifications)
+        await pilot.press("N")
+        assert log.current_problem == problems[0].number
+        first_visible = int(log.scroll_y)
+        visible = [line.number for line in log.shown_lines[first_visible : first_visible + log.size.height]]
+        assert problems[0].number in visible
+
+
+async def test_slash_filters_lines_and_escape_clears():
+    app = make_app("nan")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        total = log.line_count
+        await pilot.press("slash")
+        search = app.query_one("#search", Input)
+        search.cursor_blink = False
+        assert search.has_focus
+        await pilot.press(*"returned nan")
+        await pilot.pause()
+        assert log.line_count == 1
+        assert "returned nan values" in log.shown_lines[0].text
+        assert "filter" in app.query_one("#log-box").border_subtitle
+        await pilot.press("enter")
+        assert log.has_focus and log.line_count == 1
+        await pilot.press("escape")
+        assert log.filter_text == "" and log.line_count == total
+
+
+async def test_t_cycles_all_three_themes_and_textual_themes_still_render():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        seen = [app.theme]
+        for _ in range(3):
+            await pilot.press("t")
+            seen.append(app.theme)
+        assert seen == ["pulse-dark", "pulse-high-contrast", "pulse-light", "pulse-dark"]
+        assert app.thresholds.memory_warn_pct == 90
+        app.theme = "pulse-high-contrast"
+        await pilot.pause()
+        assert app.thresholds.memory_warn_pct == 85
+        assert {"pulse-dark", "pulse-light", "pulse-high-contrast"} <= set(app.available_themes)
+        app.theme = "nord"  # a Textual theme without Pulse's line colours: defaults fill in
+        await pilot.pause()
+        assert app.get_css_variables()["line-oom"] == app.pulse_themes["pulse-dark"].theme.variables["line-oom"]
+
+
+async def test_theme_flag_picks_the_theme():
+    app = make_app(theme="pulse-light")
+    async with app.run_test(size=SIZE):
+        assert app.theme == "pulse-light"
+        assert not app.current_theme.dark
+
+
+async def test_status_line_says_reconnecting_in_n_seconds_then_failed():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        assert "connected" in status_text(app)
+        app.state.set_connection(ConnectionState(ConnectionStatus.RECONNECTING, "connection lost", retry_at=NOW + 4))
+        app.refresh_panes()
+        await pilot.pause()
+        assert "reconnecting in 4 s: connection lost" in status_text(app)
+        app.clock.advance(3)
+        app.refresh_panes()
+        assert "reconnecting in 1 s" in status_text(app)
+        assert "sample 4 s ago" in status_text(app)
+        app.state.set_connection(ConnectionState(ConnectionStatus.FAILED, "host key mismatch for 10.1.2.6"))
+        app.refresh_panes()
+        assert "failed: host key mismatch for 10.1.2.6" in status_text(app)
+
+
+async def test_read_only_mutating_keys_notify_and_do_nothing():
+    config = dataclasses.replace(
+        make_config(),
+        warmup=WarmupConfig(command="python3 /root/warmup.py --gpu {gpu} --seq-len {seq_len}", gpus=(0, 1), seq_lens=(770,)),
+    )
+    app = make_app(read_only=True, target=LocalTarget(), config=config)
+    async with app.run_test(size=SIZE) as pilot:
+        assert "warmup" in {spec.action for spec in app.action_specs}
+        await pilot.press("w")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert any(m.startswith("read-only: warmup disabled") for m in messages), messages
+        assert app.screen is app.screen_stack[0]
+        assert "read-only" in status_text(app)
+
+
+async def test_eight_gpus_fit_100x30():
+    app = make_app()
+    async with app.run_test(size=(100, 30)):
+        pane = app.query_one(GpuPane)
+        assert pane.size.height >= 8
+        lines = [pane.render_line(y).text for y in range(8)]
+        for index, line in enumerate(lines):
+            assert line.lstrip().startswith(str(index))
+            assert ("target" if index < 5 else "drafter") in line
+            assert "/140.4G" in line and "°C" in line
+
+
+async def test_gpu_fault_and_read_error_are_shown_not_raised():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        gpus = (h200(0, 1000, 5.0, 40, 100), dataclasses.replace(h200(1, None, None, 40, 100), error="[GPU requires reset]"))
+        app.state.add_sample(Sample(time=1.0, gpus=gpus, gpu_source="nvidia-smi", processes=run_processes()))
+        app.refresh_panes()
+        await pilot.pause()
+        assert "[GPU requires reset]" in app.query_one(GpuPane).render_line(1).text
+        assert "GPU fault" in app.query_one("#gpus-box").border_subtitle
+        app.state.add_sample(Sample(time=2.0, gpu_error="nvidia-smi: NVML driver/library version mismatch"))
+        app.refresh_panes()
+        assert "GPU read failed: nvidia-smi: NVML driver/library version mismatch" in app.query_one("#gpus-box").border_subtitle
+
+
+async def test_processes_unseen_in_a_pid_namespace_are_said():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        host_pid_gpus = tuple(h200(i, 120_000, 97.0, 60, 600, pids=((2_281_447, 119_000),)) for i in range(8))
+        app.state.add_sample(Sample(time=1.0, gpus=host_pid_gpus, gpu_source="nvml", processes=run_processes(), in_pid_namespace=True))
+        app.refresh_panes()
+        await pilot.pause()
+        assert "processes unseen (PID namespace)" in app.query_one("#gpus-box").border_subtitle
+
+
+async def test_process_rows_update_in_place_and_keep_the_cursor():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ProcessPane)
+        table.move_cursor(row=2)
+        main, *workers = run_processes()
+        app.state.add_sample(Sample(time=1.0, processes=(dataclasses.replace(main, cpu_pct=3.5), *workers)))
+        app.refresh_panes()
+        await pilot.pause()
+        assert table.cursor_row == 2 and table.row_count == 3
+        assert str(table.get_cell("4127", "cpu")) == "3.5"
+        app.state.add_sample(Sample(time=2.0, processes=(main,)))  # the workers exited
+        app.refresh_panes()
+        await pilot.pause()
+        assert table.row_count == 3 and table.alive_count == 1
+        assert str(table.get_cell("4190", "state")) == "gone"
+        assert "1 alive" in app.query_one("#processes-box").border_title
+
+
+async def test_log_silence_is_shown_and_turns_loud_past_the_stall_threshold():
+    app = make_app("hang")
+    async with app.run_test(size=SIZE):
+        box = app.query_one("#processes-box")
+        assert box.border_subtitle == "log grew 12m 08s ago"
+        assert box.has_class("-crit")
