@@ -1,0 +1,69 @@
+"""`pulse classify [FILE] [--config CFG]`: log lines in, one JSON object per line out.
+
+The same path the console takes for every log line (bytes → sanitize → classify_line),
+so it doubles as a way to test a config's [metrics] patterns against a real log.
+Output is flushed per chunk read, so it works at the end of a pipe (`tail -F log | pulse classify`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import BinaryIO
+
+from console.observe.lines import classify_line
+from console.observe.textsafe import sanitize, split_lines
+
+_CHUNK = 1 << 16
+
+
+def run_classify(args: argparse.Namespace) -> int:
+    """Classify FILE (or standard input); 0 when done, 2 for a missing file or a bad config."""
+    patterns = ()
+    if args.config:
+        from console.config import ConfigError, load_config
+
+        try:
+            patterns = load_config(args.config).metrics.patterns
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+    if args.file is None:
+        return _classify_stream(sys.stdin.buffer, patterns)
+    try:
+        stream = open(args.file, "rb")
+    except FileNotFoundError:
+        print(f"pulse classify: {args.file}: no such file", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"pulse classify: {args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    with stream:
+        return _classify_stream(stream, patterns)
+
+
+def _classify_stream(stream: BinaryIO, patterns) -> int:
+    out = sys.stdout
+    rest = b""
+    try:
+        while True:
+            chunk = stream.read1(_CHUNK)
+            if not chunk:
+                break
+            lines, rest = split_lines(rest + chunk)
+            if lines:
+                out.write(_render(lines, patterns))
+                out.flush()
+        if rest:
+            out.write(_render([rest], patterns))
+            out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python's exit flush from complaining.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+    return 0
+
+
+def _render(lines: list[bytes], patterns) -> str:
+    return "".join(json.dumps(classify_line(sanitize(raw)[0], patterns).as_json()) + "\n" for raw in lines)
