@@ -199,7 +199,8 @@ class _Connection:
         for target in list(self.targets):
             target._set_state(self.state)
 
-    async def _options(self, host_keys_out: list[_HostKeys]) -> asyncssh.SSHClientConnectionOptions:
+    async def _options(self) -> tuple[asyncssh.SSHClientConnectionOptions, _HostKeys]:
+        """Connection options from the ssh_config (read afresh, so fixes apply on the next attempt)."""
         config = self._config_paths
         try:
             resolved = await asyncssh.SSHClientConnectionOptions.construct(
@@ -215,9 +216,8 @@ class _Connection:
         else:
             files = [Path("~/.ssh/known_hosts").expanduser()]
         host_keys = _HostKeys(files, self.cfg.accept_new_host_key)
-        host_keys_out.append(host_keys)
         try:
-            return await asyncssh.SSHClientConnectionOptions.construct(
+            options = await asyncssh.SSHClientConnectionOptions.construct(
                 resolved,
                 config=config,
                 host=self.host,
@@ -231,19 +231,18 @@ class _Connection:
             )
         except (ValueError, OSError, asyncssh.Error) as exc:
             raise _Permanent(f"{self.label}: cannot set up SSH: {exc}") from None
+        return options, host_keys
 
     async def _connect_once(self) -> None:
-        host_keys: list[_HostKeys] = []
         try:
-            options = await self._options(host_keys)
-            where = f"{self.label} ({options.host}:{options.port})" if options.host != self.label else (
-                f"{self.label}:{options.port}"
-            )
+            options, host_keys = await self._options()
+            address = f"{options.host}:{options.port}"
+            where = address if options.host == self.label else f"{self.label} ({address})"
             try:
                 # The config again, for the ProxyJump hops: asyncssh reads it afresh for each.
                 conn = await asyncssh.connect(self.host, options=options, config=self._config_paths)
             except Exception as exc:  # every failure becomes one line for the operator
-                raise _describe(exc, where, options, host_keys[0] if host_keys else None) from None
+                raise _describe(exc, where, options, host_keys) from None
         except _Permanent as exc:
             self._set_state(ConnectionStatus.FAILED, str(exc))
             raise
@@ -366,11 +365,11 @@ def _reason(exc: BaseException) -> str:
 
 
 def _describe(
-    exc: BaseException, where: str, options: asyncssh.SSHClientConnectionOptions, host_keys: _HostKeys | None
+    exc: BaseException, where: str, options: asyncssh.SSHClientConnectionOptions, host_keys: _HostKeys
 ) -> TargetError:
     """One line saying what went wrong connecting to `where` and what to do about it."""
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        refusal = host_keys.refusal if host_keys and host_keys.refusal else _reason(exc)
+        refusal = host_keys.refusal or _reason(exc)
         return _Permanent(f"{where}: {refusal}")
     if isinstance(exc, asyncssh.PermissionDenied):
         return _Permanent(
