@@ -194,7 +194,10 @@ class LogPane(ScrollView, can_focus=True):
         if new_value < old_value and self.following:
             self.following = False
         elif new_value > old_value and not self.following and new_value >= self.max_scroll_y:
-            self.follow()
+            # Already at the end: resume without scrolling (this may run inside a scroll animation).
+            self.unseen = 0
+            self._current = None
+            self.following = True
 
     def watch_following(self, following: bool) -> None:
         self.post_message(self.FollowChanged(self))
