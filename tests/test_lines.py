@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from console.config import MetricPattern
 from console.model import LineInfo, LineKind
@@ -312,3 +314,26 @@ def test_parse_metric_value() -> None:
     assert math.isnan(parse_metric_value("nan"))
     with pytest.raises(ValueError):
         parse_metric_value("fast")
+
+
+@given(st.text(max_size=400))
+def test_any_text_gives_a_line_info_with_finite_metrics(text: str) -> None:
+    info = classify_line(text)
+    for value in (info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss):
+        assert value is None or math.isfinite(value)
+
+
+@pytest.mark.parametrize(
+    ("unit", "expected"),
+    [
+        ("nccl ", LineInfo()),
+        ("a.cu:1: Assertion `x` failed ", LineInfo(LineKind.CUDA_ERROR)),
+        ("tok/s ", LineInfo()),
+        ("loss loss 1 ", LineInfo(loss=1.0)),
+        ("| 1/2 [", LineInfo(step=1, total_steps=2)),
+        ("step ", LineInfo()),
+    ],
+)
+def test_lines_of_repeated_units(unit: str, expected: LineInfo) -> None:
+    """A hostile line of one repeated token classifies like a short one (and the regexes stay near-linear)."""
+    assert classify_line(sanitize((unit * 1000).encode())[0]) == expected

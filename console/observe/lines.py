@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import islice
 
 from console.config import MetricPattern
 from console.model import LineInfo, LineKind
@@ -53,14 +54,15 @@ _KIND_RULES = (
         ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:"),
         r"CUDA error\b|device-side assert triggered|cudaError\w*|illegal memory access|illegal instruction"
         r"|CUBLAS_STATUS_(?!SUCCESS)\w+|CUDNN_STATUS_(?!SUCCESS)\w+|\bXid\b|fallen off the bus"
-        r"|unspecified launch failure|\.cu:\d+:.*Assertion .* failed",
+        r"|unspecified launch failure|\.cu:\d+:.{0,200}?Assertion `",
         lower=False,
     ),
     _KindRule(
         LineKind.NCCL_TIMEOUT,
         ("nccl", "collective operation", "heartbeat"),
         r"collective operation timeout|heartbeat monitor timed out"
-        r"|nccl.*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|\bwatchdog\b)",
+        # atomic: commit to the first "nccl", so a line full of them stays linear
+        r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|\bwatchdog\b)",
         lower=True,
     ),
     _KindRule(
@@ -136,6 +138,10 @@ _STEP = re.compile(
 )
 _PROGRESS_BAR = re.compile(r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*\[")
 
+# Candidates looked at per metric: real lines state a metric once; a line built of
+# repeated units must not cost more than a few lookups.
+_MAX_TRIES = 8
+
 _INT_METRICS = frozenset({"step", "total_steps"})
 METRIC_NAMES = ("tokens_per_s", "samples_per_s", "it_per_s", "loss", "step", "total_steps")
 
@@ -203,7 +209,7 @@ def _rate(units: Sequence[tuple[str, re.Pattern]], low: str) -> float | None:
     for gate, unit in units:
         if gate not in low:
             continue
-        for match in unit.finditer(low):
+        for match in islice(unit.finditer(low), _MAX_TRIES):
             value = None
             if not _KEY_FOLLOWS.match(low, match.end()):
                 value = _scaled(_VALUE_BEFORE.search(low, max(0, match.start() - 40), match.start()))
@@ -222,11 +228,11 @@ def _scaled(match: re.Match | None) -> float | None:
 
 
 def _iterations_per_s(low: str) -> float | None:
-    for match in _ITERATIONS.finditer(low):
+    for match in islice(_ITERATIONS.finditer(low), _MAX_TRIES):
         value = _scaled(_VALUE_BEFORE.search(low, max(0, match.start() - 40), match.start()))
         if value is not None:
             return value
-    for match in _SECONDS_PER_ITERATION.finditer(low):
+    for match in islice(_SECONDS_PER_ITERATION.finditer(low), _MAX_TRIES):
         value = _scaled(_VALUE_BEFORE.search(low, max(0, match.start() - 40), match.start()))
         if value:
             return 1.0 / value
@@ -244,7 +250,7 @@ def _iterations_per_s(low: str) -> float | None:
 
 def _loss(low: str) -> float | None:
     """The training loss: `loss 2.31`, `'loss': 2.31`, `lm loss: 2.3E+00`, `train_loss=2.31`, not `eval_loss`."""
-    for match in _LOSS.finditer(low):
+    for match in islice(_LOSS.finditer(low), _MAX_TRIES):
         start = match.start()
         before = low[start - 1] if start else " "
         if (before.isalnum() or before in "_./") and not low.endswith(_LOSS_PREFIXES, 0, start):
