@@ -334,7 +334,10 @@ _ERROR_RULES = (
 
 
 def classify_error(stderr: str, exit_status: int) -> tuple[str, str]:
-    """A failed py-spy run as (code, one line of advice); code is one of _ADVICE's keys or 'unknown'."""
+    """A failed py-spy run as (code, one line of advice).
+
+    Codes: no_such_process, permission_denied, not_found, unsupported_python, timeout, unknown.
+    """
     if exit_status == 127:
         return "not_found", _ADVICE["not_found"]
     for code, rule in _ERROR_RULES:
