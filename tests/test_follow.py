@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -383,6 +384,50 @@ async def test_resume_after_the_ssh_connection_is_lost(sshd, tmp_path: Path) -> 
         await target.close()
 
 
+ROTATE = """
+import os, sys
+path = sys.argv[1]
+with open(path, 'ab') as old:
+    old.write(b'a2 written while the follower was down\\n')
+os.rename(path, path + '.1')
+with open(path, 'ab') as new:
+    new.write(b'b1\\n')
+"""
+
+
+async def test_rotation_while_the_agent_is_down_resumes_in_the_old_file(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"a1\n")
+    async with Run(target, str(log)) as run:
+        await run.receive(["a1"])
+        old_pid = run.follower.agent_pid
+        os.kill(old_pid, signal.SIGKILL)
+        # Blocking on purpose: the follower cannot start its agent again before the rotation is done.
+        subprocess.run([sys.executable, "-c", ROTATE, str(log)], check=True)
+        await run.restarted(old_pid)
+        await run.receive(["a1", "a2 written while the follower was down", "b1"])
+        assert [e.data["lost"] for e in run.events if e.data["ev"] == "rotated"] == [False]
+
+
+async def test_a_file_rewritten_while_the_agent_is_down_is_read_from_its_start(target: Target, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"old run 1\nold run unfinished")
+    async with Run(target, str(log)) as run:
+        await run.receive(["old run 1"])
+        old_pid = run.follower.agent_pid
+        inode = log.stat().st_ino
+        os.kill(old_pid, signal.SIGKILL)
+        # Same inode, new content longer than the old offset: only the file's head tells them apart.
+        subprocess.run(
+            [sys.executable, "-c", "import sys; open(sys.argv[1], 'r+b').write(b'NEW RUN LINE 1\\nnew run line 2\\n')", str(log)],
+            check=True,
+        )
+        assert log.stat().st_ino == inode
+        await run.restarted(old_pid)
+        await run.receive(["old run 1", "old run unfinished", "NEW RUN LINE 1", "new run line 2"])
+        assert [e.data["lost"] for e in run.events if e.data["ev"] == "rotated"] == [True]
+
+
 async def test_the_agent_exits_when_its_channel_closes(target: Target, tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(b"x\n")
@@ -391,6 +436,12 @@ async def test_the_agent_exits_when_its_channel_closes(target: Target, tmp_path:
         assert pid_alive(pid)
         assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[5] == b"pulse-follow"
     await until(lambda: not pid_alive(pid), f"agent {pid} to exit")
+
+
+def test_agent_source_is_python_38_syntax() -> None:
+    import ast
+
+    ast.parse(Path(follow_agent.__file__).read_text(), feature_version=(3, 8))
 
 
 def test_agent_line_start_before(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ AGENT_NAME = "pulse-follow"
 MAX_LINE_BYTES = 16 * 1024
 BACKLOG_BYTES = 1 << 20
 READ_SIZE = 1 << 20
+HEAD_BYTES = follow_agent.HEAD
 #: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 REAP_S = 5.0
@@ -127,6 +128,8 @@ class LogFollower:
         self._skipping = False
         self._number = 0
         self._requested: tuple[int, int] = (0, 0)
+        self._head = bytearray()
+        """The file's first bytes (up to HEAD_BYTES): with the inode they name the file across restarts."""
 
     @property
     def path(self) -> str | None:
@@ -179,7 +182,7 @@ class LogFollower:
         """One agent's life; returns why it ended."""
         start = self.offset
         self._requested = (self._inode, start)
-        args = [self.pattern, str(start), str(self._inode), f"{self.poll_s:g}", f"{self.heartbeat_s:g}"]
+        args = [self.pattern, str(start), str(self._inode), f"{self.poll_s:g}", f"{self.heartbeat_s:g}", self._head.hex()]
         channel = await open_program(
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
         )
@@ -205,6 +208,8 @@ class LogFollower:
                     f"follower sent bytes at {header.get('offset')} of inode {header.get('inode')}, "
                     f"expected {self._received} of inode {self._inode}"
                 )
+            if len(self._head) < HEAD_BYTES and self._received <= len(self._head) < self._received + len(payload):
+                self._head += payload[len(self._head) - self._received : HEAD_BYTES - self._received]
             self._received += len(payload)
             await self._deliver(self._split(payload))
             return
@@ -214,6 +219,7 @@ class LogFollower:
             self._end_of_file()
             if ev == "truncated":
                 self._received = 0
+                self._head.clear()
         elif ev == "missing":
             self.status = LogStatus(header.get("path", self.pattern), exists=False)
         elif ev == "idle":
@@ -234,6 +240,9 @@ class LogFollower:
                 self._partial.clear()
         else:
             self._end_of_file()
+        head = bytes.fromhex(header.get("head", ""))
+        if inode != self._inode or len(head) > len(self._head):
+            self._head = bytearray(head)
         self._path, self._inode, self._received = header["path"], inode, offset
         self.agent_pid = header.get("pid")
         self.status = LogStatus(self._path, exists=True, size=header.get("size", 0), inode=inode)
@@ -329,7 +338,10 @@ def _describe(header: dict) -> str:
         return f"{path} was truncated to {header.get('size', 0)} bytes; reading it again from the start"
     if ev == "rotated":
         if header.get("lost"):
-            return f"{path} was rotated while disconnected and the old file is gone; its unread end is lost"
+            return (
+                f"{path} was rotated, rewritten or deleted while the follower was down; "
+                "reading the file there now from its start (the old file's unread end is lost)"
+            )
         return f"{path} was rotated; read the old file to its end, now following the new one"
     if ev == "replaced":
         new_path = sanitize(str(header.get("new_path", "")), 300)[0]

@@ -1,12 +1,14 @@
 """Remote log follower: sent to the target and run there (stdlib only, Python 3.8+).
 
-    follow_agent PATH_OR_GLOB START_OFFSET EXPECTED_INODE POLL_S [HEARTBEAT_S]
+    follow_agent PATH_OR_GLOB START_OFFSET EXPECTED_INODE POLL_S [HEARTBEAT_S [EXPECTED_HEAD]]
 
 Follows one file by byte offset and writes frames to stdout. A frame is one JSON header
 line; a `data` header is followed by exactly `len` raw bytes of the file (binary-safe,
 so the local side splits lines and nothing is decoded here). Events:
 
-- `open`      path, inode, size, offset, pid: now reading this file from `offset`
+- `open`      path, inode, size, offset, pid, head: now reading this file from `offset`;
+              `head` is its first bytes (up to 256, hex), to tell it from a later file
+              that reuses the inode number
 - `data`      path, inode, offset, len: the file's bytes [offset, offset+len)
 - `truncated` path, inode, size, offset: the file shrank below `offset`; reading restarts at 0
 - `rotated`   path, inode (old), new_inode, lost: another file now has the path; the old one
@@ -19,7 +21,7 @@ so the local side splits lines and nothing is decoded here). Events:
 A negative START_OFFSET means "that many bytes before the end, from the next line start".
 EXPECTED_INODE (non-zero) names the file a previous run of this program was reading: it is
 looked for among the matches and in their folders (a renamed, rotated file), so reading
-resumes in it. The program exits on stdin EOF (the channel closed) or a broken stdout.
+resumes in it; EXPECTED_HEAD (hex), when given, must be how that file still starts. The program exits on stdin EOF (the channel closed) or a broken stdout.
 """
 
 import glob
@@ -30,6 +32,7 @@ import sys
 import time
 
 CHUNK = 1 << 20
+HEAD = 256
 #: How often a glob is listed again (a directory listing is dearer than a stat).
 RESCAN_S = 1.0
 
@@ -130,18 +133,18 @@ class Follower:
 
     # -- opening -------------------------------------------------------------
 
-    def open(self, path, offset, inode=None):
+    def open(self, path, offset, inode=None, head=None):
         """Open `path` and start at `offset` (negative: that many bytes before the end).
 
         Returns False when the file could not be opened (gone since it was listed), or
-        when it is not the file with `inode`.
+        when it is not the file with `inode` starting with `head`.
         """
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             return False
         stat = os.fstat(fd)
-        if inode is not None and stat.st_ino != inode:
+        if (inode is not None and stat.st_ino != inode) or (head and os.pread(fd, len(head), 0) != head):
             os.close(fd)
             return False
         if offset < 0:
@@ -162,6 +165,7 @@ class Follower:
                 "size": stat.st_size,
                 "offset": offset,
                 "pid": os.getpid(),
+                "head": os.pread(fd, HEAD, 0).hex(),
             }
         )
         return True
@@ -186,11 +190,11 @@ class Follower:
             os.close(self.fd)
             self.fd = None
 
-    def start(self, offset, inode):
-        """Open the file to follow at start: the one with `inode` when it still exists."""
+    def start(self, offset, inode, head):
+        """Open the file to follow at start: the one with `inode` (and `head`) when it still exists."""
         if inode:
             path = self.source.find_inode(inode)
-            if path is not None and self.open(path, offset, inode):
+            if path is not None and self.open(path, offset, inode, head):
                 return
             found = self.source.current(fresh=True)
             self.out.frame(
@@ -283,9 +287,9 @@ class Follower:
             return False
         return not os.read(self.stdin_fd, 4096)
 
-    def run(self, offset, inode):
+    def run(self, offset, inode, head=b""):
         """Follow until stdin closes."""
-        self.start(offset, inode)
+        self.start(offset, inode, head)
         while True:
             busy = False
             if self.fd is None:
@@ -301,11 +305,12 @@ class Follower:
 
 
 def main(argv):
-    pattern, offset, inode, poll_s = argv[0], int(argv[1]), int(argv[2]), float(argv[3])
+    pattern, offset, inode, poll_s = os.path.expanduser(argv[0]), int(argv[1]), int(argv[2]), float(argv[3])
     heartbeat_s = float(argv[4]) if len(argv) > 4 else 5.0
+    head = bytes.fromhex(argv[5]) if len(argv) > 5 else b""
     follower = Follower(Source(pattern), Output(1), poll_s, heartbeat_s)
     try:
-        follower.run(offset, inode)
+        follower.run(offset, inode, head)
     except BrokenPipeError:
         pass
     finally:
