@@ -99,6 +99,8 @@ class RestartPlan:
     launch_script: str
     """The exact bash script the launch step runs."""
     grace_s: float
+    gpus_read: bool = True
+    """False when the target gave no GPU readings: memory release cannot be checked."""
     notes: tuple[str, ...] = ()
     """What the operator should know before confirming (e.g. GPU PIDs are host PIDs)."""
 
@@ -118,6 +120,7 @@ class RestartPlan:
             "pidfile": self.pidfile,
             "launch_script": self.launch_script,
             "grace_s": self.grace_s,
+            "gpus_read": self.gpus_read,
             "notes": list(self.notes),
         }
 
@@ -278,6 +281,7 @@ async def plan_restart(
         pidfile=run.pidfile,
         launch_script=script,
         grace_s=run.grace_s,
+        gpus_read=bool(sample.gpus),
         notes=tuple(notes),
     )
 
@@ -345,7 +349,8 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
             yield StepEvent(step, StepStatus.WARNING,
                             f"PID {pid} is in D state (uninterruptible, stuck in the kernel or driver): not waiting",
                             {"pid": pid, "state": state})
-    stopped = len(plan.processes) - len(left)
+    # A zombie has exited (it holds no memory); only its parent has yet to read its status.
+    stopped = len(plan.processes) - sum(state != "Z" for state in left.values())
     detail = f"{stopped} of {len(plan.processes)} stopped" + (f" ({killed} needed SIGKILL)" if killed else "")
     stuck = [pid for pid, state in left.items() if state not in ("Z", "D")]
     if stuck:
@@ -368,7 +373,8 @@ async def _gpu_release(
 ) -> AsyncGenerator[StepEvent, None]:
     step = "gpu"
     if not plan.held_gpu_pids:
-        yield StepEvent(step, StepStatus.SKIPPED, "the run's PIDs held no GPU memory the driver listed")
+        detail = "the run's PIDs held no GPU memory" if plan.gpus_read else "no GPU readings: release not checked"
+        yield StepEvent(step, StepStatus.SKIPPED, detail)
         return
     pids = set(plan.held_gpu_pids)
     yield StepEvent(step, StepStatus.RUNNING, f"waiting up to {t.gpu_timeout_s:g} s for GPU memory to be released")

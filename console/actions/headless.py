@@ -1,0 +1,262 @@
+"""`pulse dump | restart | warmup`: the actions without the UI, for a terminal or a script.
+
+Each prints the plan, asks `Proceed? [y/N]` on the terminal (unless --yes; with no
+terminal and no --yes it refuses), prints every step's result as it happens, and returns
+the exit code: 0 when the new run was verified alive (restart) / every step passed
+(warmup), 1 when the action failed, 2 when it was refused or not confirmed.
+`dump` changes nothing, so it neither asks nor is refused by --read-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import AsyncGenerator, Callable
+from typing import TextIO
+
+from console.actions.audit import ActionRefused, OutputLine, StepEvent, StepStatus
+from console.actions.restart import execute_restart, plan_restart
+from console.actions.warmup import execute_warmup, plan_warmup
+from console.config import Config
+from console.model import PROBLEM_KINDS
+from console.observe.pyspy import ProcessDump, ThreadStack, classify_wait, group_identical, is_user_frame
+from console.observe.sampler import sample_once
+from console.observe.textsafe import sanitize
+from console.remote.connect import make_target
+from console.remote.target import Target, TargetError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
+
+_MARK = {
+    StepStatus.RUNNING: "....",
+    StepStatus.OK: " ok ",
+    StepStatus.FAILED: "FAIL",
+    StepStatus.WARNING: "WARN",
+    StepStatus.SKIPPED: "skip",
+}
+
+
+def _say(text: str, out: TextIO) -> None:
+    print(text, file=out, flush=True)
+
+
+def confirm(question: str, *, assume_yes: bool, stdin: TextIO, out: TextIO) -> bool | None:
+    """True to go ahead, False when the operator said no, None when there is no terminal to ask on."""
+    if assume_yes:
+        return True
+    if not stdin.isatty():
+        return None
+    out.write(f"{question} [y/N] ")
+    out.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def format_event(event: StepEvent | OutputLine) -> str:
+    """One terminal line for a step event or a command's output line (problem lines marked `!`)."""
+    if isinstance(event, OutputLine):
+        mark = "!" if event.kind in PROBLEM_KINDS else "|"
+        return f"        {mark} {event.text}"
+    return f"[{_MARK[event.status]}] {event.step}: {event.detail}"
+
+
+async def _print_events(events: AsyncGenerator[StepEvent | OutputLine, None], out: TextIO) -> list[StepEvent]:
+    steps = []
+    async for event in events:
+        if isinstance(event, StepEvent):
+            steps.append(event)
+        _say(format_event(event), out)
+    return steps
+
+
+async def _mutating(
+    action: str,
+    config: Config,
+    args: argparse.Namespace,
+    plan_and_run: Callable[[Target], AsyncGenerator],
+) -> int:
+    if getattr(args, "read_only", False):
+        _say(f"read-only: {action} disabled (started with --read-only)", sys.stderr)
+        return EXIT_REFUSED
+    target = make_target(config.target)
+    try:
+        return await plan_and_run(target)
+    except ActionRefused as exc:
+        _say(f"{action}: {exc}", sys.stderr)
+        return EXIT_REFUSED
+    except TargetError as exc:
+        _say(f"{action}: {exc}", sys.stderr)
+        return EXIT_FAILED
+    finally:
+        await target.close()
+
+
+def _ask(action: str, args: argparse.Namespace) -> int | None:
+    """None to go ahead, else the exit code of a refusal."""
+    answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
+    if answer is None:
+        _say(f"{action}: not confirmed: no terminal to ask on; pass --yes to {action} without asking", sys.stderr)
+        return EXIT_REFUSED
+    if not answer:
+        _say(f"{action}: not confirmed; nothing done", sys.stderr)
+        return EXIT_REFUSED
+    return None
+
+
+def restart(config: Config, args: argparse.Namespace) -> int:
+    """`pulse restart`: plan, confirm, stop, wait for GPU memory, launch, verify; 0 only when verified alive."""
+
+    async def plan_and_run(target: Target) -> int:
+        plan = await plan_restart(target, config)
+        _say(f"restart on {target.label}:", sys.stdout)
+        for line in plan.describe():
+            _say(f"  {line}", sys.stdout)
+        refused = _ask("restart", args)
+        if refused is not None:
+            return refused
+        events = execute_restart(target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force))
+        steps = await _print_events(events, sys.stdout)
+        verified = [e for e in steps if e.step == "verify" and e.status is StepStatus.OK]
+        return EXIT_OK if verified else EXIT_FAILED
+
+    return asyncio.run(_mutating("restart", config, args, plan_and_run))
+
+
+def warmup(config: Config, args: argparse.Namespace) -> int:
+    """`pulse warmup`: every (GPU, seq_len) step one at a time; 0 only when every step passed."""
+
+    async def plan_and_run(target: Target) -> int:
+        plan = plan_warmup(config)
+        _say(f"on {target.label}:", sys.stdout)
+        for line in plan.describe():
+            _say(f"  {line}", sys.stdout)
+        refused = _ask("warmup", args)
+        if refused is not None:
+            return refused
+        steps = await _print_events(execute_warmup(target, config, plan), sys.stdout)
+        done = [e for e in steps if e.status is StepStatus.OK and e.step.startswith("step ")]
+        failed = any(e.status is StepStatus.FAILED for e in steps)
+        return EXIT_OK if len(done) == len(plan.steps) and not failed else EXIT_FAILED
+
+    return asyncio.run(_mutating("warmup", config, args, plan_and_run))
+
+
+# -- dump ------------------------------------------------------------------------------------
+
+
+def _clean(text: str) -> str:
+    return sanitize(text)[0]
+
+
+def _frame_line(frame, user: bool) -> str:
+    where = f"{frame.file}:{frame.line}" if frame.line is not None else frame.file
+    return f"{'>' if user else ' '} {_clean(frame.function)} ({_clean(where)})"
+
+
+def format_dump(dump: ProcessDump) -> list[str]:
+    """A process's threads as text: identical stacks once with a count, user frames marked `>`."""
+    version = f" (Python {dump.python_version})" if dump.python_version else ""
+    lines = [f"Process {dump.pid}: {_clean(dump.command)}{version}"]
+    for count, thread in group_identical(dump.threads):
+        lines.append("")
+        lines.append("  " + _thread_heading(count, thread, dump.threads))
+        for frame in thread.frames:
+            lines.append("      " + _frame_line(frame, is_user_frame(frame)))
+            for local in frame.locals:
+                lines.append(f"            {_clean(local.name)} = {_clean(local.repr)}")
+    return lines
+
+
+def _same_stack(a: ThreadStack, b: ThreadStack) -> bool:
+    return [(f.function, f.file, f.line) for f in a.frames] == [(f.function, f.file, f.line) for f in b.frames]
+
+
+def _thread_heading(count: int, thread: ThreadStack, threads: tuple[ThreadStack, ...]) -> str:
+    name = f' "{_clean(thread.name)}"' if thread.name else ""
+    gil = ", holds the GIL" if thread.owns_gil else ""
+    state = "active" if thread.active else "idle"
+    heading = f"Thread {thread.thread_id}{name}: {state}{gil}, {classify_wait(thread)}"
+    if count > 1:
+        others = [t for t in threads if t is not thread and _same_stack(t, thread)]
+        names = ", ".join(_clean(t.name) if t.name else str(t.thread_id) for t in others)
+        heading += f"  [x{count} identical stacks; also {names}]"
+    return heading
+
+
+def dump_json(dump: ProcessDump) -> dict:
+    """The documented JSON of one process's dump: groups of identical stacks, frames marked user/library."""
+    return {
+        "pid": dump.pid,
+        "command": dump.command,
+        "python_version": dump.python_version,
+        "groups": [
+            {
+                "count": count,
+                "threads": [
+                    {"thread_id": t.thread_id, "name": t.name, "status": t.status, "owns_gil": t.owns_gil}
+                    for t in dump.threads
+                    if _same_stack(t, thread)
+                ],
+                "wait": classify_wait(thread),
+                "frames": [
+                    {
+                        "function": f.function,
+                        "file": f.file,
+                        "line": f.line,
+                        "native": f.native,
+                        "user": is_user_frame(f),
+                        "locals": [{"name": v.name, "repr": v.repr, "argument": v.argument} for v in f.locals],
+                    }
+                    for f in thread.frames
+                ],
+            }
+            for count, thread in group_identical(dump.threads)
+        ],
+    }
+
+
+async def _dump(config: Config, args: argparse.Namespace) -> int:
+    from console.actions.pyspy import DumpError, dump_tree
+    from console.actions.pyspy import dump as pyspy_dump
+
+    target = make_target(config.target)
+    try:
+        pid = args.pid
+        if pid is None:
+            _, sample = await sample_once(target, config, 0.0)
+            if not sample.processes:
+                why = sample.process_error or "no process matches [run] match"
+                _say(f"dump: no run process found ({why}); pass --pid", sys.stderr)
+                return EXIT_REFUSED
+            pid = sample.processes[0].pid
+        options = dict(native=args.native, locals=args.locals, nonblocking=args.nonblocking, py_spy=config.target.py_spy)
+        if args.children:
+            dumps = await dump_tree(target, pid, **options)
+        else:
+            dumps = [await pyspy_dump(target, pid, **options)]
+    except DumpError as exc:
+        _say(f"dump: {exc}", sys.stderr)
+        return EXIT_FAILED
+    except TargetError as exc:
+        _say(f"dump: {exc}", sys.stderr)
+        return EXIT_FAILED
+    finally:
+        await target.close()
+    if args.json:
+        _say(json.dumps([dump_json(d) for d in dumps], indent=2), sys.stdout)
+    else:
+        for i, one in enumerate(dumps):
+            if i:
+                _say("", sys.stdout)
+            for line in format_dump(one):
+                _say(line, sys.stdout)
+    return EXIT_OK
+
+
+def dump(config: Config, args: argparse.Namespace) -> int:
+    """`pulse dump`: py-spy stacks of the run's main process (or --pid), grouped; --json for scripts."""
+    return asyncio.run(_dump(config, args))
