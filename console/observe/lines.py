@@ -33,11 +33,15 @@ _NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)\b"
 
 
 class _KindRule:
-    __slots__ = ("kind", "gate", "regex", "lower")
+    __slots__ = ("kind", "gate", "regex", "lower", "word")
 
-    def __init__(self, kind: LineKind, gate: tuple[str, ...], regex: str, *, lower: bool) -> None:
+    def __init__(
+        self, kind: LineKind, gate: tuple[str, ...], regex: str, *, lower: bool, word: str | None = None
+    ) -> None:
         self.kind, self.gate, self.lower = kind, gate, lower
         self.regex = re.compile(regex)
+        # A quick second gate, for gate words that hide inside common words ("inf" in "INFO").
+        self.word = re.compile(word) if word else None
 
 
 # Highest precedence first.
@@ -74,6 +78,7 @@ _KIND_RULES = (
         r"|(?:is|detected|found|encountered|got|contains?|produced)\s+(?:an?\s+)?(?:nan|inf)\b"
         r"|(?<![\w])(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b",
         lower=True,
+        word=r"(?:nan|inf)(?![a-z_])|non-finite",
     ),
     _KindRule(
         LineKind.KILLED,
@@ -168,7 +173,7 @@ def _kind(text: str, low: str) -> LineKind:
     for rule in _KIND_RULES:
         for word in rule.gate:
             if word in low:
-                if rule.regex.search(low if rule.lower else text):
+                if (rule.word is None or rule.word.search(low)) and rule.regex.search(low if rule.lower else text):
                     return rule.kind
                 break
     return LineKind.NORMAL
