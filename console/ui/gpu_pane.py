@@ -9,6 +9,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import GpuReading
+from console.ui.styles import background_style, text_style
 from console.ui.themes import Thresholds
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -115,7 +116,9 @@ class GpuPane(ScrollView, can_focus=False):
         return self._cache[index]
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(f"gpu-pane--{name}", partial=True)
+        if name == "track":
+            return background_style(self, "gpu-pane--track")
+        return text_style(self, f"gpu-pane--{name}")
 
     def _level(self, value: float | None, warn: float, crit: float) -> Style:
         if value is None:
@@ -131,7 +134,7 @@ class GpuPane(ScrollView, can_focus=False):
         if fraction is None:
             text.append(" " * width, track)
         else:
-            text.append(bar_cells(fraction, width), track + style)
+            text.append(bar_cells(fraction, width), track + Style(color=style.color))
 
     def gpu_line(self, gpu: GpuReading, width: int) -> Text:
         """One GPU as a line of columns sized to `width`."""

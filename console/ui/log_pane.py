@@ -23,6 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import PROBLEM_KINDS, LineKind, LogLine
+from console.ui.styles import background_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).
@@ -284,7 +285,13 @@ class LogPane(ScrollView, can_focus=True):
     def _style(self, name: str) -> Style:
         style = self._styles.get(name)
         if style is None:
-            style = self._styles[name] = self.get_component_rich_style(f"log-pane--{name}", partial=True)
+            component = f"log-pane--{name}"
+            if name in ("match", "current"):
+                style = background_style(self, component) + text_style(self, component)
+                style = Style(bgcolor=style.bgcolor, bold=style.bold)
+            else:
+                style = text_style(self, component)
+            self._styles[name] = style
         return style
 
     def render_line(self, y: int) -> Strip:

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from console.model import ProcessReading
+from console.ui.styles import text_style
 
 #: How many vanished processes stay listed (marked gone) after they disappear.
 MAX_GONE_ROWS = 8
@@ -126,7 +127,7 @@ class ProcessPane(DataTable):
             self._shown[pid] = wanted
 
     def _style(self, name: str):
-        return self.get_component_rich_style(f"process-pane--{name}", partial=True)
+        return text_style(self, f"process-pane--{name}")
 
     def _cells(self, process: ProcessReading, gone: bool) -> dict[str, Text]:
         dim = self._style("dim") if gone else ""

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from console.model import ConnectionStatus
+from console.ui.styles import text_style
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class StatusBar(Static):
             self.update(self._render_view(self.view))
 
     def _style(self, name: str):
-        return self.get_component_rich_style(f"status-bar--{name}", partial=True)
+        return text_style(self, f"status-bar--{name}")
 
     def _render_view(self, view: StatusView) -> Text:
         sep = (" │ ", self._style("dim"))

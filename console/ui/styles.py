@@ -1,0 +1,29 @@
+"""Rich styles from a widget's component classes, blended against the theme.
+
+A partial component style drops the alpha of `$text-muted` or `$accent 40%`; the full one
+blends it but also carries the widget's own background. These keep one half of the full
+style, so a component can colour text or a background without painting over the other.
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from textual.widget import Widget
+
+
+def text_style(widget: Widget, component: str) -> Style:
+    """The colour and attributes of `component`, blended, with no background."""
+    full = widget.get_component_rich_style(component)
+    return Style(
+        color=full.color,
+        bold=full.bold,
+        dim=full.dim,
+        italic=full.italic,
+        underline=full.underline,
+        reverse=full.reverse,
+    )
+
+
+def background_style(widget: Widget, component: str) -> Style:
+    """The background of `component`, blended, and nothing else."""
+    return Style(bgcolor=widget.get_component_rich_style(component).bgcolor)
