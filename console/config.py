@@ -142,7 +142,6 @@ class ConfigError(Exception):
 _TABLE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
 _ARRAY_TABLE = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]\s*(#.*)?$")
 _KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"']+(?:\s*\.\s*[A-Za-z0-9_\-\"']+)*)\s*=")
-_METRIC_NAMES = ("tokens_per_s", "samples_per_s", "it_per_s", "loss", "step", "total_steps")
 
 
 def _key_lines(text: str) -> dict[str, int]:
@@ -234,6 +233,8 @@ def _int_list(name: str):
 
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Build a Config from TOML text; ConfigError lists every problem, one line each."""
+    from console.observe.lines import compile_metric_pattern  # lines imports MetricPattern from here
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -317,12 +318,13 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                                   "slow_fraction", "patterns"))
     patterns: list[MetricPattern] = []
     for name, regex in r.get(m, "metrics.patterns", dict, {}).items():
-        if name not in _METRIC_NAMES:
-            r.problem(f"metrics.patterns.{name}", f"unknown metric (known: {', '.join(_METRIC_NAMES)})")
-        elif not isinstance(regex, str) or _regex(regex):
-            r.problem(f"metrics.patterns.{name}", _regex(regex) if isinstance(regex, str) else "must be a string")
-        elif "(?P<value>" not in regex and f"(?P<{name}>" not in regex:
-            r.problem(f"metrics.patterns.{name}", f"needs a named group (?P<value>...) or (?P<{name}>...)")
+        if not isinstance(regex, str):
+            r.problem(f"metrics.patterns.{name}", "must be a string")
+            continue
+        try:
+            compile_metric_pattern(regex, name)
+        except ValueError as exc:
+            r.problem(f"metrics.patterns.{name}", str(exc))
         else:
             patterns.append(MetricPattern(name, regex))
     number = (int, float)

@@ -73,7 +73,7 @@ def test_empty_config_is_local_defaults():
         ("[gpus]\nroles = { a = [0], b = [0] }\n", "bad.toml:2: gpus.roles.b: GPU 0 already has role 'a'"),
         ("[warmup]\ncommand = 'w {gpu}'\n", "bad.toml:2: warmup.command: needs warmup.gpus and warmup.seq_lens"),
         ("[[actions]]\nname = 'x'\nkey = 'q'\ncommand = 'y'\n", "bad.toml:3: actions[0].key: 'q' is taken by a built-in key"),
-        ("[metrics]\npatterns = { loss = 'L=([0-9.]+)' }\n", "bad.toml:2: metrics.patterns.loss: needs a named group"),
+        ("[metrics]\npatterns = { loss = 'L=([0-9.]+)' }\n", "bad.toml:2: metrics.patterns.loss: metric pattern"),
         ("[run\n", "bad.toml:1: invalid TOML"),
     ],
 )
