@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import pty
 import re
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from console.actions import headless
 from console.actions.audit import AuditLog
-from console.config import Config, GpuConfig, RunConfig, WarmupConfig
+from console.config import Config, GpuConfig, RunConfig
 from tests.test_restart import HEALTHY, Processes, alive, procs  # noqa: F401  (procs is a fixture)
 from tests.test_warmup import warmup_config
 
@@ -139,3 +141,57 @@ def _read_until(fd: int, marker: bytes, timeout: float = 30.0) -> bytes:
             raise AssertionError(f"no {marker!r} on the terminal; it showed {seen[-500:]!r}")
         seen += os.read(fd, 4096)
     return seen
+
+
+# -- dump: the real py-spy on a real hung process ----------------------------------------------
+
+PY_SPY = str(REPO / ".venv" / "bin" / "py-spy")
+HUNG = REPO / "tests" / "procs" / "hung_queue.py"
+
+
+def dump_setup(procs: Processes, tmp_path: Path) -> tuple[Config, int]:
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    hung = procs.start([sys.executable, str(HUNG), "--tag", tag], stderr=subprocess.DEVNULL)
+    procs.adopt(hung.pid)
+    time.sleep(0.5)  # the producer thread dies 0.2 s in; then the main thread waits on the queue forever
+    config = Config(run=RunConfig(match=tag), gpus=GpuConfig(source="none"))
+    config = dataclasses.replace(config, target=dataclasses.replace(config.target, py_spy=PY_SPY))
+    return config, hung.pid
+
+
+def dump_args(**overrides) -> argparse.Namespace:
+    fields = dict(pid=None, native=False, locals=False, children=False, nonblocking=False, json=False)
+    return argparse.Namespace(**{**fields, **overrides})
+
+
+def test_dump_groups_identical_stacks_and_marks_user_frames(procs, tmp_path, capsys):
+    config, pid = dump_setup(procs, tmp_path)
+    assert headless.dump(config, dump_args()) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Process {pid}: {sys.executable} {HUNG}")
+    # the main thread waits on the queue from the run's own code, marked as a user frame
+    assert re.search(r'^  Thread \d+ "MainThread": idle, queue get$', out, re.M)
+    assert re.search(r"^      > pack_hidden \(\S*hung_queue\.py:\d+\)$", out, re.M)
+    assert re.search(r"^        Queue\.get \(\S*queue\.py:\d+\)$", out, re.M)
+    # the three helpers wait identically: one stack, counted
+    assert re.search(r'^  Thread \d+ "Helper-\d": idle, lock/condition wait  \[x3 identical stacks; also ', out, re.M)
+
+
+def test_dump_json_and_errors(procs, tmp_path, capsys):
+    config, pid = dump_setup(procs, tmp_path)
+    assert headless.dump(config, dump_args(json=True)) == 0
+    [process] = json.loads(capsys.readouterr().out)
+    assert process["pid"] == pid
+    counts = sorted(group["count"] for group in process["groups"])
+    assert counts[-1] == 3 and sum(counts) == 4
+    main = next(g for g in process["groups"] if g["threads"][0]["name"] == "MainThread")
+    assert main["wait"] == "queue get"
+    assert any(f["function"] == "pack_hidden" and f["user"] for f in main["frames"])
+    assert any(f["file"].endswith("queue.py") and not f["user"] for f in main["frames"])
+
+    assert headless.dump(config, dump_args(pid=2**22 + 7)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dump: ") and err.count("\n") == 1
+    gone = Config(run=RunConfig(match="no_such_run_anywhere_x1"), gpus=GpuConfig(source="none"))
+    assert headless.dump(gone, dump_args()) == 2
+    assert capsys.readouterr().err.startswith("dump: no run process found")

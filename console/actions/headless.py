@@ -14,9 +14,11 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import replace
 from typing import TextIO
 
 from console.actions.audit import ActionRefused, OutputLine, StepEvent, StepStatus
+from console.actions.pyspy import DumpError, dump_tree
 from console.actions.restart import execute_restart, plan_restart
 from console.actions.warmup import execute_warmup, plan_warmup
 from console.config import Config
@@ -160,7 +162,8 @@ def _frame_line(frame, user: bool) -> str:
 def format_dump(dump: ProcessDump) -> list[str]:
     """A process's threads as text: identical stacks once with a count, user frames marked `>`."""
     version = f" (Python {dump.python_version})" if dump.python_version else ""
-    lines = [f"Process {dump.pid}: {_clean(dump.command)}{version}"]
+    command = f": {_clean(dump.command)}" if dump.command else ""
+    lines = [f"Process {dump.pid}{command}{version}"]
     for count, thread in group_identical(dump.threads):
         lines.append("")
         lines.append("  " + _thread_heading(count, thread, dump.threads))
@@ -220,12 +223,10 @@ def dump_json(dump: ProcessDump) -> dict:
 
 
 async def _dump(config: Config, args: argparse.Namespace) -> int:
-    from console.actions.pyspy import DumpError, dump_tree
-    from console.actions.pyspy import dump as pyspy_dump
-
     target = make_target(config.target)
     try:
         pid = args.pid
+        commands: dict[int, str] = {}
         if pid is None:
             _, sample = await sample_once(target, config, 0.0)
             if not sample.processes:
@@ -233,19 +234,23 @@ async def _dump(config: Config, args: argparse.Namespace) -> int:
                 _say(f"dump: no run process found ({why}); pass --pid", sys.stderr)
                 return EXIT_REFUSED
             pid = sample.processes[0].pid
-        options = dict(native=args.native, locals=args.locals, nonblocking=args.nonblocking, py_spy=config.target.py_spy)
-        if args.children:
-            dumps = await dump_tree(target, pid, **options)
-        else:
-            dumps = [await pyspy_dump(target, pid, **options)]
-    except DumpError as exc:
-        _say(f"dump: {exc}", sys.stderr)
-        return EXIT_FAILED
-    except TargetError as exc:
+            commands = {p.pid: p.cmdline for p in sample.processes}
+        dumps = await dump_tree(
+            target,
+            pid,
+            bool(args.children),
+            py_spy=config.target.py_spy,
+            native=bool(args.native),
+            locals=bool(args.locals),
+            nonblocking=bool(args.nonblocking),
+        )
+    except (DumpError, TargetError) as exc:
         _say(f"dump: {exc}", sys.stderr)
         return EXIT_FAILED
     finally:
         await target.close()
+    # py-spy's JSON carries no command line; the sample that found the run does.
+    dumps = [replace(d, command=commands.get(d.pid, "")) if not d.command else d for d in dumps]
     if args.json:
         _say(json.dumps([dump_json(d) for d in dumps], indent=2), sys.stdout)
     else:
