@@ -178,12 +178,17 @@ class PulseApp(App[int]):
             yield LogPane(id="log", max_lines=self.state.lines.maxlen or 10_000)
         yield Footer()
 
-    @property
-    def log_pane(self) -> LogPane:
-        return self.query_one("#log", LogPane)
-
     async def on_mount(self) -> None:
-        self.query_one("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
+        # Kept by reference: timers run while a modal screen is on top, where queries would not find them.
+        query = self.query_one
+        self.status_bar = query(StatusBar)
+        self.gpu_pane = query(GpuPane)
+        self.process_pane = query(ProcessPane)
+        self.throughput_pane = query(ThroughputPane)
+        self.log_pane = query(LogPane)
+        self.search_input = query("#search", Input)
+        self.gpus_box, self.processes_box, self.log_box = query("#gpus-box"), query("#processes-box"), query("#log-box")
+        query("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._size_classes()
         self.refresh_panes()
@@ -255,17 +260,17 @@ class PulseApp(App[int]):
     def refresh_panes(self, force: bool = True) -> None:
         """Repaint from the state: the status line always (ages move), the rest when it changed."""
         now = self.clock()
-        self.query_one(StatusBar).show(self.status_view(now))
+        self.status_bar.show(self.status_view(now))
         if not (force or self._dirty):
             self._refresh_titles(now)
             return
         self._dirty = False
         sample = self.state.latest
-        gpus = self.query_one(GpuPane)
+        gpus = self.gpu_pane
         if sample is not None:
             gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)
-            self.query_one(ProcessPane).show(sample.processes)
-        self.query_one(ThroughputPane).show(self.throughput_view())
+            self.process_pane.show(sample.processes)
+        self.throughput_pane.show(self.throughput_view())
         self._refresh_titles(now)
 
     def status_view(self, now: float) -> StatusView:
@@ -312,15 +317,15 @@ class PulseApp(App[int]):
 
     def _refresh_titles(self, now: float) -> None:
         sample = self.state.latest
-        gpus_box = self.query_one("#gpus-box")
+        gpus_box = self.gpus_box
         gpus_box.border_title = "GPUs"
         subtitle, level = self.gpu_subtitle(sample)
         gpus_box.border_subtitle = subtitle
         gpus_box.set_class(level == "warn", "-warn")
         gpus_box.set_class(level == "crit", "-crit")
 
-        processes_box = self.query_one("#processes-box")
-        pane = self.query_one(ProcessPane)
+        processes_box = self.processes_box
+        pane = self.process_pane
         if sample is None:
             processes_box.border_title = "Processes"
         elif sample.process_error:
@@ -376,7 +381,7 @@ class PulseApp(App[int]):
         return None
 
     def _refresh_log_titles(self) -> None:
-        box, pane = self.query_one("#log-box"), self.log_pane
+        box, pane = self.log_box, self.log_pane
         box.border_title = f"Log · {self.state.log_path or self.config.run.log or 'no log configured'}"
         parts = []
         if pane.filter_text:
@@ -428,7 +433,7 @@ class PulseApp(App[int]):
             self._refresh_log_titles()
 
     def action_search(self) -> None:
-        search = self.query_one("#search", Input)
+        search = self.search_input
         search.add_class("-visible")
         search.value = self.log_pane.filter_text
         search.focus()
@@ -446,7 +451,7 @@ class PulseApp(App[int]):
 
     def clear_filter(self) -> None:
         """Show every line again and hide the filter box."""
-        search = self.query_one("#search", Input)
+        search = self.search_input
         search.value = ""
         search.remove_class("-visible")
         self.log_pane.filter_text = ""
@@ -455,7 +460,7 @@ class PulseApp(App[int]):
 
     def on_key(self, event) -> None:
         if event.key == "escape" and self.screen is self.screen_stack[0]:
-            if self.log_pane.filter_text or self.query_one("#search").has_class("-visible"):
+            if self.log_pane.filter_text or self.search_input.has_class("-visible"):
                 self.clear_filter()
                 event.stop()
 
