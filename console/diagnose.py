@@ -419,7 +419,11 @@ class _Diagnosis:
             return Verdict(
                 "hung",
                 summary,
-                self._log_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+                self._log_lines()
+                + self._process_lines()
+                + self._gpu_lines()
+                + self._stack_lines()
+                + self._problem_lines(list(ev.problems)),
                 "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective)",
                 "p",
             )

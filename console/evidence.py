@@ -1,0 +1,237 @@
+"""Gather the evidence for one diagnosis from a target (the I/O half of console.diagnose).
+
+In parallel: two samples `window_s` apart from the sampling agent (processes with CPU% by
+delta, GPUs, the log's stat at both ends of the window) and the tail of the log read by the
+log follower (problem kinds and throughput), unless the console already follows the log into
+a RunState. Then, only when the run looks stuck (alive, idle, silent), one py-spy dump of
+the run's main process, summarised per thread. A key press to a verdict stays under ~3 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+from dataclasses import replace
+from typing import Literal
+
+from console.actions.pyspy import DumpError, dump
+from console.config import Config
+from console.diagnose import Evidence, ProblemLine, StackSummary, diagnose
+from console.model import LogLine, ProcessReading, Sample
+from console.observe.follow import LogFollower
+from console.observe.pyspy import ProcessDump, StackFrame, ThreadStack, classify_wait, group_identical, is_user_frame
+from console.observe.sampler import gpu_processes_unseen, sample_once
+from console.remote.target import Target
+from console.state import RunState
+
+DumpStacks = Literal["auto", "always", "never"]
+
+#: How much of the log's end is read for problem lines and throughput when nothing follows it.
+TAIL_BYTES = 256 * 1024
+#: The follower's heartbeat while reading the tail: its first one means the end was reached.
+TAIL_QUIET_S = 0.2
+#: Problem lines an Evidence keeps (the newest).
+MAX_PROBLEMS = 20
+#: Throughput is the median of this many newest values (one noisy line is not a trend).
+RATE_VALUES = 5
+DUMP_TIMEOUT_S = 5.0
+#: Verdicts that a stack dump can explain.
+_STUCK = ("hung", "unknown")
+
+
+async def gather(
+    target: Target,
+    config: Config,
+    *,
+    window_s: float | None = None,
+    follower_state: RunState | None = None,
+    dump_stacks: DumpStacks = "auto",
+    launched_at: float | None = None,
+) -> Evidence:
+    """One look at the run on `target`: what `console.diagnose.diagnose` needs.
+
+    `follower_state`: the console's RunState, when it already follows the log (its problem
+    lines since the last launch and its throughput series are used; no tail is read).
+    `launched_at`: the target-clock time of the console's last launch, if any.
+    `dump_stacks`: 'auto' dumps only when the run looks stuck. TargetError when the target
+    cannot be sampled.
+    """
+    window_s = config.stall.sample_window_s if window_s is None else window_s
+    sampling = asyncio.ensure_future(sample_once(target, config, window_s))
+    if follower_state is None and config.run.log:
+        tail = asyncio.ensure_future(read_tail(target, config, limit_s=window_s + 1.0))
+    else:
+        tail = None
+    try:
+        first, last = await sampling
+        lines = await tail if tail is not None else []
+    finally:
+        if tail is not None and not tail.done():
+            tail.cancel()
+            await asyncio.gather(tail, return_exceptions=True)
+
+    if follower_state is not None:
+        evidence = from_samples(first, last, config, follower_state, timed=True, launched_at=launched_at)
+    else:
+        state = RunState()
+        state.add_lines(lines)
+        evidence = from_samples(first, last, config, state, timed=False, launched_at=launched_at)
+
+    if dump_stacks == "never" or not evidence.processes:
+        return evidence
+    if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK:
+        return evidence
+    return await with_stacks(target, config, evidence)
+
+
+async def read_tail(target: Target, config: Config, *, limit_s: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
+    """The last lines of the run's log (classified, made safe), read by the log follower.
+
+    Stops at the follower's first heartbeat after the backlog (the end was reached), when
+    the log is missing, or after `limit_s` (a log written without pause never goes quiet).
+    """
+    lines: list[LogLine] = []
+    reached_end = asyncio.Event()
+
+    def on_event(event) -> None:
+        if event.data.get("ev") in ("idle", "missing", "disconnected"):
+            reached_end.set()
+
+    follower = LogFollower(
+        target, config, lines.extend, on_event=on_event, backlog_bytes=tail_bytes, heartbeat_s=TAIL_QUIET_S
+    )
+    task = asyncio.ensure_future(follower.run())
+    try:
+        await asyncio.wait_for(reached_end.wait(), limit_s)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return lines
+
+
+def from_samples(
+    first: Sample,
+    last: Sample,
+    config: Config,
+    lines: RunState,
+    *,
+    timed: bool,
+    launched_at: float | None = None,
+) -> Evidence:
+    """Evidence from two samples `window` apart and the log lines held in `lines`.
+
+    `timed`: the lines' arrival times are real (a live follower), so problem ages and
+    throughput silence can be measured; lines just read from a tail have no such times.
+    """
+    roles = config.gpus.roles
+    gpus = tuple(g for g in last.gpus if not roles or g.index in roles)
+    ev = Evidence(
+        window_s=round(last.time - first.time, 2),
+        processes=last.processes,
+        process_error=last.process_error,
+        gpus=gpus,
+        gpu_source=last.gpu_source,
+        gpu_error=last.gpu_error,
+        in_pid_namespace=last.in_pid_namespace,
+        gpu_contexts_unseen=gpu_processes_unseen(last),
+        launched_at=launched_at,
+        **_log_fields(first, last, config, launched_at),
+        **_line_fields(lines, config, timed),
+    )
+    return ev
+
+
+def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float | None) -> dict:
+    log = last.log
+    if log is None:
+        return {"log_path": config.run.log}
+    before = first.log
+    if not log.exists:
+        return {"log_path": log.path, "log_exists": False, "log_written_since_launch": False if launched_at else None}
+    if before is not None and before.exists and before.inode == log.inode:
+        growth = max(0, log.size - before.size)
+    else:
+        growth = log.size  # appeared or replaced during the window
+    return {
+        "log_path": log.path,
+        "log_exists": True,
+        "log_size": log.size,
+        "log_growth": growth,
+        "log_silent_s": 0.0 if growth else round(max(0.0, last.time - log.mtime), 1),
+        "log_written_since_launch": None if launched_at is None else log.mtime >= launched_at,
+    }
+
+
+def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
+    now = state.clock()
+    problems = tuple(
+        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None)
+        for line in list(state.problems)[-MAX_PROBLEMS:]
+    )
+    metric = state.rate_metric
+    values = state.rate_values()[-RATE_VALUES:]
+    fields: dict = {"problems": problems}
+    if metric is None or not values:
+        return fields
+    fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric))
+    if timed and state.last_rate_at is not None:
+        fields.update(rate_silent_s=round(now - state.last_rate_at, 1), rate_interval_s=state.rate_interval_s())
+    return fields
+
+
+def main_process(processes: tuple[ProcessReading, ...]) -> ProcessReading | None:
+    """The run's root: the oldest process whose parent is not itself one of the run's."""
+    pids = {p.pid for p in processes}
+    roots = [p for p in processes if p.ppid not in pids and p.state not in ("Z", "X")]
+    return max(roots, key=lambda p: p.elapsed_s, default=None)
+
+
+async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evidence:
+    """`evidence` with the main process's threads summarised from one py-spy dump (or why there are none)."""
+    root = main_process(evidence.processes)
+    if root is None:
+        return evidence
+    try:
+        process = await dump(target, root.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+    except DumpError as exc:
+        return replace(evidence, stack_error=str(exc))
+    return replace(evidence, stacks=summarise(process))
+
+
+def summarise(process: ProcessDump) -> tuple[StackSummary, ...]:
+    """One StackSummary per group of identical threads of a py-spy dump, most common first."""
+    out = []
+    for count, thread in group_identical(process.threads):
+        wait = classify_wait(thread)
+        out.append(
+            StackSummary(
+                pid=process.pid,
+                tid=thread.thread_id,
+                name=thread.name or str(thread.thread_id),
+                idle=not thread.active,
+                wait=None if wait in ("running", "unknown") else wait,
+                where=_where(thread),
+                count=count,
+            )
+        )
+    return tuple(out)
+
+
+def _where(thread: ThreadStack) -> str:
+    """The innermost frame and the innermost user frame under it, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
+    if not thread.frames:
+        return "no Python frames"
+    top = thread.frames[0]
+    text = _frame(top)
+    user = next((f for f in thread.frames if is_user_frame(f)), None)
+    if user is not None and user is not top:
+        text += f" ← {_frame(user)}"
+    return text
+
+
+def _frame(frame: StackFrame) -> str:
+    where = f"{os.path.basename(frame.file)}:{frame.line}" if frame.line is not None else frame.file
+    return f"{frame.function} ({where})"
