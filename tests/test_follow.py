@@ -428,6 +428,27 @@ async def test_a_file_rewritten_while_the_agent_is_down_is_read_from_its_start(t
         assert [e.data["lost"] for e in run.events if e.data["ev"] == "rotated"] == [True]
 
 
+async def test_a_silent_link_is_noticed_and_the_follower_resumes(sshd, tmp_path: Path) -> None:
+    """No frame (not even a heartbeat) for a while means a dead link even if TCP has not said so."""
+    target = make_target(sshd.target_config())
+    log = tmp_path / "train.log"
+    log.write_bytes(b"before\n")
+    try:
+        async with Run(target, str(log), heartbeat_s=0.5) as run:
+            await run.receive(["before"])
+            sshd.pause()
+            try:
+                await until(lambda: run.seen("disconnected") == 1, "the silence to be noticed")
+                await append(log, b"during\n")
+            finally:
+                sshd.resume()
+            await append(log, b"after\n")
+            await run.receive(["before", "during", "after"])
+            assert "no word" in next(e for e in run.events if e.data["ev"] == "disconnected").data["reason"]
+    finally:
+        await target.close()
+
+
 async def test_the_agent_exits_when_its_channel_closes(target: Target, tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(b"x\n")
