@@ -387,3 +387,28 @@ async def test_memory_still_held_refuses_the_launch_unless_forced(procs, tmp_pat
     assert final(events, "gpu").status is StepStatus.WARNING
     assert final(events, "verify").status is StepStatus.OK
     assert holder.poll() is None
+
+
+async def test_restart_inside_a_container_over_ssh(sshd, pid_namespace, procs, tmp_path):
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    pct = str(Path(__file__).resolve().parent / "bin" / "pct")
+    outside = procs.start([pct, "exec", pid_namespace.id, "--", sys.executable, str(HEALTHY), "--tag", tag])
+    old = wait_for(lambda: [p for p in _pids_with(tag)], "the run inside the container")[0]
+    config = dataclasses.replace(
+        run_config(tmp_path, tag), target=sshd.target_config(container=pid_namespace.container)
+    )
+    target = make_target(config.target)
+    try:
+        plan = await plan_restart(target, config)
+        [planned] = plan.processes
+        assert planned.pid != old and tag in planned.cmdline  # the container's own PID for it
+        events = await run_restart(target, config, plan)
+    finally:
+        await target.close()
+    assert final(events, "verify").status is StepStatus.OK, events
+    outside.wait(timeout=5)
+    [new] = wait_for(lambda: _pids_with(tag), "the new run")
+    procs.adopt(new)
+    nspid = [line for line in Path(f"/proc/{new}/status").read_text().splitlines() if line.startswith("NSpid:")][0]
+    assert len(nspid.split()) == 3, "the new run was not launched inside the container"
+    assert int(nspid.split()[2]) == final(events, "launch").data["pid"]
