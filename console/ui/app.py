@@ -29,7 +29,7 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.help_screen import HelpScreen
-from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, binding, importable, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
@@ -39,6 +39,10 @@ from console.ui.throughput_pane import ThroughputPane, ThroughputView, format_du
 
 LOG_FLUSH_S = 0.1
 REFRESH_S = 0.5
+#: How often the cheap diagnosis (from the state alone, no command on the target) runs.
+CHEAP_DIAGNOSIS_S = 5.0
+#: The cheap diagnosis compares the latest sample with one about this old.
+CHEAP_WINDOW_S = 10.0
 #: The window of "current / average / min" throughput figures.
 RATE_WINDOW_S = 300.0
 #: Values kept for the sparklines (they summarise to their width).
@@ -109,6 +113,14 @@ class ActionRefusedMessage(Message):
     def __init__(self, text: str) -> None:
         super().__init__()
         self.text = text
+
+
+class DumpReady(Message):
+    """A py-spy dump arrived."""
+
+    def __init__(self, dump) -> None:
+        super().__init__()
+        self.dump = dump
 
 
 class VerdictReady(Message):
@@ -196,6 +208,8 @@ class PulseApp(App[int]):
         self.log_pane.focus()
         self.set_interval(LOG_FLUSH_S, self.flush_log)
         self.set_interval(REFRESH_S, self._tick)
+        if all(importable(module) for module in ("console.diagnose", "console.evidence")):
+            self.set_interval(CHEAP_DIAGNOSIS_S, self.cheap_diagnosis)
         if self.monitor_factory is not None:
             self.monitor = self.monitor_factory(self.mark_changed)
             started = self.monitor.start()
@@ -465,6 +479,51 @@ class PulseApp(App[int]):
                 event.stop()
 
     # -- actions on the run -------------------------------------------------------
+
+    def cheap_diagnosis(self) -> None:
+        """Diagnose from the samples and lines already held (pure, no I/O); notify if it got worse."""
+        from console.diagnose import diagnose
+        from console.evidence import from_samples
+
+        samples = self.state.samples
+        if len(samples) < 2:
+            return
+        last = samples[-1]
+        first = next((s for s in samples if last.time - s.time <= CHEAP_WINDOW_S), samples[-2])
+        if first is last:
+            first = samples[-2]
+        verdict = diagnose(from_samples(first, last, self.config, self.state, timed=True), self.config)
+        if self.verdict is None or verdict.name != self.verdict.name:
+            self.set_verdict(verdict)
+
+    def action_dump(self) -> None:
+        from console.evidence import main_process
+
+        sample = self.state.latest
+        main = main_process(sample.processes) if sample else None
+        if main is None:
+            self.notify("no process of the run to dump: is it alive?", severity="warning")
+            return
+        self.notify(f"py-spy dump of pid {main.pid}…", timeout=2)
+        self.run_dump(main.pid)
+
+    @work(exclusive=True, exit_on_error=False, group="dump")
+    async def run_dump(self, pid: int) -> None:
+        """py-spy on the target (posts DumpReady, or a one-line refusal)."""
+        from console.actions.pyspy import DumpError, dump
+
+        try:
+            result = await dump(self.target, pid, py_spy=self.config.target.py_spy)
+        except DumpError as exc:
+            self.post_message(ActionRefusedMessage(str(exc)))
+            return
+        self.post_message(DumpReady(result))
+
+    @on(DumpReady)
+    def _dump_ready(self, message: DumpReady) -> None:
+        from console.ui.dump_screen import DumpScreen
+
+        self.push_screen(DumpScreen(message.dump))
 
     def action_diagnose(self) -> None:
         self.notify("diagnosing: sampling the run…", timeout=2)
