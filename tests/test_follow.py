@@ -449,6 +449,20 @@ async def test_a_silent_link_is_noticed_and_the_follower_resumes(sshd, tmp_path:
         await target.close()
 
 
+async def test_a_chatty_login_profile_does_not_break_the_framing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bash_profile").write_text("echo 'Welcome to the training box'\necho '{\"not\": \"a frame\"}'\n")
+    monkeypatch.setenv("HOME", str(home))
+    log = tmp_path / "train.log"
+    log.write_bytes(b"line 1\n")
+    async with Run(LocalTarget(), str(log)) as run:
+        await run.receive(["line 1"])
+        assert run.seen("disconnected") == 0
+
+
 async def test_the_agent_exits_when_its_channel_closes(target: Target, tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(b"x\n")

@@ -29,6 +29,7 @@ MAX_LINE_BYTES = 16 * 1024
 BACKLOG_BYTES = 1 << 20
 READ_SIZE = 1 << 20
 HEAD_BYTES = follow_agent.HEAD
+MAX_HEADER_BYTES = 65536
 #: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 REAP_S = 5.0
@@ -49,11 +50,17 @@ def log_pattern(log: str) -> str:
 
 
 class _Frames:
-    """Splits the agent's stdout into (header, payload) frames."""
+    """Splits the agent's stdout into (header, payload) frames.
+
+    A login shell's profile may print to stdout before the agent starts (a banner, conda's
+    notices): lines before the first frame that are not headers are skipped, up to a bound.
+    """
 
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._header: dict | None = None
+        self._synced = False
+        self._skipped = 0
 
     def feed(self, data: bytes) -> list[tuple[dict, bytes]]:
         self._buffer += data
@@ -62,18 +69,18 @@ class _Frames:
             if self._header is None:
                 end = self._buffer.find(b"\n")
                 if end < 0:
-                    if len(self._buffer) > 65536:
-                        raise FollowProtocolError("follower sent a header line over 64 KiB")
+                    if len(self._buffer) > MAX_HEADER_BYTES:
+                        raise FollowProtocolError("log follower sent a header line over 64 KiB")
                     return frames
-                try:
-                    header = json.loads(self._buffer[:end])
-                except ValueError:
-                    raise FollowProtocolError(
-                        f"follower sent an unreadable header: {bytes(self._buffer[:80])!r}"
-                    ) from None
+                line = bytes(self._buffer[:end])
                 del self._buffer[: end + 1]
-                if not isinstance(header, dict) or "ev" not in header:
-                    raise FollowProtocolError(f"follower sent a header without an event: {header!r:.80}")
+                header = _header(line)
+                if header is None:
+                    self._skipped += end + 1
+                    if self._synced or self._skipped > MAX_HEADER_BYTES:
+                        raise FollowProtocolError(f"log follower sent an unreadable header: {line[:80]!r}")
+                    continue
+                self._synced = True
                 self._header = header
             size = self._header.get("len", 0)
             if len(self._buffer) < size:
@@ -82,6 +89,19 @@ class _Frames:
             del self._buffer[:size]
             frames.append((self._header, payload))
             self._header = None
+
+
+def _header(line: bytes) -> dict | None:
+    """A frame header, or None when `line` is not one."""
+    try:
+        header = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(header, dict) or not isinstance(header.get("ev"), str):
+        return None
+    if not isinstance(header.get("len", 0), int) or header.get("len", 0) < 0:
+        return None
+    return header
 
 
 class LogFollower:
