@@ -95,3 +95,34 @@ async def test_cheap_diagnosis_names_the_state_and_notifies_when_it_gets_worse()
         assert app.verdict.name != "healthy"
         assert any(n.title == "run got worse" for n in app._notifications)
         assert app.verdict.name in str(app.status_bar.render())
+
+
+async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
+    from console.config import WarmupConfig
+    from console.ui.action_screen import ActionScreen
+    from console.ui.confirm_screen import ConfirmScreen
+
+    config = dataclasses.replace(
+        make_config(),
+        warmup=WarmupConfig(command="echo warmed gpu {gpu} len {seq_len}", gpus=(0, 1), seq_lens=(770, 1216), triton_cache_dir=str(tmp_path / "triton")),
+        audit_log=str(tmp_path / "audit.jsonl"),
+    )
+    app = make_app("healthy", target=LocalTarget(), config=config)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("w")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert any("echo warmed gpu 1 len 1216" in line for line in app.screen.lines)
+        await pilot.press("y")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ActionScreen)
+        await screen.workers.wait_for_complete()
+        await pilot.pause(0.2)
+        assert screen.done and screen.ok
+        assert list(screen.steps) == ["step 1/4", "step 2/4", "step 3/4", "step 4/4"]
+        assert any("warmed gpu 1 len 1216" in line for line in screen.query_one("#output").lines)
+        await pilot.press("escape")
+        assert app.screen is app.screen_stack[0]
+    assert (tmp_path / "audit.jsonl").read_text().count('"action": "warmup"') == 1
