@@ -92,9 +92,9 @@ def agent_args(
     gpu_source: str = "none",
     nvidia_smi: str = "nvidia-smi",
 ) -> list[str]:
-    """The agent's arguments (its argv after the program)."""
+    """The agent's arguments (its argv after the program); `--` first, as a regex may start with '-'."""
     return [
-        str(interval), str(count), match, pidfile, log, gpu_source, nvidia_smi, SMI_GPU_FIELDS, SMI_APP_FIELDS
+        "--", str(interval), str(count), match, pidfile, log, gpu_source, nvidia_smi, SMI_GPU_FIELDS, SMI_APP_FIELDS
     ]  # fmt: skip
 
 

@@ -1,0 +1,335 @@
+"""Samples of a run from a target: the agent (agent.py) runs there, this side turns its lines into Samples.
+
+One long-lived agent per target streams one JSON line a second over one channel (≈9 ms a
+sample even behind a slow login shell, against ≈120 ms for a fresh exec). `Sampler.stream`
+yields Samples until the agent or its channel ends; `sample_once` takes the two samples a
+CPU% delta needs, for `pulse check` and the diagnosis. Everything the agent sends is
+untrusted text from the target: shapes are checked and strings made safe for a terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from console.config import Config
+from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu
+from console.observe import agent, smi
+from console.observe.follow import log_pattern
+from console.observe.textsafe import sanitize
+from console.remote.program import open_program
+from console.remote.target import Channel, Target, TargetError
+
+AGENT_SOURCE = Path(agent.__file__).read_text()
+AGENT_NAME = "pulse-agent"
+#: No line for this long means the agent or the link is stuck (an nvidia-smi call may take SMI_TIMEOUT_S twice).
+STALE_MIN_S = 4 * agent.SMI_TIMEOUT_S
+REAP_S = 5.0
+#: GPU memory in use below this is the driver's own, not a context of the run.
+IDLE_GPU_MEMORY_MIB = 16
+MAX_TEXT = 1000
+MAX_LINE_BYTES = 4 << 20
+
+ProblemCallback = Callable[[str], None]
+
+
+class SampleError(ValueError):
+    """An agent line that is not a sample: one line saying what is wrong with it."""
+
+
+def agent_args(config: Config, interval_s: float, count: int) -> list[str]:
+    """The agent's argv for `config` (see agent.build_parser); `--` first, as a regex may start with '-'."""
+    run = config.run
+    return [
+        "--",
+        f"{interval_s:g}",
+        str(count),
+        run.match or "",
+        run.pidfile or "",
+        log_pattern(run.log) if run.log else "",
+        config.gpus.source,
+        config.target.nvidia_smi,
+        ",".join(smi.GPU_QUERY_FIELDS),
+        ",".join(smi.APP_QUERY_FIELDS),
+    ]
+
+
+# -- parsing (pure) --------------------------------------------------------------------------
+
+
+def _safe(value: object) -> str:
+    return sanitize(str(value), MAX_TEXT)[0]
+
+
+def _optional_text(value: object) -> str | None:
+    return None if value is None else _safe(value)
+
+
+def _number(value: object, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SampleError(f"{what} is {value!r:.40}, not a number")
+    return value
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SampleError(f"{what} is {value!r:.40}, not an integer")
+    return value
+
+
+def _list(value: object, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SampleError(f"{what} is {type(value).__name__}, not a list")
+    return value
+
+
+def _dict(value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise SampleError(f"{what} is {type(value).__name__}, not an object")
+    return value
+
+
+def _nvml_gpu(raw: object) -> GpuReading:
+    g = _dict(raw, "a GPU")
+    processes = tuple(
+        GpuProcess(
+            pid=_int(p.get("pid"), "a GPU process's pid"),
+            used_mib=_number(p.get("used_mib"), "a GPU process's used_mib"),
+            name=_optional_text(p.get("name")),
+        )
+        for p in map(lambda item: _dict(item, "a GPU process"), _list(g.get("processes"), "a GPU's processes"))
+    )
+    return GpuReading(
+        index=_int(g.get("index"), "a GPU's index"),
+        uuid=_safe(g.get("uuid", "")),
+        name=_safe(g.get("name", "")),
+        memory_used_mib=_number(g.get("memory_used_mib"), "memory_used_mib"),
+        memory_total_mib=_number(g.get("memory_total_mib"), "memory_total_mib"),
+        utilization_pct=_number(g.get("utilization_pct"), "utilization_pct"),
+        temperature_c=_number(g.get("temperature_c"), "temperature_c"),
+        power_w=_number(g.get("power_w"), "power_w"),
+        power_limit_w=_number(g.get("power_limit_w"), "power_limit_w"),
+        processes=processes,
+        error=_optional_text(g.get("error")),
+    )
+
+
+def _smi_gpus(gpu_csv: str | None, apps_csv: str | None) -> tuple[tuple[GpuReading, ...], str | None]:
+    """GPUs from nvidia-smi's raw CSV; garbage becomes an error line, never an exception.
+
+    A row that cannot be read is left out and named in the error, so the other GPUs still show.
+    """
+    if gpu_csv is None:
+        return (), None
+    errors: list[str] = []
+    try:
+        gpus = smi.parse_gpu_csv(gpu_csv, errors=errors)
+        if apps_csv is not None:
+            gpus = smi.attach_processes(gpus, smi.parse_apps_csv(apps_csv, errors=errors))
+    except smi.ParseError as exc:
+        return (), _safe(exc)
+    return tuple(gpus), _safe("; ".join(errors)) if errors else None
+
+
+def _thread(raw: object) -> ThreadCpu:
+    t = _dict(raw, "a thread")
+    return ThreadCpu(
+        tid=_int(t.get("tid"), "a thread's tid"),
+        name=_safe(t.get("name", "")),
+        cpu_pct=_number(t.get("cpu_pct"), "a thread's cpu_pct"),
+        state=_safe(t.get("state", "")),
+    )
+
+
+def _process(raw: object) -> ProcessReading:
+    p = _dict(raw, "a process")
+    stdout = p.get("stdout")
+    unbuffered = p.get("unbuffered")
+    return ProcessReading(
+        pid=_int(p.get("pid"), "a process's pid"),
+        ppid=_int(p.get("ppid"), "a process's ppid"),
+        state=_safe(p.get("state", "")),
+        elapsed_s=_number(p.get("elapsed_s", 0.0), "elapsed_s") or 0.0,
+        threads=_int(p.get("threads", 0), "threads"),
+        rss_mib=_number(p.get("rss_mib", 0.0), "rss_mib") or 0.0,
+        cpu_pct=_number(p.get("cpu_pct"), "cpu_pct"),
+        cmdline=_safe(p.get("cmdline", "")),
+        nspid=tuple(_int(n, "an NSpid") for n in _list(p.get("nspid"), "nspid")),
+        stdout=None if stdout is None else _safe(stdout),
+        unbuffered=unbuffered if isinstance(unbuffered, bool) else None,
+        children=tuple(_int(c, "a child pid") for c in _list(p.get("children"), "children")),
+        thread_cpu=tuple(_thread(t) for t in _list(p.get("thread_cpu"), "thread_cpu")),
+    )
+
+
+def _log(raw: object) -> LogStatus | None:
+    if raw is None:
+        return None
+    log = _dict(raw, "log")
+    return LogStatus(
+        path=_safe(log.get("path", "")),
+        exists=bool(log.get("exists")),
+        size=_int(log.get("size", 0), "the log's size"),
+        mtime=_number(log.get("mtime", 0.0), "the log's mtime") or 0.0,
+        inode=_int(log.get("inode", 0), "the log's inode"),
+    )
+
+
+def parse_sample(obj: dict) -> Sample:
+    """A Sample from one decoded agent line; SampleError when its shape is wrong."""
+    obj = _dict(obj, "the line")
+    time = _number(obj.get("t"), "t")
+    if time is None:
+        raise SampleError("the line has no time 't'")
+    source = obj.get("gpu_source")
+    gpu_error = _optional_text(obj.get("gpu_error"))
+    if source == "nvidia-smi":
+        gpus, parse_error = _smi_gpus(obj.get("smi_gpu_csv"), obj.get("smi_apps_csv"))
+        gpu_error = "; ".join(e for e in (gpu_error, parse_error) if e) or None
+    elif source in ("nvml", "none"):
+        gpus = tuple(_nvml_gpu(g) for g in _list(obj.get("gpus"), "gpus"))
+    else:
+        raise SampleError(f"gpu_source is {source!r:.40}, not nvml, nvidia-smi or none")
+    return Sample(
+        time=time,
+        gpus=gpus,
+        gpu_source=source,
+        gpu_error=gpu_error,
+        processes=tuple(_process(p) for p in _list(obj.get("processes"), "processes")),
+        process_error=_optional_text(obj.get("process_error")),
+        in_pid_namespace=obj.get("in_pid_namespace") is True,
+        log=_log(obj.get("log")),
+    )
+
+
+def parse_line(line: str) -> Sample:
+    """A Sample from one raw agent line; SampleError (one line) when it is not one."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise SampleError(f"not JSON: {_safe(line[:80])!r}") from None
+    return parse_sample(obj)
+
+
+def gpu_processes_unseen(sample: Sample) -> bool:
+    """True when the GPUs are busy but none of their processes is one of the run's, seen from a container.
+
+    Inside a PID namespace the driver reports host PIDs, so the run's own PIDs (and the
+    NSpid chains that /proc gives for them) may all be missing from the GPU's list although
+    its contexts are alive; an empty GPU process list there does not mean they are gone.
+    """
+    if not sample.in_pid_namespace:
+        return False
+    gpu_pids = {p.pid for g in sample.gpus for p in g.processes}
+    busy = bool(gpu_pids) or any((g.memory_used_mib or 0) >= IDLE_GPU_MEMORY_MIB for g in sample.gpus)
+    if not busy:
+        return False
+    run_pids = {pid for p in sample.processes for pid in (p.pid, *p.nspid)}
+    return not (gpu_pids & run_pids)
+
+
+# -- the channel -----------------------------------------------------------------------------
+
+
+class Sampler:
+    """Samples of the run on `target`, from one long-lived agent there.
+
+    `on_problem` hears about lines that were not samples (they are skipped) and why the
+    agent ended; the stream itself only ends or raises TargetError.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        config: Config,
+        *,
+        interval_s: float | None = None,
+        on_problem: ProblemCallback | None = None,
+    ) -> None:
+        self.target = target
+        self.config = config
+        self.interval_s = config.gpus.poll_s if interval_s is None else interval_s
+        self.on_problem = on_problem
+        self.bad_lines = 0
+
+    async def stream(self) -> AsyncIterator[Sample]:
+        """Samples until the agent ends (TargetError saying why) or the caller stops iterating."""
+        async for sample in self._samples(self.interval_s, 0):
+            yield sample
+
+    async def _samples(self, interval_s: float, count: int) -> AsyncIterator[Sample]:
+        args = agent_args(self.config, interval_s, count)
+        channel = await open_program(
+            self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
+        )
+        stale_s = max(STALE_MIN_S, 5 * interval_s)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        pending = ""
+        try:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(channel.read(), stale_s)
+                except asyncio.TimeoutError:
+                    raise TargetError(f"{self.target.label}: no sample from the agent for {stale_s:g} s") from None
+                if not chunk:
+                    break
+                pending += decoder.decode(chunk)
+                *lines, pending = pending.split("\n")
+                if len(pending) > MAX_LINE_BYTES:
+                    self._problem(f"agent line over {MAX_LINE_BYTES} bytes dropped")
+                    pending = ""
+                for line in lines:
+                    try:
+                        sample = parse_line(line)
+                    except SampleError as exc:
+                        self._problem(f"agent sent a line that is not a sample ({exc}); skipped")
+                        continue
+                    yield sample
+            status = await asyncio.wait_for(channel.wait(), stale_s)
+        finally:
+            channel.close()
+            await _reap(channel)
+        if status != 0 or count == 0:
+            said = _safe(getattr(channel, "stderr", "").strip().rpartition("\n")[2])
+            raise TargetError(
+                f"{self.target.label}: the sampling agent exited with status {status}"
+                + (f": {said}" if said else "")
+                + _hint(status)
+            )
+
+    def _problem(self, text: str) -> None:
+        self.bad_lines += 1
+        if self.on_problem is not None:
+            self.on_problem(text)
+
+
+def _hint(status: int | None) -> str:
+    if status == 127:
+        return " (set [target] python to an interpreter that exists there)"
+    return ""
+
+
+async def _reap(channel: Channel) -> None:
+    """Wait briefly for the closed agent to be gone; it exits by itself at stdin EOF in any case."""
+    try:
+        await asyncio.wait_for(channel.wait(), REAP_S)
+    except (TargetError, asyncio.TimeoutError):
+        pass
+
+
+async def sample_once(target: Target, config: Config, window_s: float) -> tuple[Sample, Sample]:
+    """Two samples `window_s` apart: the second has CPU% over that window. TargetError if the agent fails."""
+    sampler = Sampler(target, config)
+    samples: list[Sample] = []
+    async for sample in sampler._samples(window_s, 2):
+        samples.append(sample)
+    if len(samples) < 2:
+        raise TargetError(f"{target.label}: the sampling agent sent {len(samples)} of 2 samples")
+    return samples[0], samples[1]

@@ -1,0 +1,114 @@
+"""The Monitor keeps a RunState fed from a real run, and recovers when its sources are lost.
+
+A real training process (tests/procs/healthy.py) writing a real log; the agents are killed by
+their PIDs and the SSH connections by sshd's, as an operator's network or OOM killer would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from console.config import Config, GpuConfig, RunConfig
+from console.model import ConnectionStatus
+from console.monitor import Monitor
+from console.observe import agent
+from console.remote.connect import make_target
+from console.remote.target import LocalTarget, Target
+from console.state import RunState
+from tests.test_agent import alive, spawn, unique_name  # noqa: F401
+from tests.test_sampler import agent_pids, until
+
+HEALTHY = Path(__file__).parent / "procs" / "healthy.py"
+
+
+def start_healthy_run(spawn, tmp_path: Path, name: str) -> tuple[int, Config]:
+    log = tmp_path / f"{name}.log"
+    run = spawn([sys.executable, str(HEALTHY), "--interval", "0.1", f"--tag={name}"], stdout=log.open("a"))
+    config = Config(run=RunConfig(match=rf"--tag={name}\b", log=str(log)), gpus=GpuConfig(source="none", poll_s=0.2))
+    return run.pid, config
+
+
+def pulse_helpers(name: str) -> list[int]:
+    """Every live program Pulse started (sampling agent, log follower) about this run."""
+    return [
+        r["pid"]
+        for r in agent.scan_processes()
+        if agent.is_pulse_program(r["argv"]) and any(name in word for word in r["argv"]) and alive(r["pid"])
+    ]
+
+
+async def watch(config: Config, target: Target, state: RunState, changes: list[int]) -> Monitor:
+    monitor = Monitor(config, target, state, on_change=lambda: changes.append(1))
+    await monitor.start()
+    return monitor
+
+
+async def test_monitor_fills_state_from_sampler_and_log(spawn, tmp_path: Path) -> None:
+    name = unique_name()
+    run_pid, config = start_healthy_run(spawn, tmp_path, name)
+    state, changes = RunState(), []
+    monitor = await watch(config, LocalTarget(), state, changes)
+    try:
+        await until(lambda: state.latest and state.latest.processes and state.lines, "a sample and log lines")
+        assert [p.pid for p in state.latest.processes] == [run_pid]
+        assert state.connection.status is ConnectionStatus.CONNECTED
+        assert state.log_path == str(tmp_path / f"{name}.log")
+        await until(lambda: state.rate_metric == "tokens_per_s", "a throughput line")
+        assert state.lines[0].text.startswith("step ")
+        assert changes
+    finally:
+        await monitor.stop()
+    await until(lambda: pulse_helpers(name) == [], "the agent and the follower to exit after stop()")
+    assert not monitor.running
+
+
+async def test_a_killed_agent_is_started_again(spawn, tmp_path: Path) -> None:
+    name = unique_name()
+    run_pid, config = start_healthy_run(spawn, tmp_path, name)
+    state = RunState()
+    monitor = await watch(config, LocalTarget(), state, [])
+    try:
+        (first_agent,) = await until(lambda: agent_pids(name), "the sampling agent")
+        await until(lambda: state.latest is not None, "a first sample")
+        os.kill(first_agent, signal.SIGKILL)
+        second_agent = await until(
+            lambda: [pid for pid in agent_pids(name) if pid != first_agent], "a new sampling agent"
+        )
+        assert second_agent
+        before = len(state.samples)
+        await until(lambda: len(state.samples) > before, "samples from the new agent")
+        assert state.latest.processes[0].pid == run_pid
+        assert monitor.sampler_restarts == 1
+        (event,) = [e for e in state.events if e.kind == "sampler"]
+        assert event.text.startswith("sampling stopped: local: the sampling agent exited with status None")
+        assert event.text.endswith("; restarting in 0.5 s")
+    finally:
+        await monitor.stop()
+    await until(lambda: pulse_helpers(name) == [], "every helper to exit after stop()")
+
+
+async def test_over_ssh_a_lost_connection_is_shown_and_sampling_resumes(spawn, tmp_path: Path, sshd) -> None:
+    name = unique_name()
+    run_pid, config = start_healthy_run(spawn, tmp_path, name)
+    target = make_target(sshd.target_config())
+    state = RunState()
+    monitor = await watch(config, target, state, [])
+    try:
+        await until(lambda: state.latest and state.latest.processes and state.lines, "a sample and log lines")
+        assert state.connection.status is ConnectionStatus.CONNECTED
+        sshd.kill_connections()
+        await until(
+            lambda: any(e.kind == "connection" and not e.text.startswith("connected") for e in state.events),
+            "the loss to show",
+        )
+        await until(lambda: state.connection.status is ConnectionStatus.CONNECTED, "the reconnection")
+        before = state.latest.time
+        await until(lambda: state.latest.time > before, "samples after the reconnection")
+        assert state.latest.processes[0].pid == run_pid
+    finally:
+        await monitor.stop()
+        await target.close()
+    await until(lambda: pulse_helpers(name) == [], "the remote helpers to exit after stop()")
