@@ -221,15 +221,14 @@ def summarise(process: ProcessDump) -> tuple[StackSummary, ...]:
 
 
 def _where(thread: ThreadStack) -> str:
-    """The innermost frame and the innermost user frame under it, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
-    if not thread.frames:
+    """The run's innermost own frame and the call it is in, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
+    frames = thread.frames
+    if not frames:
         return "no Python frames"
-    top = thread.frames[0]
-    text = _frame(top)
-    user = next((f for f in thread.frames if is_user_frame(f)), None)
-    if user is not None and user is not top:
-        text += f" ← {_frame(user)}"
-    return text
+    index = next((i for i, frame in enumerate(frames) if is_user_frame(frame)), None)
+    if index is None or index == 0:
+        return _frame(frames[0])
+    return f"{_frame(frames[index - 1])} ← {_frame(frames[index])}"
 
 
 def _frame(frame: StackFrame) -> str:
