@@ -28,7 +28,7 @@ never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
@@ -100,8 +100,6 @@ class Evidence:
     processes: tuple[ProcessReading, ...] = ()
     """The run's processes at the end of the window; cpu_pct (and each thread's) is the delta over it."""
     process_error: str | None = None
-    lifetime_cpu_pct: dict[int, float] = field(default_factory=dict)
-    """pid → CPU% averaged over the process's life: what `ps` shows."""
     gpus: tuple[GpuReading, ...] = ()
     """The run's GPUs (all GPUs when the config names none)."""
     gpu_source: str = "none"
@@ -219,7 +217,7 @@ class _Diagnosis:
                 cpu = "CPU unknown (one sample only)"
             else:
                 cpu = f"CPU {p.cpu_pct:.1f}% over {ev.window_s:g} s"
-            lifetime = ev.lifetime_cpu_pct.get(p.pid)
+            lifetime = _lifetime_cpu_pct(p)
             if lifetime is not None:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
@@ -434,6 +432,13 @@ class _Diagnosis:
             "dump the stacks (p) to see what it is busy with",
             "p",
         )
+
+
+def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
+    """CPU% averaged over the process's whole life: what `ps` shows, and why it cannot tell a hang."""
+    if process.cpu_s is None or process.elapsed_s <= 0:
+        return None
+    return process.cpu_s / process.elapsed_s * 100.0
 
 
 def _is_regular_file(stdout: str | None) -> bool:

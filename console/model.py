@@ -134,6 +134,8 @@ class ProcessReading:
     children: tuple[int, ...] = ()
     """PIDs of its direct children (DataLoader workers, ranks), each also a reading of the sample."""
     thread_cpu: tuple[ThreadCpu, ...] = ()
+    cpu_s: float | None = None
+    """CPU seconds (utime+stime) over the process's life: cpu_s / elapsed_s is what `ps` calls %CPU."""
 
 
 @dataclass(frozen=True, slots=True)

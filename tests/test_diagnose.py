@@ -22,7 +22,9 @@ CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(basel
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."
 
 
-def proc(pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True, threads=()) -> ProcessReading:
+def proc(
+    pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True, threads=(), cpu_s=None
+) -> ProcessReading:
     return ProcessReading(
         pid=pid,
         ppid=1,
@@ -35,6 +37,7 @@ def proc(pid=447, cpu=80.0, *, state="S", stdout="pipe:[1234]", unbuffered=True,
         stdout=stdout,
         unbuffered=unbuffered,
         thread_cpu=threads,
+        cpu_s=cpu_s,
     )
 
 
@@ -74,8 +77,9 @@ HEALTHY = Evidence(
 #: ps_hung.txt: idle for 12 s, yet ps reports 52.5% CPU (its lifetime average).
 HUNG = replace(
     HEALTHY,
-    processes=(proc(cpu=0.0, threads=(ThreadCpu(447, "python3", 0.0, "S"), ThreadCpu(449, "python3", 0.0, "S"))),),
-    lifetime_cpu_pct={447: 52.5},
+    processes=(
+        proc(cpu=0.0, cpu_s=6.3, threads=(ThreadCpu(447, "python3", 0.0, "S"), ThreadCpu(449, "python3", 0.0, "S"))),
+    ),
     gpus=(gpu(util=0.0),),
     log_growth=0,
     log_silent_s=312.0,
@@ -131,13 +135,20 @@ def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
 def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
     busy = replace(
         HUNG,
-        processes=(proc(cpu=99.0, stdout="/workspace/train.log", unbuffered=False),),
-        lifetime_cpu_pct={},
+        processes=(
+            proc(
+                cpu=99.0,
+                stdout="/workspace/train.log",
+                unbuffered=False,
+                threads=(ThreadCpu(447, "python3", 97.0, "R"), ThreadCpu(449, "pt_autograd_0", 1.0, "S")),
+            ),
+        ),
     )
     verdict = diagnose(busy, CONFIG)
     assert verdict.name == "buffered"
     assert verdict.key == "R"
     assert "pid 447 stdout → /workspace/train.log, not unbuffered" in verdict.evidence
+    assert "pid 447 busy threads: python3 97%" in verdict.evidence
 
 
 def test_gpu_busy_alone_counts_as_busy_for_buffered():

@@ -29,16 +29,19 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-#: Programs whose command line may contain the run's pattern without being the run:
-#: launchers and shells (the `bash -lc '... python3 train.py &'` parent of a run, the
-#: operator's ssh session), searchers, pagers and editors, and tools pointed at the run.
+#: Programs whose command line may contain the run's pattern without being the run: the
+#: operator's ssh session and launchers, searchers, pagers and editors, and tools pointed at the run.
 NOT_THE_RUN = frozenset(
     """
-    bash sh zsh dash fish ksh csh tcsh ssh sshd sudo su nohup setsid timeout pct docker
-    kubectl nsenter unshare tmux screen grep egrep fgrep rg pgrep pkill ps top htop
-    vim vi nvim nano emacs less more view tail cat head py-spy watch
+    ssh sshd sudo su nohup setsid timeout pct docker kubectl nsenter unshare tmux screen
+    grep egrep fgrep rg pgrep pkill ps top htop vim vi nvim nano emacs less more view
+    tail cat head py-spy watch
     """.split()
 )
+
+#: Shells: one running a `-c` command string is a launcher (the `bash -lc 'cd … && setsid
+#: nohup python3 train.py &'` parent of a run), one running a script file may be the run.
+SHELLS = frozenset("bash sh zsh dash fish ksh csh tcsh".split())
 
 #: Text in the command line of every program Pulse runs through console.remote.program:
 #: another console's agent carries the same pattern in its arguments and is never the run.
@@ -120,6 +123,31 @@ def is_pulse_program(argv: List[str]) -> bool:
     return any(PULSE_PROGRAM_MARK in word for word in argv)
 
 
+def shell_script_words(argv: List[str]) -> List[str]:
+    """A shell's argv without its `-c` command string: what is left names a script it runs, if any."""
+    words = argv[:1]
+    rest = iter(argv[1:])
+    for word in rest:
+        if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+            next(rest, None)  # the command string: launcher text, not the run
+            continue
+        words.append(word)
+    return words
+
+
+def match_words(record: Record) -> Optional[List[str]]:
+    """The words of a process's command line the run's pattern may match; None when it is never the run."""
+    argv = record.get("argv") or []
+    if not argv or is_pulse_program(argv):
+        return None
+    names = program_names(record)
+    if any(name in NOT_THE_RUN for name in names):
+        return None
+    if any(name in SHELLS for name in names):
+        return shell_script_words(argv)
+    return argv
+
+
 def ancestry(procs: Iterable[Record], pid: int) -> List[int]:
     """`pid` and every ancestor of it present in `procs`, nearest first."""
     parent_of = {record["pid"]: record["ppid"] for record in procs}
@@ -154,20 +182,19 @@ def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[
     """The run's processes: those whose command line matches `pattern`, and their descendants.
 
     `procs` are records with pid, ppid, comm and argv. A match never counts when it is one of
-    `self_pids` (the agent and the shells that launched it), a program in NOT_THE_RUN (a
-    launcher shell, grep, an editor or a tail whose command line merely names the run), or a
-    program Pulse started. Descendants (DataLoader workers) are included whatever their names.
+    `self_pids` (the agent and the shells that launched it), a program in NOT_THE_RUN (ssh,
+    grep, an editor or a tail whose command line merely names the run), a shell whose `-c`
+    command string names it (its launcher), or a program Pulse started. Descendants
+    (DataLoader workers) are included whatever their names.
     """
     regex = re.compile(pattern) if isinstance(pattern, str) else pattern
     excluded = set(self_pids)
     matched = []
     for record in procs:
-        argv = record.get("argv") or []
-        if record["pid"] in excluded or not argv or is_pulse_program(argv):
+        if record["pid"] in excluded:
             continue
-        if any(name in NOT_THE_RUN for name in program_names(record)):
-            continue
-        if regex.search(" ".join(argv)):
+        words = match_words(record)
+        if words and regex.search(" ".join(words)):
             matched.append(record["pid"])
     return run_tree(procs, matched, excluded)
 
@@ -305,6 +332,7 @@ def describe_process(
         "threads": stat["threads"],
         "rss_mib": round(stat["rss_pages"] * PAGE_BYTES / MIB, 1),
         "cpu_pct": meter.rate(("process", pid, stat["start_ticks"]), stat["cpu_ticks"], now),
+        "cpu_s": round(stat["cpu_ticks"] / CLOCK_TICKS, 2),
         "cmdline": " ".join(record["argv"]),
         "nspid": list(parse_nspid(status)),
         "stdout": stdout,

@@ -160,6 +160,7 @@ def _process(raw: object) -> ProcessReading:
         threads=_int(p.get("threads", 0), "threads"),
         rss_mib=_number(p.get("rss_mib", 0.0), "rss_mib") or 0.0,
         cpu_pct=_number(p.get("cpu_pct"), "cpu_pct"),
+        cpu_s=_number(p.get("cpu_s"), "cpu_s"),
         cmdline=_safe(p.get("cmdline", "")),
         nspid=tuple(_int(n, "an NSpid") for n in _list(p.get("nspid"), "nspid")),
         stdout=None if stdout is None else _safe(stdout),
