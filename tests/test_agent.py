@@ -124,8 +124,8 @@ def run_agent(argv: list[str], env: dict | None = None) -> list[dict]:
 # -- selection on synthetic /proc records ------------------------------------------------------
 
 
-def record(pid: int, ppid: int, cmdline: str, comm: str | None = None) -> dict:
-    argv = cmdline.split(" ")
+def record(pid: int, ppid: int, cmdline: str | list[str], comm: str | None = None) -> dict:
+    argv = cmdline.split(" ") if isinstance(cmdline, str) else cmdline
     return {"pid": pid, "ppid": ppid, "comm": comm or os.path.basename(argv[0]), "argv": argv}
 
 
@@ -133,7 +133,7 @@ def test_select_run_processes_skips_launchers_tools_and_self() -> None:
     procs = [
         record(1, 0, "/sbin/init"),
         record(100, 1, "sshd: root@notty", comm="sshd"),
-        record(101, 100, "bash -lc cd /root && setsid nohup python3 -u train_dflash.py &"),
+        record(101, 100, ["bash", "-lc", "cd /root && setsid nohup python3 -u train_dflash.py &"]),
         record(200, 1, "python3 -u train_dflash.py --gpus 0,1"),
         record(201, 200, "python3 -u train_dflash.py --gpus 0,1"),  # a forked DataLoader worker
         record(202, 200, "python3 -c from multiprocessing.spawn import spawn_main", comm="python3"),
@@ -145,6 +145,8 @@ def test_select_run_processes_skips_launchers_tools_and_self() -> None:
         record(305, 300, "py-spy dump --pid 200 --name train_dflash"),
         record(306, 300, "timeout 60 cat train_dflash.py"),
         record(307, 300, "watch -n1 ps aux | grep train_dflash"),
+        record(308, 300, ["sh", "-c", "tail -f train_dflash.log | grep loss"]),
+        record(309, 300, ["ssh", "gpu-box", "pkill -f train_dflash"]),
         # Another console's agent: the pattern is one of its arguments.
         record(400, 100, "python3 -u -c import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);x 9 pulse-agent train_dflash"),
         # This agent and the non-shell parent that launched it.
@@ -168,6 +170,16 @@ def test_select_run_processes_takes_a_run_under_a_wrapper_and_dedupes_nested_mat
     procs[4]["argv"] = ["vim train.py", "60"]  # what `exec -a "vim train.py" sleep 60` leaves
     chosen = agent.select_run_processes(procs, r"train\.py", [])
     assert [r["pid"] for r in chosen] == [11, 12, 13]
+
+
+def test_a_shell_running_a_script_file_can_be_the_run() -> None:
+    procs = [
+        record(20, 1, ["bash", "-lc", "nohup bash /root/run_train_x.sh > /root/x.log 2>&1 &"]),
+        record(21, 1, ["bash", "/root/run_train_x.sh", "--lr", "3e-4"]),
+        record(22, 21, ["python3", "-u", "train.py"]),
+    ]
+    chosen = agent.select_run_processes(procs, r"run_train_x\.sh", [])
+    assert [r["pid"] for r in chosen] == [21, 22]
 
 
 def test_parse_stat_survives_odd_command_names() -> None:

@@ -114,6 +114,16 @@ def test_garbage_from_nvidia_smi_is_a_gpu_error_not_a_crash(garbage: str, error:
     assert sample.gpu_error.startswith(error) and "\n" not in sample.gpu_error
 
 
+def test_not_available_values_are_none_and_gpu_faults_are_kept() -> None:
+    # The H200 idle capture's power draw and a second GPU that needs a reset.
+    na = SMI_GPU_BUSY.replace("122.83", "[N/A]")
+    faulty = "1, GPU-7a1c, NVIDIA H200, [GPU requires reset], 143771, [GPU requires reset], 40, 80.00, 700.00\n"
+    sample = parse_sample(smi_line(na + faulty, ""))
+    assert sample.gpu_error is None
+    assert sample.gpus[0].power_w is None and sample.gpus[0].memory_used_mib == 21619
+    assert sample.gpus[1].error == "[GPU requires reset]" and sample.gpus[1].memory_used_mib is None
+
+
 def test_a_bad_gpu_row_is_named_and_the_other_gpus_still_show() -> None:
     sample = parse_sample(smi_line(SMI_GPU_BUSY + "1, GPU-y, NVIDIA H200, oops\n", SMI_APPS_BUSY))
     assert [g.index for g in sample.gpus] == [0]
