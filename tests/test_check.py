@@ -158,6 +158,7 @@ def test_hung_on_a_queue_with_the_waiting_frame(procs, tmp_path, check):
     assert "Queue.get" in main["where"] and "pack_hidden" in main["where"]
     assert "traceback" in report["log"]["problem_kinds"]
     assert any(line.startswith("log silent") for line in report["evidence"])
+    assert any("lifetime average" in line for line in report["evidence"])  # what ps would have shown
 
 
 def test_buffered_stdout_into_a_file(procs, tmp_path, check):
