@@ -172,9 +172,12 @@ async def test_restart_replaces_the_run_and_spares_every_decoy(where, request, p
     )
     old_pid = wait_for(lambda: children(launcher.pid), "the run to start")[0]
     procs.adopt(old_pid)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
     decoys = {
         "launcher": launcher,
-        "grep": procs.start(["bash", "-c", f"sleep 300 | grep {tag}"]),
+        # grep blocks opening a FIFO nobody writes to: one process, alive until killed
+        "grep": procs.start(["grep", tag, str(fifo)]),
         "tail": procs.start(["tail", "-f", str(old_log)]),
         "vim": procs.start(["bash", "-c", f"exec -a vim {sys.executable} -c 'import time; time.sleep(300)' {tag}.py"]),
     }
