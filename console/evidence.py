@@ -31,6 +31,8 @@ DumpStacks = Literal["auto", "always", "never"]
 TAIL_BYTES = 256 * 1024
 #: The follower's heartbeat while reading the tail: its first one means the end was reached.
 TAIL_QUIET_S = 0.2
+#: How long the tail may take beyond the sampling window (a log written without pause never goes quiet).
+TAIL_AFTER_WINDOW_S = 0.5
 #: Problem lines an Evidence keeps (the newest).
 MAX_PROBLEMS = 20
 #: Throughput is the median of this many newest values (one noisy line is not a trend).
@@ -60,7 +62,7 @@ async def gather(
     window_s = config.stall.sample_window_s if window_s is None else window_s
     sampling = asyncio.ensure_future(sample_once(target, config, window_s))
     if follower_state is None and config.run.log:
-        tail = asyncio.ensure_future(read_tail(target, config, limit_s=window_s + 1.0))
+        tail = asyncio.ensure_future(read_tail(target, config, limit_s=window_s + TAIL_AFTER_WINDOW_S))
     else:
         tail = None
     try:
