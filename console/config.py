@@ -33,6 +33,12 @@ class TargetConfig:
     """The interpreter on the target that runs Pulse's agent (any Python 3.8+)."""
     py_spy: str = "py-spy"
     nvidia_smi: str = "nvidia-smi"
+    slurm_job: str | None = None
+    """A Slurm job ID: the run is that job, on every node Slurm gave it (see console/fleet)."""
+    hosts: tuple[str, ...] = ()
+    """The run's nodes when there is no scheduler: each reached like `host`."""
+    reach: str = "ssh"
+    """How a Slurm job's nodes are reached: 'ssh' (~/.ssh/config, ProxyJump) or 'srun' (--overlap in the job)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +228,19 @@ def _regex(value: str) -> str | None:
     return None
 
 
+_SLURM_JOB_ID = re.compile(r"\d+(_\d+)?")
+
+
+def _host_list(value: list) -> str | None:
+    if not value or not all(isinstance(v, str) and v.strip() and not v.startswith("-") for v in value):
+        return "must be a non-empty list of host names, e.g. [\"node1\", \"node2\"]"
+    return None
+
+
+def _job_id(value: str | int | None) -> str | None:
+    return None if value is None else str(value).strip()
+
+
 def _int_list(name: str):
     def check(value: list) -> str | None:
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
@@ -250,7 +269,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log)")
 
     t = r.table(data, "target", ("host", "port", "container", "accept_new_host_key", "known_hosts",
-                                 "ssh_config", "python", "py_spy", "nvidia_smi"))
+                                 "ssh_config", "python", "py_spy", "nvidia_smi", "slurm_job", "hosts", "reach"))
     container = None
     if "container" in t:
         c = t["container"]
@@ -279,7 +298,14 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         python=r.get(t, "target.python", str, "python3"),
         py_spy=r.get(t, "target.py_spy", str, "py-spy"),
         nvidia_smi=r.get(t, "target.nvidia_smi", str, "nvidia-smi"),
+        slurm_job=_job_id(r.get(t, "target.slurm_job", (str, int))),
+        hosts=tuple(r.get(t, "target.hosts", list, [], _host_list)),
+        reach=r.get(t, "target.reach", str, "ssh", lambda v: None if v in ("ssh", "srun") else "must be ssh or srun"),
     )
+    if target.slurm_job is not None and not _SLURM_JOB_ID.fullmatch(target.slurm_job):
+        r.problem("target.slurm_job", f"must be a Slurm job ID (digits), not {target.slurm_job!r}")
+    if target.slurm_job is not None and target.hosts:
+        r.problem("target.hosts", "give either slurm_job or hosts, not both")
 
     u = r.table(data, "run", ("name", "launch", "cwd", "log", "match", "pidfile", "env", "grace_s"))
     env = r.get(u, "run.env", dict, {})
@@ -418,6 +444,16 @@ def load_from_args(args) -> Config:
         raise ConfigError(["--port: must be 1-65535"])
     if get("baseline") is not None and get("baseline") <= 0:
         raise ConfigError(["--baseline: must be greater than 0"])
+    slurm_job, hosts = t.slurm_job, t.hosts
+    if get("slurm_job"):
+        if not _SLURM_JOB_ID.fullmatch(get("slurm_job")):
+            raise ConfigError([f"--slurm-job: {get('slurm_job')!r} is not a Slurm job ID (digits)"])
+        slurm_job, hosts = get("slurm_job"), ()
+    if get("hosts"):
+        hosts = tuple(h.strip() for h in get("hosts").split(",") if h.strip())
+        if not hosts or _host_list(list(hosts)):
+            raise ConfigError(["--hosts: give host names separated by commas, e.g. --hosts node1,node2"])
+        slurm_job = None
     target = replace(
         t,
         host=get("host") or t.host,
@@ -425,6 +461,9 @@ def load_from_args(args) -> Config:
         container=container,
         known_hosts=get("known_hosts") or t.known_hosts,
         accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
+        slurm_job=slurm_job,
+        hosts=hosts,
+        reach=get("reach") or t.reach,
     )
     run = replace(
         u,
