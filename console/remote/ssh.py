@@ -37,6 +37,9 @@ OPEN_TIMEOUT_S = 30.0
 """How long `open()` waits for a connection (also while reconnecting) and for the channel."""
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
+REFUSED_RETRY_MAX_S = 2.0
+"""The longest wait between attempts while the host answers but refuses the port (sshd restarting):
+a refusal costs the host nothing, and the console must be back within this long of sshd."""
 STDERR_LIMIT = 1 << 20
 
 
@@ -59,6 +62,10 @@ def split_user(host: str) -> tuple[str | None, str]:
 
 class _Permanent(TargetError):
     """A failure that retrying will not fix (authentication, host key, bad config)."""
+
+
+class _Refused(TargetError):
+    """The host is up but nothing listens on the port yet: cheap to retry, and soon."""
 
 
 class _HostKeys:
@@ -296,7 +303,10 @@ class _Connection:
         self._reconnect_task = asyncio.ensure_future(self._reconnect(reason))
 
     async def _reconnect(self, reason: str) -> None:
+        refused = False
         for delay in backoff_delays():
+            if refused:
+                delay = min(delay, REFUSED_RETRY_MAX_S)
             self._set_state(ConnectionStatus.RECONNECTING, reason, time.monotonic() + delay)
             await asyncio.sleep(delay)
             if self._closed:
@@ -310,6 +320,7 @@ class _Connection:
                 return
             except TargetError as exc:
                 reason = str(exc)
+                refused = isinstance(exc, _Refused)
 
     async def open_channel(self, command: str, timeout: float) -> _SshChannel:
         """A new exec channel running `command`, once a slot and the connection are there."""
@@ -381,7 +392,7 @@ def _describe(
     if isinstance(exc, socket.gaierror):
         return TargetError(f"{where}: host name not found ({exc.strerror}); check the host name or its ssh config alias")
     if isinstance(exc, ConnectionRefusedError):
-        return TargetError(f"{where}: connection refused; check that sshd runs there and the port is right")
+        return _Refused(f"{where}: connection refused; check that sshd runs there and the port is right")
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return TargetError(f"{where}: no answer within {CONNECT_TIMEOUT_S:g} s; check that the host is up and reachable")
     if isinstance(exc, OSError):
