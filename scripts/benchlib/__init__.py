@@ -1,0 +1,1 @@
+"""Pieces of scripts/bench: the world it measures in, each measurement, and the report."""

@@ -1,0 +1,346 @@
+"""The measurements that run the console itself, each in a child process of its own.
+
+`scripts/bench.py --child PHASE SPEC RESULT` runs one of PHASES with the JSON spec the
+parent wrote and writes a JSON result, so each phase's CPU and memory figures are the
+console's alone (no other phase's objects, no sshd or writer in the same process).
+The app is the real PulseApp under Textual's headless driver (`run_test`) at 120×40, fed
+by the real Monitor over SSH; `BenchApp` only adds a key that records when it was handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from textual import events
+from textual.binding import Binding
+
+from benchlib import procs
+from benchlib.stats import summary
+from benchlib.world import config_from_spec
+from console.monitor import Monitor
+from console.remote.connect import make_target
+from console.state import RunState
+from console.ui import app as app_module
+from console.ui.app import PulseApp
+from console.ui.diagnosis_screen import DiagnosisScreen
+
+SIZE = (120, 40)
+PING_KEY = "ctrl+b"
+PING_EVERY_S = 0.05
+PING_TIMEOUT_S = 2.0
+READY_TIMEOUT_S = 20.0
+STAMP = "T="
+
+
+class BenchApp(PulseApp):
+    """PulseApp plus one key that records when its handler ran (for key-response latency)."""
+
+    BINDINGS = [*PulseApp.BINDINGS, Binding(PING_KEY, "bench_ping", show=False)]
+    CSS_PATH = str(Path(app_module.__file__).with_name(PulseApp.CSS_PATH))
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ping_handled: collections.deque[float] = collections.deque()
+
+    def action_bench_ping(self) -> None:
+        self.ping_handled.append(time.perf_counter())
+
+
+class Pinger:
+    """A thread that presses PING_KEY every PING_EVERY_S the way the terminal driver's input thread does."""
+
+    def __init__(self, app: BenchApp) -> None:
+        self.app = app
+        self.sent: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-pinger", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(PING_EVERY_S):
+            self.sent.append(time.perf_counter())
+            self.app.post_message(events.Key(PING_KEY, None))
+
+    def __enter__(self) -> Pinger:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    async def latencies_ms(self) -> list[float]:
+        """Handled − pressed for each key (waiting up to PING_TIMEOUT_S for the last ones)."""
+        deadline = time.monotonic() + PING_TIMEOUT_S
+        while len(self.app.ping_handled) < len(self.sent) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        handled = list(self.app.ping_handled)
+        now = time.perf_counter()
+        out = [((handled[i] if i < len(handled) else now) - sent) * 1000 for i, sent in enumerate(self.sent)]
+        self.app.ping_handled.clear()
+        self.sent.clear()
+        return out
+
+
+class StampedRunState(RunState):
+    """A RunState that notes when each line carrying a write time (`T=…`) arrived."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrival_ms: dict[int, float] = {}
+        self.written_at: dict[int, float] = {}
+
+    def add_lines(self, lines) -> None:
+        lines = list(lines)
+        super().add_lines(lines)
+        now = time.time()
+        for line in lines:
+            if line.text.startswith(STAMP):
+                written = float(line.text[len(STAMP) :].split(" ", 1)[0])
+                self.written_at[line.number] = written
+                self.arrival_ms[line.number] = (now - written) * 1000
+
+
+def watch_screen(app: PulseApp) -> dict[int, float]:
+    """Time (time.time()) each log line was first drawn by the log pane, by line number.
+
+    Wraps the pane's render_line, which the compositor calls for each visible row of a frame.
+    """
+    pane = app.log_pane
+    drawn: dict[int, float] = {}
+    render_line = pane.render_line
+
+    def timed_render_line(y: int):
+        index = pane.scroll_offset.y + y
+        shown = pane._shown
+        if index < len(shown):
+            drawn.setdefault(shown[index].number, time.time())
+        return render_line(y)
+
+    pane.render_line = timed_render_line
+    return drawn
+
+
+async def until(predicate, timeout_s: float, what: str, step_s: float = 0.005) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await asyncio.sleep(step_s)
+
+
+def monitored_app(config, state: RunState, **kwargs) -> BenchApp:
+    target = make_target(config.target)
+    return BenchApp(
+        config, state, monitor_factory=lambda changed: Monitor(config, target, state, changed), target=target, **kwargs
+    )
+
+
+async def ready(state: RunState) -> None:
+    """The monitor has a sample and follows the log."""
+    await until(lambda: state.latest is not None and state.log_path is not None, READY_TIMEOUT_S, "the first sample")
+
+
+async def writer(argv: list[str]) -> int:
+    process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+    out, _ = await process.communicate()
+    return int(out.decode().strip() or 0)
+
+
+# -- phases ------------------------------------------------------------------------------
+
+
+async def tail(spec: dict) -> dict:
+    """Write → RunState and write → drawn on screen, per stamped line."""
+    config = config_from_spec(spec["config"])
+    state = StampedRunState()
+    app = monitored_app(config, state)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(state)
+        drawn = watch_screen(app)
+        written = await writer(spec["writer"])
+        await until(lambda: len(drawn.keys() & state.written_at.keys()) >= written, 5.0, "the last lines on screen")
+        await pilot.pause()
+    screen = [(drawn[n] - state.written_at[n]) * 1000 for n in state.written_at if n in drawn]
+    return {
+        "written": written,
+        "state_ms": summary(list(state.arrival_ms.values())),
+        "screen_ms": summary(screen),
+    }
+
+
+async def flood(spec: dict) -> dict:
+    """Rising append rates; at each, whether the console kept up and how fast it answered a key."""
+    config = config_from_spec(spec["config"])
+    state = RunState()
+    app = monitored_app(config, state)
+    steps = []
+    async with app.run_test(size=SIZE):
+        await ready(state)
+        await until(lambda: state.lines_received >= 0, 1, "follower")
+        total = state.lines_received
+        for rate in spec["rates"]:
+            received_before = state.lines_received
+            with Pinger(app) as pinger:
+                started = time.monotonic()
+                written = await writer([*spec["writer"], str(rate), str(spec["seconds"])])
+                wrote_s = time.monotonic() - started
+                total += written
+                caught_up = True
+                try:
+                    await until(lambda: state.lines_received >= total, spec["grace_s"], "the flood's last line", 0.01)
+                except RuntimeError:
+                    caught_up = False
+                lag_s = time.monotonic() - started - wrote_s
+            keys = await pinger.latencies_ms()
+            got = state.lines_received - received_before
+            step = {
+                "rate": rate,
+                "written": written,
+                "received": got,
+                "write_s": round(wrote_s, 2),
+                "lines_per_s": round(got / (wrote_s + lag_s)),
+                "catch_up_s": round(lag_s, 3) if caught_up else None,
+                "key_ms": summary(keys),
+            }
+            step["kept_up"] = caught_up and (step["key_ms"]["p99"] or 0) < spec["key_p99_ms"]
+            steps.append(step)
+            if not caught_up:
+                await until(lambda: state.lines_received >= total, 30, "the backlog to drain", 0.05)
+            if not step["kept_up"]:
+                break
+    kept = [s["rate"] for s in steps if s["kept_up"]]
+    return {"steps": steps, "max_rate_kept_up": max(kept) if kept else 0}
+
+
+async def idle(spec: dict) -> dict:
+    """The console's CPU and the remote side's while watching the demo run at 1 Hz."""
+    config = config_from_spec(spec["config"])
+    state = RunState()
+    app = monitored_app(config, state)
+    kinds = {"agent": "pulse-agent", "follower": "pulse-follow", "sshd": "sshd"}
+    async with app.run_test(size=SIZE):
+        await ready(state)
+        await asyncio.sleep(spec["warmup_s"])
+        remote_before, console_before, started = procs.tree_cpu(spec["sshd_pid"], kinds), procs.self_cpu_s(), time.monotonic()
+        samples_before = len(state.samples)
+        await asyncio.sleep(spec["seconds"])
+        elapsed = time.monotonic() - started
+        console = procs.self_cpu_s() - console_before
+        remote = procs.cpu_delta(remote_before, procs.tree_cpu(spec["sshd_pid"], kinds))
+        samples = len(state.samples) - samples_before
+    pct = lambda seconds: round(seconds / elapsed * 100, 3)  # noqa: E731
+    return {
+        "seconds": round(elapsed, 1),
+        "samples": samples,
+        "gpus": len(state.latest.gpus) if state.latest else 0,
+        "console_cpu_pct": pct(console),
+        "remote_cpu_pct": pct(remote["total"]),
+        "remote_cpu_pct_by_process": {key: pct(value) for key, value in remote.items() if key != "total"},
+        "console_rss_mib": round(procs.rss_mib(), 1),
+    }
+
+
+async def memory(spec: dict) -> dict:
+    """RSS after N log lines through the real follower into RunState + app, then over simulated hours."""
+    from console.observe import agent as agent_module
+    from console.observe.follow import LogFollower
+    from console.observe.lines import classify_line
+    from console.observe.sampler import agent_args, parse_line
+    from console.model import LogLine
+    from console.remote.target import LocalTarget
+
+    config = config_from_spec(spec["config"])
+    base = time.monotonic()
+    fake_now = [base]
+    state = RunState(clock=lambda: fake_now[0])
+    app = BenchApp(config, state, clock=lambda: fake_now[0])
+
+    raw = subprocess.run(
+        [config.target.python, agent_module.__file__, *agent_args(config, 0.2, 2)], capture_output=True, text=True, timeout=60
+    ).stdout.splitlines()[-1]
+    template = json.loads(raw)
+    out: dict = {"lines": spec["lines"]}
+    async with app.run_test(size=SIZE) as pilot:
+        rss_start = procs.rss_mib()
+        follower = LogFollower(LocalTarget(), config, state.add_lines, backlog_bytes=None)
+        task = asyncio.create_task(follower.run())
+        started = time.monotonic()
+        checkpoints = []
+        step = spec["lines"] // 5
+        for mark in range(step, spec["lines"] + 1, step):
+            await until(lambda: state.lines_received >= mark, 300, f"{mark} lines", 0.05)
+            gc.collect()
+            checkpoints.append({"lines": state.lines_received, "rss_mib": round(procs.rss_mib(), 1)})
+        out["ingest_s"] = round(time.monotonic() - started, 2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await pilot.pause()
+        out["rss_start_mib"] = round(rss_start, 1)
+        out["rss_after_lines"] = checkpoints
+        out["rss_after_lines_mib"] = checkpoints[-1]["rss_mib"]
+
+        # Simulated hours: a sample a second (8 GPUs) and a step line every 2 s, on a fake clock.
+        texts = [f"step {n} | loss {2.5 - n / 1e5:.4f} | {14.2 - n % 7 / 10:.1f}K tok/s" for n in range(1000)]
+        number = state.lines_received
+        hourly = []
+        for second in range(spec["hours"] * 3600):
+            fake_now[0] = base + second
+            template["t"] = 1.7e9 + second
+            state.add_sample(parse_line(json.dumps(template)))
+            if second % 2 == 0:
+                number += 1
+                text = texts[number % len(texts)]
+                state.add_lines([LogLine(number, text, classify_line(text), False, fake_now[0])])
+            if second % 10 == 0:
+                app.refresh_panes()
+                app.flush_log()
+            if second % 60 == 0:
+                await pilot.pause()
+            if (second + 1) % 600 == 0:
+                gc.collect()
+                hourly.append({"simulated_s": second + 1, "rss_mib": round(procs.rss_mib(), 1)})
+        out["rss_over_time"] = hourly
+        per_hour = [point for point in hourly if point["simulated_s"] % 3600 == 0]
+        out["rss_growth_last_hour_mib"] = round(per_hour[-1]["rss_mib"] - per_hour[-2]["rss_mib"], 1) if len(per_hour) > 1 else None
+    return out
+
+
+async def diagnosis(spec: dict) -> dict:
+    """Key `d` → the verdict on screen, on a really hung process (py-spy dump included)."""
+    config = config_from_spec(spec["config"])
+    state = RunState()
+    app = monitored_app(config, state)
+    times, verdicts, stacks = [], [], []
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(state)
+        await until(lambda: bool(state.latest.processes), READY_TIMEOUT_S, "the hung process in a sample")
+        await asyncio.sleep(spec["silent_s"])
+        for _ in range(spec["repeats"]):
+            app.verdict = None
+            pressed = time.perf_counter()
+            app.post_message(events.Key("d", "d"))
+            await until(lambda: isinstance(app.screen, DiagnosisScreen), 30, "the diagnosis screen")
+            times.append((time.perf_counter() - pressed) * 1000)
+            verdicts.append(app.verdict.name if app.verdict else None)
+            stacks.append(len(getattr(app.screen, "evidence", None).stacks) if getattr(app.screen, "evidence", None) else 0)
+            app.post_message(events.Key("escape", None))
+            await until(lambda: not isinstance(app.screen, DiagnosisScreen), 10, "the diagnosis screen to close")
+            await pilot.pause()
+    return {"key_to_verdict_ms": summary(times), "verdicts": verdicts, "stack_groups": stacks}
+
+
+PHASES = {"tail": tail, "flood": flood, "idle": idle, "memory": memory, "diagnosis": diagnosis}
+
+
+def run_child(phase: str, spec_path: str, result_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    result = asyncio.run(PHASES[phase](spec))
+    Path(result_path).write_text(json.dumps(result))
+    return 0

@@ -1,0 +1,265 @@
+"""The bench's phases as seen from the parent: set up what each needs, run it, collect figures.
+
+Phases that run the console do so in a child process (`benchlib.apps`); the parent owns
+every server, writer and run they use and stops them by PID.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import pty
+import select
+import shlex
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+from benchlib import poll, writer
+from benchlib.apps import SIZE
+from benchlib.stats import summary
+from benchlib.world import HUNG_PROGRAM, REPO_ROOT, World, config_to_spec, stop_process, wait_for
+from console.config import TargetConfig
+
+BENCH_SCRIPT = REPO_ROOT / "scripts" / "bench.py"
+WRITER = [sys.executable, str(Path(writer.__file__))]
+TAIL_RATE = 20
+CHILD_TIMEOUT_S = 600
+KEY_P99_GOAL_MS = 100.0
+
+
+def child(world: World, phase: str, spec: dict, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """Run one console phase in a fresh process and return its figures."""
+    spec_path = world.dir / f"{phase}-spec.json"
+    result_path = world.dir / f"{phase}-result.json"
+    spec_path.write_text(json.dumps(spec))
+    result_path.unlink(missing_ok=True)
+    env = {**os.environ, "TEXTUAL_ANIMATIONS": "none"}
+    process = world.spawn(
+        [sys.executable, str(BENCH_SCRIPT), "--child", phase, str(spec_path), str(result_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        out, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_process(process)
+        raise RuntimeError(f"the {phase} phase did not finish within {timeout_s:g} s") from None
+    if process.returncode != 0 or not result_path.exists():
+        tail = out.decode("utf-8", "replace").strip().splitlines()[-15:]
+        raise RuntimeError(f"the {phase} phase failed (status {process.returncode}):\n" + "\n".join(tail))
+    return json.loads(result_path.read_text())
+
+
+def run_poll(world: World, quick: bool) -> dict:
+    return poll.measure(world, quick=quick)
+
+
+# -- 2. tail ---------------------------------------------------------------------------------
+
+
+def ssh_tail(world: World, log: Path, seconds: float) -> dict:
+    """`ssh host tail -F LOG`: write → receipt of each stamped line."""
+    server = world.servers["clean"]
+    log.touch()
+    command = f"tail -n0 -F {shlex.quote(str(log))}"
+    process = world.spawn(server.ssh_argv(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    latencies: list[float] = []
+    seen_ready = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            now = time.time()
+            if raw.startswith(b"T="):
+                latencies.append((now - float(raw[2:].split(b" ", 1)[0])) * 1000)
+            elif raw.startswith(b"READY"):
+                seen_ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        for _ in range(100):  # until tail is following: it prints what is appended after it started
+            with log.open("a") as out:
+                out.write("READY\n")
+            if seen_ready.wait(0.1):
+                break
+        else:
+            raise RuntimeError("ssh tail -F printed nothing")
+        done = subprocess.run([*WRITER, "stamped", str(log), str(TAIL_RATE), str(seconds)], capture_output=True, text=True)
+        written = int(done.stdout.strip())
+        wait_for(lambda: len(latencies) >= written, 5)
+    finally:
+        stop_process(process)
+        _kill_remote(world, "clean", command)
+    return {"written": written, "receipt_ms": summary(latencies)}
+
+
+def _kill_remote(world: World, server: str, command: str) -> None:
+    """OpenSSH does not signal a closed channel's command without privilege separation: end it by PID."""
+    from benchlib import procs
+
+    for pid in procs.tree(world.servers[server].pid):
+        if procs.cmdline(pid).strip() == command:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run_tail(world: World, quick: bool) -> dict:
+    seconds = 3 if quick else 15
+    manual = ssh_tail(world, world.dir / "tail-ssh.log", seconds)
+    log = world.dir / "tail-pulse.log"
+    log.touch()
+    config = world.log_config("clean", log, world.demo_config.run.match)
+    pulse = child(
+        world,
+        "tail",
+        {"config": config_to_spec(config), "writer": [*WRITER, "stamped", str(log), str(TAIL_RATE), str(seconds)]},
+    )
+    return {"rate_lines_per_s": TAIL_RATE, "ssh_tail_f": manual, "pulse": pulse}
+
+
+# -- 3. flood --------------------------------------------------------------------------------
+
+
+def run_flood(world: World, quick: bool) -> dict:
+    log = world.dir / "flood.log"
+    log.touch()
+    config = world.log_config("clean", log, world.demo_config.run.match)
+    spec = {
+        "config": config_to_spec(config),
+        "writer": [*WRITER, "flood", str(log)],
+        "rates": [25_000, 50_000, 100_000] if quick else [10_000, 25_000, 50_000, 75_000, 100_000, 150_000, 200_000],
+        "seconds": 2 if quick else 5,
+        "grace_s": 1.0,
+        "key_p99_ms": KEY_P99_GOAL_MS,
+    }
+    try:
+        return child(world, "flood", spec)
+    finally:
+        log.unlink(missing_ok=True)
+
+
+# -- 4. idle ---------------------------------------------------------------------------------
+
+
+def run_idle(world: World, quick: bool) -> dict:
+    spec = {
+        "config": config_to_spec(world.run_config("clean")),
+        "sshd_pid": world.servers["clean"].pid,
+        "seconds": 10 if quick else 60,
+        "warmup_s": 2,
+    }
+    out = {"nvidia_smi": child(world, "idle", spec)}
+    if not quick:
+        no_gpu = {**spec, "config": config_to_spec(world.run_config("clean", gpu_source="none"))}
+        out["no_gpu_reads"] = child(world, "idle", no_gpu)
+    return out
+
+
+# -- 5. memory -------------------------------------------------------------------------------
+
+
+def run_memory(world: World, quick: bool) -> dict:
+    lines = 200_000 if quick else 1_000_000
+    log = world.dir / "memory.log"
+    block = b"".join(writer.flood_lines())
+    per_block = len(writer.flood_lines())
+    with log.open("wb") as out:
+        for _ in range(lines // per_block):
+            out.write(block)
+    demo = world.demo_config
+    local = TargetConfig(python=demo.target.python, nvidia_smi=demo.target.nvidia_smi, py_spy=demo.target.py_spy)
+    config = dataclasses.replace(demo, target=local, run=dataclasses.replace(demo.run, log=str(log)))
+    try:
+        return child(world, "memory", {"config": config_to_spec(config), "lines": lines, "hours": 2})
+    finally:
+        log.unlink(missing_ok=True)
+
+
+# -- 6. start --------------------------------------------------------------------------------
+
+
+#: Text that is on screen once the first sample (the GPUs) and the first log lines are drawn.
+FULL_FRAME_MARKS = (b"H200", b"tok/s")
+FIRST_FRAME_MARK = b"\x1b[?1049h"  # the switch to the alternate screen: Textual's first output
+
+
+def one_start(timeout_s: float = 30.0) -> dict:
+    """`pulse demo` in a pseudo-terminal: time to its first output and to the first full frame."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1])}
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("pulse")), "demo"],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=REPO_ROOT,
+    )
+    os.close(slave)
+    seen = bytearray()
+    first = full = None
+    try:
+        deadline = started + timeout_s
+        while full is None and time.perf_counter() < deadline:
+            readable, _, _ = select.select([master], [], [], 0.5)
+            if not readable:
+                continue
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+            now = time.perf_counter()
+            if first is None and FIRST_FRAME_MARK in seen:
+                first = now
+            if all(mark in seen for mark in FULL_FRAME_MARKS):
+                full = now
+        os.write(master, b"q")
+        quit_deadline = time.monotonic() + 15
+        while process.poll() is None and time.monotonic() < quit_deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    pass
+    finally:
+        stop_process(process)
+        os.close(master)
+    if full is None:
+        raise RuntimeError(f"pulse demo drew no full frame within {timeout_s:g} s: {bytes(seen[-300:])!r}")
+    return {"first_output_ms": (first - started) * 1000 if first else None, "full_frame_ms": (full - started) * 1000}
+
+
+def run_start(world: World, quick: bool) -> dict:
+    runs = [one_start() for _ in range(2 if quick else 5)]
+    return {
+        "first_output_ms": summary([r["first_output_ms"] for r in runs if r["first_output_ms"] is not None]),
+        "full_frame_ms": summary([r["full_frame_ms"] for r in runs]),
+    }
+
+
+# -- 7. diagnosis ----------------------------------------------------------------------------
+
+
+def run_diagnosis(world: World, quick: bool) -> dict:
+    log = world.dir / "hung.log"
+    tag = f"pulse-bench-hung-{os.getpid()}"
+    with log.open("wb") as out:
+        hung = world.spawn([sys.executable, "-u", str(HUNG_PROGRAM), "--tag", tag], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        # No GPUs: the stand-in's GPUs are the demo trainer's, busy, and would say "busy, not hung".
+        config = world.log_config("clean", log, rf"hung_queue\.py --tag {tag}\b", stall_s=1.0, gpu_source="none")
+        spec = {"config": config_to_spec(config), "silent_s": 1.2, "repeats": 1 if quick else 5}
+        return child(world, "diagnosis", spec)
+    finally:
+        stop_process(hung)

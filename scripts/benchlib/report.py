@@ -1,0 +1,209 @@
+"""The bench's figures as one JSON object (headline keys first) and as a markdown report."""
+
+from __future__ import annotations
+
+from benchlib.stats import ratio
+
+GOALS = (
+    # key, what, comparison, target
+    ("poll_speedup_vs_fresh_ssh", "Poll latency vs a fresh ssh per poll (worse of clean/slow .bashrc)", ">=", 30),
+    ("poll_remote_cpu_ratio_vs_fresh_ssh", "Poll remote CPU vs a fresh ssh per poll (worse of clean/slow)", ">=", 30),
+    ("poll_vs_local_ratio", "Poll latency ÷ the same probe in a local bash -c (worse of clean/slow)", "<=", 1.0),
+    ("tail_p99_ratio_vs_ssh_tail", "Tail p99 write→screen ÷ ssh tail -F write→receipt", "<=", 1.5),
+    ("flood_lines_per_s", "Flood rate kept up with key response p99 < 100 ms (lines/s)", ">=", 50_000),
+    ("idle_cpu_pct", "Idle console CPU, % of one core (8 GPUs at 1 Hz)", "<", 2.0),
+    ("idle_remote_cpu_pct", "Idle remote CPU, % of one core (agent + follower + sshd)", "<", 0.5),
+    ("memory_growth_last_hour_mib", "RSS growth over the last simulated hour (MiB)", "<", 2.0),
+    ("start_ms", "pulse demo → first full frame, median (ms)", "<", 1000),
+    ("diagnosis_ms", "Key d → verdict on screen (py-spy dump included), median (ms)", "<", 3000),
+)
+
+
+def _get(data: dict, *path, default=None):
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return default
+        data = data[key]
+    return data
+
+
+def _worst(values, pick):
+    present = [v for v in values if v is not None]
+    return pick(present) if present else None
+
+
+def headline(phases: dict) -> dict:
+    """The figures the goals name, from the phases' details."""
+    poll = phases.get("poll", {})
+    out: dict = {}
+    for server in ("clean", "slow"):
+        for key, name in (
+            ("latency_speedup_vs_fresh_ssh", "poll_speedup_vs_fresh_ssh"),
+            ("remote_cpu_ratio_vs_fresh_ssh", "poll_remote_cpu_ratio_vs_fresh_ssh"),
+            ("latency_vs_local_bash", "poll_vs_local_ratio"),
+            ("no_gpu_latency_speedup_vs_fresh_ssh", "poll_no_gpu_speedup_vs_fresh_ssh"),
+            ("no_gpu_remote_cpu_ratio_vs_fresh_ssh", "poll_no_gpu_remote_cpu_ratio_vs_fresh_ssh"),
+            ("no_gpu_latency_vs_local_bash", "poll_no_gpu_vs_local_ratio"),
+        ):
+            out[f"{name}_{server}"] = _get(poll, server, "ratios", key)
+    for name in ("poll_speedup_vs_fresh_ssh", "poll_remote_cpu_ratio_vs_fresh_ssh", "poll_no_gpu_speedup_vs_fresh_ssh",
+                 "poll_no_gpu_remote_cpu_ratio_vs_fresh_ssh"):
+        out[name] = _worst([out[f"{name}_clean"], out[f"{name}_slow"]], min)
+    for name in ("poll_vs_local_ratio", "poll_no_gpu_vs_local_ratio"):
+        out[name] = _worst([out[f"{name}_clean"], out[f"{name}_slow"]], max)
+    out["poll_pulse_latency_ms"] = _get(poll, "clean", "pulse_agent", "latency_ms", "median")
+    out["poll_fresh_ssh_latency_ms"] = _get(poll, "clean", "fresh_ssh", "latency_ms", "median")
+
+    tail = phases.get("tail", {})
+    ssh_p99 = _get(tail, "ssh_tail_f", "receipt_ms", "p99")
+    out["tail_p99_ratio_vs_ssh_tail"] = ratio(_get(tail, "pulse", "screen_ms", "p99"), ssh_p99, 2)
+    out["tail_state_p99_ratio_vs_ssh_tail"] = ratio(_get(tail, "pulse", "state_ms", "p99"), ssh_p99, 2)
+    out["tail_screen_p99_ms"] = _get(tail, "pulse", "screen_ms", "p99")
+    out["tail_ssh_p99_ms"] = ssh_p99
+
+    flood = phases.get("flood", {})
+    out["flood_lines_per_s"] = flood.get("max_rate_kept_up")
+    kept = [s for s in flood.get("steps", []) if s.get("kept_up")]
+    out["flood_key_p99_ms"] = _get(kept[-1], "key_ms", "p99") if kept else None
+
+    out["idle_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "console_cpu_pct")
+    out["idle_remote_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "remote_cpu_pct")
+    out["idle_remote_cpu_pct_no_gpu_reads"] = _get(phases, "idle", "no_gpu_reads", "remote_cpu_pct")
+    out["memory_rss_after_lines_mib"] = _get(phases, "memory", "rss_after_lines_mib")
+    out["memory_growth_last_hour_mib"] = _get(phases, "memory", "rss_growth_last_hour_mib")
+    out["start_ms"] = _get(phases, "start", "full_frame_ms", "median")
+    out["diagnosis_ms"] = _get(phases, "diagnosis", "key_to_verdict_ms", "median")
+    return out
+
+
+def goals(figures: dict) -> dict:
+    out = {}
+    for key, what, op, target in GOALS:
+        value = figures.get(key)
+        met = None
+        if value is not None:
+            met = {">=": value >= target, "<=": value <= target, "<": value < target}[op]
+        out[key] = {"what": what, "goal": f"{op} {target:g}", "value": value, "met": met}
+    return out
+
+
+# -- markdown --------------------------------------------------------------------------------
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header, rows) -> list[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
+
+
+def markdown(result: dict) -> str:
+    m, p, figures = result["machine"], result["phases"], result["figures"]
+    lines = [
+        f"# Pulse bench{' (--quick)' if result['quick'] else ''}",
+        "",
+        f"{m['nproc']} × {m['cpu_model']}, Linux {m['kernel']}, {m['openssh']}, Python {m['python']}, "
+        f"asyncssh {m['asyncssh']}, Textual {m['textual']}; load average at start {' '.join(m['loadavg_at_start'])}; "
+        f"{result['elapsed_s']:.0f} s in all. Medians, with p95 where shown; ratios are against the manual way "
+        "measured in the same run.",
+        "",
+        "## Goals",
+        "",
+        *_table(
+            ["goal", "target", "measured", "met"],
+            [[g["what"], g["goal"], _fmt(g["value"], 2), {True: "yes", False: "**no**", None: "—"}[g["met"]]]
+             for g in result["goals"].values()],
+        ),
+    ]
+    if "poll" in p and "clean" in p["poll"]:
+        lines += ["", "## 1. Poll: one full sample (processes, 2 × nvidia-smi stand-in, log stat)", ""]
+        rows = []
+        names = [("fresh_ssh", "fresh ssh per poll"), ("controlmaster", "ssh ControlMaster"),
+                 ("asyncssh_exec", "asyncssh, exec channel per poll"), ("pulse_agent", "**Pulse agent stream**"),
+                 ("fresh_ssh_no_gpu", "fresh ssh, no GPU read"), ("pulse_agent_no_gpu", "**Pulse agent, no GPU read**")]
+        for server in ("clean", "slow"):
+            ways = p["poll"][server]
+            for key, label in names:
+                way = ways[key]
+                base = ways["pulse_agent_no_gpu" if key.endswith("no_gpu") else "pulse_agent"]["latency_ms"]["median"]
+                rows.append([
+                    server, label, _fmt(way["latency_ms"]["median"]), _fmt(way["latency_ms"]["p95"]),
+                    _fmt(way["client_cpu_ms"]["median"], 2), _fmt(way.get("remote_cpu_ms"), 2),
+                    f"{_fmt(ratio(way['latency_ms']['median'], base))}×",
+                ])
+        for key, label in (("local_bash", "local bash -c"), ("local_bash_no_gpu", "local bash -c, no GPU read")):
+            way = p["poll"][key]
+            rows.append(["local", label, _fmt(way["latency_ms"]["median"]), _fmt(way["latency_ms"]["p95"]),
+                         _fmt(way["client_cpu_ms"]["median"], 2), "—", "—"])
+        lines += _table(["server", "way", "latency ms", "p95", "client CPU ms/poll", "remote CPU ms/poll",
+                         "latency ÷ Pulse"], rows)
+        lines += ["", "Ratios (manual ÷ Pulse; vs local: Pulse ÷ local):", ""]
+        lines += _table(["server", *p["poll"]["clean"]["ratios"].keys()],
+                        [[s, *(_fmt(v, 2) for v in p["poll"][s]["ratios"].values())] for s in ("clean", "slow")])
+    if "tail" in p and "pulse" in p["tail"]:
+        t = p["tail"]
+        lines += ["", f"## 2. Tail latency ({t['rate_lines_per_s']} stamped lines/s)", ""]
+        lines += _table(
+            ["path", "lines", "median ms", "p95 ms", "p99 ms", "max ms"],
+            [
+                ["ssh host tail -F: write → receipt", t["ssh_tail_f"]["written"], *_stats(t["ssh_tail_f"]["receipt_ms"])],
+                ["Pulse: write → RunState", t["pulse"]["written"], *_stats(t["pulse"]["state_ms"])],
+                ["Pulse: write → on screen", t["pulse"]["written"], *_stats(t["pulse"]["screen_ms"])],
+            ],
+        )
+    if "flood" in p and "steps" in p["flood"]:
+        lines += ["", "## 3. Flood (~120-byte lines, key pressed every 50 ms)", ""]
+        lines += _table(
+            ["offered lines/s", "written", "received", "handled lines/s", "caught up after ms", "key median ms",
+             "key p99 ms", "kept up"],
+            [[_fmt(s["rate"]), _fmt(s["written"]), _fmt(s["received"]), _fmt(s["lines_per_s"]),
+              _fmt(None if s["catch_up_s"] is None else s["catch_up_s"] * 1000, 0), _fmt(s["key_ms"]["median"]),
+              _fmt(s["key_ms"]["p99"]), "yes" if s["kept_up"] else "**no**"] for s in p["flood"]["steps"]],
+        )
+    if "idle" in p and "nvidia_smi" in p["idle"]:
+        lines += ["", "## 4. Idle cost (demo run, 8 GPUs, 1 Hz, % of one core)", ""]
+        rows = []
+        for key, label in (("nvidia_smi", "GPUs via stand-in nvidia-smi"), ("no_gpu_reads", "no GPU reads (NVML-like)")):
+            if key in p["idle"]:
+                i = p["idle"][key]
+                by = i["remote_cpu_pct_by_process"]
+                rows.append([label, _fmt(i["seconds"]), i["samples"], _fmt(i["console_cpu_pct"], 2), _fmt(i["remote_cpu_pct"], 2),
+                             _fmt(by.get("agent"), 2), _fmt(by.get("follower"), 2), _fmt(by.get("sshd"), 2)])
+        lines += _table(["watching", "seconds", "samples", "console %", "remote %", "agent (+nvidia-smi) %",
+                         "follower %", "sshd %"], rows)
+    if "memory" in p and "rss_after_lines" in p["memory"]:
+        mem = p["memory"]
+        lines += ["", f"## 5. Memory ({mem['lines']:,} lines through the follower into RunState + app, then 2 simulated hours)", ""]
+        lines += _table(["after", "RSS MiB"], [["start", _fmt(mem["rss_start_mib"])]]
+                        + [[f"{c['lines']:,} lines", _fmt(c["rss_mib"])] for c in mem["rss_after_lines"]]
+                        + [[f"+{c['simulated_s'] // 60} simulated min", _fmt(c["rss_mib"])] for c in mem["rss_over_time"]])
+        lines += ["", f"Ingest took {mem['ingest_s']} s; growth over the last simulated hour: {_fmt(mem['rss_growth_last_hour_mib'])} MiB."]
+    if "start" in p and "full_frame_ms" in p["start"]:
+        s = p["start"]
+        lines += ["", "## 6. Start (`pulse demo` in a pseudo-terminal, 120×40)", ""]
+        lines += _table(["to", "n", "median ms", "p95 ms"],
+                        [["first output (alternate screen)", s["first_output_ms"]["n"], _fmt(s["first_output_ms"]["median"]), _fmt(s["first_output_ms"]["p95"])],
+                         ["first full frame (GPUs and log lines drawn)", s["full_frame_ms"]["n"], _fmt(s["full_frame_ms"]["median"]), _fmt(s["full_frame_ms"]["p95"])]])
+    if "diagnosis" in p and "key_to_verdict_ms" in p["diagnosis"]:
+        d = p["diagnosis"]
+        lines += ["", "## 7. Diagnosis (tests/procs/hung_queue.py, key d → verdict screen)", ""]
+        lines += _table(["n", "median ms", "p95 ms", "max ms", "verdicts", "stack groups"],
+                        [[d["key_to_verdict_ms"]["n"], _fmt(d["key_to_verdict_ms"]["median"]), _fmt(d["key_to_verdict_ms"]["p95"]),
+                          _fmt(d["key_to_verdict_ms"]["max"]), ", ".join(map(str, d["verdicts"])), ", ".join(map(str, d["stack_groups"]))]])
+    errors = {name: phase["error"] for name, phase in p.items() if isinstance(phase, dict) and "error" in phase}
+    if errors:
+        lines += ["", "## Phases that failed", ""] + [f"- {name}: {text}" for name, text in errors.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _stats(s: dict) -> list[str]:
+    return [_fmt(s["median"]), _fmt(s["p95"]), _fmt(s["p99"]), _fmt(s["max"])]
