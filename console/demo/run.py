@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from console.config import Config, GpuConfig, MetricsConfig, RunConfig, StallConfig, WarmupConfig
@@ -39,8 +40,12 @@ _PR_SET_PDEATHSIG = 1
 class DemoRun:
     """The demo's processes and files for one scenario, between `start()` and `stop()`."""
 
-    def __init__(self, scenario: str = "healthy", *, parent_dir: str | None = None) -> None:
+    def __init__(
+        self, scenario: str = "healthy", *, parent_dir: str | None = None, trainer_args: Sequence[str] = ()
+    ) -> None:
+        """`trainer_args` go to the trainer after the usual ones (e.g. `--step-s 0.05` to fast-forward)."""
         self.scenario = scenario
+        self.trainer_args = tuple(trainer_args)
         self.dir = Path(tempfile.mkdtemp(prefix="pulse-demo-", dir=parent_dir))
         self.bin = self.dir / "bin"
         self.log = self.dir / "train.log"
@@ -78,6 +83,7 @@ class DemoRun:
             str(self.state_file),
             "--pidfile",
             str(self.pidfile),
+            *self.trainer_args,
         ]
 
     def config(self) -> Config:

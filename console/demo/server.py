@@ -119,8 +119,8 @@ class DemoSshServer:
             process.stderr.write(b"pulse demo server: only exec requests are served (give a command)\n")
             process.exit(1)
             return
-        try:
-            child = await asyncio.create_subprocess_exec(
+        starting = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 "bash",
                 "-c",
                 command,
@@ -131,10 +131,19 @@ class DemoSshServer:
                 cwd=self.env.get("HOME", "/"),
                 start_new_session=True,
             )
+        )
+        try:
+            # Shielded: a command that started must be known, so that it can be killed.
+            child = await asyncio.shield(starting)
         except OSError as exc:
             process.stderr.write(f"pulse demo server: cannot start bash: {exc}\n".encode())
             process.exit(127)
             return
+        except asyncio.CancelledError:
+            child = await starting
+            _kill_group(child)
+            await child.wait()
+            raise
         self._children.add(child)
         feeding = asyncio.ensure_future(_feed_stdin(process, child))
         output = asyncio.ensure_future(
@@ -143,6 +152,8 @@ class DemoSshServer:
         finished = asyncio.ensure_future(_finish(child, output))
         hung_up = asyncio.ensure_future(process.wait_closed())
         try:
+            if self._listener is None:  # closed while this command was starting
+                _kill_group(child)
             await asyncio.wait({finished, hung_up}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not finished.done():
