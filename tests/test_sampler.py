@@ -275,7 +275,7 @@ async def test_sample_once_gives_a_cpu_delta_over_the_window(spawn, tmp_path: Pa
     run = start_run(spawn, tmp_path, name, body="while True: pass")
     first, second = await sample_once(LocalTarget(), config_for(name, tmp_path), 0.5)
     assert first.processes[0].cpu_pct is None
-    assert second.processes[0].pid == run.pid and second.processes[0].cpu_pct > 20
+    assert second.processes[0].pid == run.pid and second.processes[0].cpu_pct > 10
     assert second.time - first.time >= 0.5
     assert agent_pids(name) == []
 
