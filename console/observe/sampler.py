@@ -27,6 +27,10 @@ AGENT_SOURCE = Path(agent.__file__).read_text()
 AGENT_NAME = "pulse-agent"
 #: No line for this long means the agent or the link is stuck (an nvidia-smi call may take SMI_TIMEOUT_S twice).
 STALE_MIN_S = 4 * agent.SMI_TIMEOUT_S
+#: The first line also waits for the login shell: conda/pyenv init, and pyenv's rehash lock
+#: that makes every `bash -l` wait up to 60 s while another shell holds it. Giving up sooner
+#: would kill shells mid-rehash and leave that lock behind for the next ones.
+FIRST_SAMPLE_S = 90.0
 REAP_S = 5.0
 #: GPU memory in use below this is the driver's own, not a context of the run.
 IDLE_GPU_MEMORY_MIB = 16
@@ -242,8 +246,8 @@ def gpu_processes_unseen(sample: Sample) -> bool:
 class Sampler:
     """Samples of the run on `target`, from one long-lived agent there.
 
-    `on_problem` hears about lines that were not samples (they are skipped) and why the
-    agent ended; the stream itself only ends or raises TargetError.
+    `on_problem` hears about each line that was not a sample (it is skipped); why the agent
+    ended comes as the TargetError that ends the stream.
     """
 
     def __init__(
@@ -271,18 +275,21 @@ class Sampler:
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
         )
         stale_s = max(STALE_MIN_S, 5 * interval_s)
+        wait_s = max(FIRST_SAMPLE_S, stale_s)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         pending = ""
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(channel.read(), stale_s)
+                    chunk = await asyncio.wait_for(channel.read(), wait_s)
                 except asyncio.TimeoutError:
-                    raise TargetError(f"{self.target.label}: no sample from the agent for {stale_s:g} s") from None
+                    raise TargetError(f"{self.target.label}: no sample from the agent for {wait_s:g} s") from None
                 if not chunk:
                     break
                 pending += decoder.decode(chunk)
                 *lines, pending = pending.split("\n")
+                if lines:
+                    wait_s = stale_s
                 if len(pending) > MAX_LINE_BYTES:
                     self._problem(f"agent line over {MAX_LINE_BYTES} bytes dropped")
                     pending = ""
