@@ -226,6 +226,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from console.ui.app import run_console
 
     demo = DemoRun(getattr(args, "scenario", "healthy"))
+    # A closed terminal (SIGHUP) or a plain `kill` must still take the demo's processes and files down.
+    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         try:
             config = demo.start()
@@ -235,3 +237,9 @@ def run_demo(args: argparse.Namespace) -> int:
         return run_console(config, args)
     finally:
         demo.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
