@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import os
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -124,6 +125,9 @@ class Target(ABC):
         """Release the transport; open channels end."""
 
 
+_KILL_AFTER_S = 2.0
+
+
 class _LocalChannel:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self._process = process
@@ -163,13 +167,23 @@ class _LocalChannel:
         return status if status >= 0 else None
 
     def close(self) -> None:
+        # SIGTERM first: a login shell killed outright mid `pyenv rehash` leaves a lock that
+        # stalls every later login shell for 60 s. SIGKILL follows for what ignores it.
         if self._process.returncode is None:
-            try:
-                os.killpg(self._process.pid, 9)
-            except ProcessLookupError:
-                pass
+            self._signal_group(signal.SIGTERM)
+            asyncio.get_running_loop().call_later(_KILL_AFTER_S, self._kill_if_alive)
         if self._process.stdin is not None and not self._process.stdin.is_closing():
             self._process.stdin.close()
+
+    def _kill_if_alive(self) -> None:
+        if self._process.returncode is None:
+            self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self._process.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 class LocalTarget(Target):
@@ -181,7 +195,9 @@ class LocalTarget(Target):
         self._set_state(ConnectionState(ConnectionStatus.CONNECTED))
 
     async def open(self, script: str, *, login: bool = True) -> Channel:
-        argv = script_argv(script, self.container, login=login)
+        # This machine's environment is the console's own: a login shell would only add the
+        # profile's start-up cost. Inside a container the run's environment is its login one.
+        argv = script_argv(script, self.container, login=login and self.container is not None)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
