@@ -262,9 +262,16 @@ async def memory(spec: dict) -> dict:
     state = RunState(clock=lambda: fake_now[0])
     app = BenchApp(config, state, clock=lambda: fake_now[0])
 
-    raw = subprocess.run(
-        [config.target.python, agent_module.__file__, *agent_args(config, 0.2, 2)], capture_output=True, text=True, timeout=60
-    ).stdout.splitlines()[-1]
+    # A real agent line to copy: the agent runs until stdin closes, so keep it open for both samples.
+    agent = subprocess.Popen(
+        [config.target.python, agent_module.__file__, *agent_args(config, 0.2, 2)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    raw = [agent.stdout.readline() for _ in range(2)][-1]
+    agent.stdin.close()
+    agent.wait(30)
     template = json.loads(raw)
     out: dict = {"lines": spec["lines"]}
     async with app.run_test(size=SIZE) as pilot:
@@ -298,10 +305,9 @@ async def memory(spec: dict) -> dict:
                 number += 1
                 text = texts[number % len(texts)]
                 state.add_lines([LogLine(number, text, classify_line(text), False, fake_now[0])])
-            if second % 10 == 0:
+            if second % spec["refresh_every_s"] == 0:
                 app.refresh_panes()
                 app.flush_log()
-            if second % 60 == 0:
                 await pilot.pause()
             if (second + 1) % 600 == 0:
                 gc.collect()

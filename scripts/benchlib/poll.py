@@ -30,7 +30,7 @@ from console.remote.connect import make_target
 
 SETTLE_S = 0.3
 """After the last poll: time for the server to reap its side, so its CPU is in the reading."""
-AGENT_INTERVAL_S = 0.2
+AGENT_INTERVAL_S = 0.15
 AGENT_WARMUP_SAMPLES = 2
 
 
@@ -134,8 +134,8 @@ async def pulse_agent(world: World, server: str, polls: int, *, gpu_source: str 
 
 def measure(world: World, *, quick: bool) -> dict:
     """Every way on every server; figures per poll, and the ratios the goals name."""
-    polls_slow_way = 6 if quick else 30
-    polls_fast_way = 12 if quick else 60
+    polls_slow_way = 3 if quick else 30
+    polls_fast_way = 6 if quick else 60
     probe, probe_no_gpu = world.probe(), world.probe(gpus=False)
     out: dict = {"probe": probe}
     local = lambda p: (lambda _: ["bash", "-c", p])  # noqa: E731
@@ -144,8 +144,8 @@ def measure(world: World, *, quick: bool) -> dict:
     for server in ("clean", "slow"):
         ways = {
             "fresh_ssh": fresh_ssh(world, server, probe, polls_slow_way),
-            "controlmaster": controlmaster(world, server, probe, polls_fast_way),
-            "asyncssh_exec": asyncio.run(asyncssh_exec(world, server, probe, polls_fast_way)),
+            "controlmaster": controlmaster(world, server, probe, polls_slow_way),
+            "asyncssh_exec": asyncio.run(asyncssh_exec(world, server, probe, polls_slow_way)),
             "pulse_agent": asyncio.run(pulse_agent(world, server, polls_fast_way)),
             "fresh_ssh_no_gpu": fresh_ssh(world, server, probe_no_gpu, polls_slow_way),
             "pulse_agent_no_gpu": asyncio.run(pulse_agent(world, server, polls_fast_way, gpu_source="none")),
