@@ -1,9 +1,8 @@
 """Gather the evidence for one diagnosis from a target (the I/O half of console.diagnose).
 
 In parallel: two samples `window_s` apart from the sampling agent (processes with CPU% by
-delta, GPUs, the log's stat at both ends of the window) and the tail of the log read by the
-log follower (problem kinds and throughput), unless the console already follows the log into
-a RunState. Then, only when the run looks stuck (alive, idle, silent), one py-spy dump of
+delta, GPUs, the log's stat at both ends of the window) and the log's last bytes (problem
+kinds and throughput), unless the console already follows the log into a RunState. Then, only when the run looks stuck (alive, idle, silent), one py-spy dump of
 the run's main process, summarised per thread. A key press to a verdict stays under ~3 s.
 """
 
@@ -12,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import time
 from dataclasses import replace
 from typing import Literal
 
@@ -19,9 +19,12 @@ from console.actions.pyspy import DumpError, dump
 from console.config import Config
 from console.diagnose import Evidence, ProblemLine, StackSummary, diagnose
 from console.model import LogLine, ProcessReading, Sample
-from console.observe.follow import LogFollower
+from console.observe.follow import MAX_LINE_BYTES, log_pattern
+from console.observe.lines import classify_line
 from console.observe.pyspy import ProcessDump, StackFrame, ThreadStack, classify_wait, group_identical, is_user_frame
 from console.observe.sampler import gpu_processes_unseen, sample_once
+from console.observe.textsafe import sanitize
+from console.remote.shell import quote
 from console.remote.target import Target
 from console.state import RunState
 
@@ -29,10 +32,8 @@ DumpStacks = Literal["auto", "always", "never"]
 
 #: How much of the log's end is read for problem lines and throughput when nothing follows it.
 TAIL_BYTES = 256 * 1024
-#: The follower's heartbeat while reading the tail: its first one means the end was reached.
-TAIL_QUIET_S = 0.2
-#: How long the tail may take beyond the sampling window (a log written without pause never goes quiet).
-TAIL_AFTER_WINDOW_S = 0.5
+#: How long reading the tail may take beyond the sampling window (a slow link, a slow login shell).
+TAIL_TIMEOUT_S = 10.0
 #: Problem lines an Evidence keeps (the newest).
 MAX_PROBLEMS = 20
 #: Throughput is the median of this many newest values (one noisy line is not a trend).
@@ -62,7 +63,7 @@ async def gather(
     window_s = config.stall.sample_window_s if window_s is None else window_s
     sampling = asyncio.ensure_future(sample_once(target, config, window_s))
     if follower_state is None and config.run.log:
-        tail = asyncio.ensure_future(read_tail(target, config, limit_s=window_s + TAIL_AFTER_WINDOW_S))
+        tail = asyncio.ensure_future(read_tail(target, config, timeout=window_s + TAIL_TIMEOUT_S))
     else:
         tail = None
     try:
@@ -87,31 +88,36 @@ async def gather(
     return await with_stacks(target, config, evidence)
 
 
-async def read_tail(target: Target, config: Config, *, limit_s: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
-    """The last lines of the run's log (classified, made safe), read by the log follower.
-
-    Stops at the follower's first heartbeat after the backlog (the end was reached), when
-    the log is missing, or after `limit_s` (a log written without pause never goes quiet).
-    """
-    lines: list[LogLine] = []
-    reached_end = asyncio.Event()
-
-    def on_event(event) -> None:
-        if event.data.get("ev") in ("idle", "missing", "disconnected"):
-            reached_end.set()
-
-    follower = LogFollower(
-        target, config, lines.extend, on_event=on_event, backlog_bytes=tail_bytes, heartbeat_s=TAIL_QUIET_S
+def tail_script(log: str, tail_bytes: int) -> str:
+    """Bash printing the run's log (the newest match of a glob): whole lines of its last `tail_bytes`."""
+    # Unquoted $pattern under IFS= is globbed but never split or evaluated: odd names stay inert.
+    n = int(tail_bytes)
+    return (
+        f"IFS=; pattern={quote(log_pattern(log))}; "
+        'file=$(ls -1td -- $pattern 2>/dev/null | head -n 1); [ -f "$file" ] || exit 0; '
+        f'if [ "$(stat -c %s -- "$file")" -gt {n} ]; then tail -c {n} -- "$file" | tail -n +2; '
+        'else cat -- "$file"; fi'
     )
-    task = asyncio.ensure_future(follower.run())
-    try:
-        await asyncio.wait_for(reached_end.wait(), limit_s)
-    except asyncio.TimeoutError:
-        pass
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    return lines
+
+
+async def read_tail(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
+    """The last lines of the run's log, made safe and classified (none when it is missing).
+
+    One command reads the log's end, so the tail is exact however slowly the link delivers it.
+    TargetError when the target does not answer within `timeout`.
+    """
+    if not config.run.log:
+        return []
+    result = await target.run(tail_script(config.run.log, tail_bytes), timeout)
+    raws = result.stdout.split("\n")
+    if raws and not raws[-1]:
+        raws.pop()
+    now = time.monotonic()
+    out = []
+    for number, raw in enumerate(raws, 1):
+        text, cut = sanitize(raw, MAX_LINE_BYTES)
+        out.append(LogLine(number, text, classify_line(text, config.metrics.patterns), cut, now))
+    return out
 
 
 def from_samples(

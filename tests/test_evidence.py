@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -98,15 +99,16 @@ async def test_read_tail_returns_only_the_end_of_a_big_log(tmp_path):
     log = tmp_path / "big.log"
     log.write_text("".join(f"step {n} | loss 2.31 | 14.2K tok/s\n" for n in range(1, 40_001)))
     config = Config(run=RunConfig(log=str(log)))
-    lines = await read_tail(LocalTarget(), config, limit_s=10.0, tail_bytes=4096)
+    lines = await read_tail(LocalTarget(), config, timeout=10.0, tail_bytes=4096)
     assert lines[-1].text == "step 40000 | loss 2.31 | 14.2K tok/s"
     assert 50 < len(lines) < 200
+    assert lines[0].text.startswith("step ") and lines[0].info.tokens_per_s == 14200.0  # no cut first line
     assert lines[-1].info.tokens_per_s == 14200.0
 
 
 async def test_read_tail_of_a_missing_log_is_empty(tmp_path):
     config = Config(run=RunConfig(log=str(tmp_path / "absent.log")))
-    assert await read_tail(LocalTarget(), config, limit_s=10.0) == []
+    assert await read_tail(LocalTarget(), config, timeout=10.0) == []
 
 
 async def test_main_process_is_the_root_of_the_workers_tree(procs, tmp_path):
@@ -150,3 +152,21 @@ def test_tail_lines_have_no_age():
     state.add_lines([LogLine(1, OOM_TEXT, LineInfo(LineKind.OOM), time=state.clock() - 5000)])
     ev = from_samples(sample(0, None), sample(1, None), Config(), state, timed=False)
     assert ev.problems[0].age_s is None
+
+
+async def test_read_tail_follows_the_newest_log_of_a_pattern(tmp_path):
+    older, newer = tmp_path / "train_1700000000.log", tmp_path / "train_1700000100.log"
+    older.write_text("step 1 | loss nan\n")
+    newer.write_text("step 9 | loss 2.1 | 14.2K tok/s\n")
+    os.utime(older, (1_700_000_000, 1_700_000_000))
+    config = Config(run=RunConfig(log=str(tmp_path / "train_{started}.log")))
+    lines = await read_tail(LocalTarget(), config, timeout=10.0)
+    assert [line.text for line in lines] == ["step 9 | loss 2.1 | 14.2K tok/s"]
+
+
+async def test_read_tail_treats_a_strange_file_name_as_a_name(tmp_path):
+    log = tmp_path / "run $(touch pwned) `touch pwned2`;.log"
+    log.write_text("Traceback (most recent call last):\n")
+    lines = await read_tail(LocalTarget(), Config(run=RunConfig(log=str(log))), timeout=10.0)
+    assert [line.info.kind for line in lines] == [LineKind.TRACEBACK]
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists() and not Path("pwned2").exists()
