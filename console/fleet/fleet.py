@@ -1,0 +1,293 @@
+"""A fleet: the run's nodes, each a Target with its own Monitor and RunState.
+
+The nodes come from a Slurm job (`[target] slurm_job`: the job's node list through
+`scontrol show hostnames`) or from a plain list (`[target] hosts`). Each node is reached the
+way a single host is (`make_target`: one SSH connection per node, with the user's
+~/.ssh/config and its ProxyJump), or with `srun --jobid ID --overlap` through the login
+node when SSH to compute nodes is not allowed. Per node there is one long-lived sampling
+agent and one log follower, so the cost per node stays flat and polls never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from console.config import Config
+from console.diagnose import Verdict, diagnose, severity
+from console.evidence import from_samples
+from console.fleet.slurm import SlurmClient, SlurmError, SlurmJob, expand_filename
+from console.monitor import Monitor
+from console.remote.connect import make_target
+from console.remote.shell import command_line, script_argv
+from console.remote.ssh import split_user
+from console.remote.target import Channel, Target
+from console.state import RATE_UNITS, RunState
+
+#: The cheap per-node verdict compares the latest sample with one about this old.
+VERDICT_WINDOW_S = 10.0
+
+
+class FleetError(Exception):
+    """The fleet cannot be formed (no nodes, the job is not running, Slurm failed): one line."""
+
+
+class SrunTarget(Target):
+    """A node of a Slurm job reached through `srun --overlap` on the control target (the login node).
+
+    Every command becomes one job step inside the job's allocation: no new resources, and no
+    SSH to the compute node. The control target's connection carries all of them.
+    """
+
+    def __init__(self, control: Target, slurm: SlurmClient, job_id: str, node: str, config: Config) -> None:
+        super().__init__(config.target.container)
+        self.control = control
+        self.slurm = slurm
+        self.job_id = job_id
+        self.node = node
+        self.label = f"{node} (srun {job_id})"
+        control.on_state(self._set_state)
+
+    async def open(self, script: str, *, login: bool = True) -> Channel:
+        inner = command_line(script_argv(script, self.container, login=login))
+        return await self.control.open(self.slurm.srun_script(self.job_id, self.node, inner), login=False)
+
+
+@dataclass
+class FleetNode:
+    """One node of the run: where it is, what is known of it, and what it looks like now."""
+
+    name: str
+    config: Config
+    """The run's config as this node sees it: its host, its log file."""
+    target: Target
+    state: RunState
+    monitor: Monitor | None = None
+    verdict: Verdict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One line of the fleet screen."""
+
+    name: str
+    gpus: int
+    gpu_memory_used_mib: float | None
+    gpu_memory_total_mib: float | None
+    gpu_util_pct: float | None
+    """Mean utilisation over the node's GPUs."""
+    processes: int
+    """Live processes of the run on the node."""
+    log_silent_s: float | None
+    rate: float | None
+    """The latest throughput the node's log gave."""
+    rate_unit: str | None
+    verdict: str | None
+    summary: str
+    connection: str
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSummary:
+    """The whole job in one line: tokens/s across nodes, nodes healthy / total."""
+
+    nodes: int
+    healthy: int
+    rate: float | None
+    rate_unit: str | None
+    worst: str | None
+    job: SlurmJob | None
+
+
+def control_target(config: Config) -> Target:
+    """Where Slurm's commands run: the configured host (a login node), or this machine."""
+    return make_target(replace(config.target, slurm_job=None, hosts=()))
+
+
+def node_host(node: str, login_host: str | None) -> str:
+    """How to reach `node` by SSH: its name, with the login host's user when one was given."""
+    user, _ = split_user(login_host or "")
+    return f"{user}@{node}" if user and "@" not in node else node
+
+
+def node_config(config: Config, node: str, index: int, job: SlurmJob | None, *, log: str | None) -> Config:
+    """The run's config as seen on `node`: the host is the node; the log's Slurm patterns filled in."""
+    if log and job is not None:
+        log = expand_filename(log, job, node=node, node_index=index)
+    target = replace(config.target, host=node_host(node, config.target.host), port=None, slurm_job=None, hosts=())
+    return replace(config, target=target, run=replace(config.run, log=log))
+
+
+def node_logs(config: Config, job: SlurmJob | None, nodes: list[str]) -> list[str | None]:
+    """The log each node follows: `[run] log` on every node, else the job's batch output on its first node.
+
+    Slurm writes the batch script's output on the batch host only (node 0): other nodes have
+    a log only when the config names one (per rank, with %t / %N).
+    """
+    if config.run.log:
+        return [config.run.log] * len(nodes)
+    if job is not None and job.stdout:
+        return [job.stdout] + [None] * (len(nodes) - 1)
+    return [None] * len(nodes)
+
+
+def node_verdict(state: RunState, config: Config) -> Verdict | None:
+    """The cheap verdict from what a node's monitor already holds (no command on the node)."""
+    samples = state.samples
+    if len(samples) < 2:
+        return None
+    last = samples[-1]
+    first = next((s for s in samples if last.time - s.time <= VERDICT_WINDOW_S), samples[-2])
+    if first is last:
+        first = samples[-2]
+    return diagnose(from_samples(first, last, config, state, timed=True), config)
+
+
+def _rank(verdict: Verdict | None) -> int:
+    return severity(verdict.name) if verdict is not None else -1
+
+
+def row_of(node: FleetNode, now: float) -> NodeRow:
+    """A node's line for the fleet screen, from its RunState."""
+    state = node.state
+    sample = state.latest
+    gpus = sample.gpus if sample else ()
+    used = [g.memory_used_mib for g in gpus if g.memory_used_mib is not None]
+    total = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
+    util = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
+    silent = None
+    if sample is not None and sample.log is not None and sample.log.exists and state.last_sample_at is not None:
+        silent = max(0.0, sample.time - sample.log.mtime) + max(0.0, now - state.last_sample_at)
+    metric = state.rate_metric
+    values = state.values(metric)[-1:] if metric else []
+    return NodeRow(
+        name=node.name,
+        gpus=len(gpus),
+        gpu_memory_used_mib=sum(used) if used else None,
+        gpu_memory_total_mib=sum(total) if total else None,
+        gpu_util_pct=sum(util) / len(util) if util else None,
+        processes=sum(p.state not in ("Z", "X") for p in sample.processes) if sample else 0,
+        log_silent_s=silent,
+        rate=values[-1] if values else None,
+        rate_unit=RATE_UNITS.get(metric) if metric else None,
+        verdict=node.verdict.name if node.verdict else None,
+        summary=node.verdict.summary if node.verdict else "",
+        connection=state.connection.describe(now),
+    )
+
+
+class Fleet:
+    """The run's nodes; `start()` runs a Monitor per node, `refresh()` names each node's state."""
+
+    def __init__(
+        self,
+        config: Config,
+        nodes: list[FleetNode],
+        *,
+        job: SlurmJob | None = None,
+        control: Target | None = None,
+        slurm: SlurmClient | None = None,
+    ) -> None:
+        self.config = config
+        self.nodes = nodes
+        self.job = job
+        self.control = control
+        self.slurm = slurm
+
+    @classmethod
+    async def open(cls, config: Config) -> Fleet:
+        """The fleet `config` names: a Slurm job's nodes, or `[target] hosts`. FleetError says why not."""
+        t = config.target
+        if t.slurm_job is None:
+            if not t.hosts:
+                raise FleetError(f"{config.source}: no fleet configured: give --slurm-job ID or --hosts a,b,c")
+            names = list(t.hosts)
+            nodes = [cls._node(config, name, i, None, config.run.log) for i, name in enumerate(names)]
+            return cls(config, nodes)
+        control = control_target(config)
+        slurm = SlurmClient(control)
+        try:
+            job = await slurm.job(t.slurm_job)
+            if not job.active:
+                why = f" ({job.reason})" if job.reason else ""
+                raise FleetError(f"Slurm job {job.job_id} is {job.state}{why}: nothing runs on its nodes now")
+            names = await slurm.hostnames(job.nodes)
+        except SlurmError as exc:
+            await control.close()
+            raise FleetError(str(exc)) from None
+        except FleetError:
+            await control.close()
+            raise
+        logs = node_logs(config, job, names)
+        nodes = []
+        for i, name in enumerate(names):
+            if t.reach == "srun":
+                node_cfg = node_config(config, name, i, job, log=logs[i])
+                target: Target = SrunTarget(control, slurm, job.job_id, name, node_cfg)
+                nodes.append(FleetNode(name, node_cfg, target, RunState()))
+            else:
+                nodes.append(cls._node(config, name, i, job, logs[i]))
+        return cls(config, nodes, job=job, control=control, slurm=slurm)
+
+    @staticmethod
+    def _node(config: Config, name: str, index: int, job: SlurmJob | None, log: str | None) -> FleetNode:
+        node_cfg = node_config(config, name, index, job, log=log)
+        return FleetNode(name, node_cfg, make_target(node_cfg.target), RunState())
+
+    async def start(self, on_change: Callable[[], None] | None = None) -> None:
+        """A Monitor per node: one agent and one log follower each, restarted with backoff when lost."""
+        for node in self.nodes:
+            if node.monitor is None:
+                node.monitor = Monitor(node.config, node.target, node.state, on_change)
+            await node.monitor.start()
+
+    async def stop(self) -> None:
+        """Stop every node's monitor (their remote helpers exit)."""
+        await asyncio.gather(*(n.monitor.stop() for n in self.nodes if n.monitor is not None))
+
+    async def close(self) -> None:
+        """Stop the monitors and release every connection."""
+        await self.stop()
+        await asyncio.gather(*(n.target.close() for n in self.nodes), return_exceptions=True)
+        if self.control is not None:
+            await self.control.close()
+
+    async def refresh_job(self) -> SlurmJob | None:
+        """Ask Slurm for the job's state again (None without Slurm); FleetError when it cannot say."""
+        if self.slurm is None or self.job is None:
+            return None
+        try:
+            self.job = await self.slurm.job(self.job.job_id)
+        except SlurmError as exc:
+            raise FleetError(str(exc)) from None
+        return self.job
+
+    def refresh(self) -> None:
+        """Name each node's state from its held samples (pure; cheap enough for every repaint)."""
+        for node in self.nodes:
+            node.verdict = node_verdict(node.state, node.config) or node.verdict
+
+    def rows(self, now: float) -> list[NodeRow]:
+        """One row per node, worst verdict first, then by name."""
+        ordered = sorted(self.nodes, key=lambda n: (-_rank(n.verdict), n.name))
+        return [row_of(node, now) for node in ordered]
+
+    def summary(self) -> FleetSummary:
+        """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict."""
+        rates: dict[str, float] = {}
+        for node in self.nodes:
+            metric = node.state.rate_metric
+            values = node.state.values(metric)[-1:] if metric else []
+            if values:
+                rates[metric] = rates.get(metric, 0.0) + values[-1]
+        metric = next(iter(rates), None)
+        worst = max((n.verdict for n in self.nodes if n.verdict), key=lambda v: severity(v.name), default=None)
+        return FleetSummary(
+            nodes=len(self.nodes),
+            healthy=sum(1 for n in self.nodes if n.verdict is not None and n.verdict.name == "healthy"),
+            rate=rates.get(metric) if metric else None,
+            rate_unit=RATE_UNITS.get(metric) if metric else None,
+            worst=worst.name if worst else None,
+            job=self.job,
+        )

@@ -1,0 +1,265 @@
+"""Fleet diagnosis: the single-host evidence gathered on every node at once, and every rank's stack.
+
+Each node gets the same look as `pulse check` (two samples, the log's tail) in parallel, each
+bounded in time so one dead node cannot hold the verdict back. When any node looks stuck
+(or when asked), every live process of the run on every node is dumped with py-spy, and the
+ranks are grouped by their main thread's stack: "63 ranks wait in an all-reduce, rank 17 is
+still in the data loader" becomes two groups. NCCL watchdog and flight-recorder lines
+among the nodes' problem lines are read for the collective, its sequence number and rank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+
+from console.actions.pyspy import DumpError, dump
+from console.diagnose import Evidence, Verdict, diagnose, severity
+from console.evidence import DUMP_TIMEOUT_S, gather, summarise
+from console.fleet.fleet import FleetNode
+from console.fleet.slurm import SlurmJob
+from console.model import LineKind
+from console.observe.pyspy import ProcessDump, ThreadStack
+from console.remote.target import TargetError
+
+#: The longest one node may take to be sampled before it counts as unreachable.
+NODE_TIMEOUT_S = 10.0
+#: py-spy dumps running at once on one node (each is a channel on its connection).
+DUMPS_PER_NODE = 4
+_STUCK = ("hung", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class RankStack:
+    """One rank (a process of the run on a node) and its dump, or why there is none."""
+
+    node: str
+    pid: int
+    dump: ProcessDump | None = None
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}:{self.pid}"
+
+
+@dataclass(frozen=True, slots=True)
+class StackGroup:
+    """Ranks whose main threads have the identical stack."""
+
+    count: int
+    ranks: tuple[str, ...]
+    """`node:pid` of each rank in the group."""
+    wait: str | None
+    """What the stack waits on (queue, lock, collective, ...), None when it runs."""
+    where: str
+    """The innermost frame worth reading, as in a single-host diagnosis."""
+
+
+@dataclass(frozen=True, slots=True)
+class NcclFact:
+    """What one NCCL watchdog / flight-recorder line says."""
+
+    node: str
+    rank: int | None
+    op: str | None
+    seq: int | None
+    timeout_ms: int | None
+    flight_recorder: bool
+    text: str
+
+
+@dataclass
+class NodeReport:
+    """One node's evidence and verdict, or why it could not be looked at."""
+
+    name: str
+    label: str
+    evidence: Evidence | None
+    verdict: Verdict
+    error: str | None = None
+
+
+@dataclass
+class FleetDiagnosis:
+    """The whole job: every node's verdict, the worst one, ranks grouped by stack, NCCL facts."""
+
+    nodes: list[NodeReport]
+    groups: list[StackGroup] = field(default_factory=list)
+    ranks: list[RankStack] = field(default_factory=list)
+    nccl: list[NcclFact] = field(default_factory=list)
+    job: SlurmJob | None = None
+
+    @property
+    def worst(self) -> Verdict:
+        return max((n.verdict for n in self.nodes), key=lambda v: severity(v.name))
+
+    @property
+    def healthy(self) -> int:
+        return sum(1 for n in self.nodes if n.verdict.name == "healthy")
+
+    def headline(self) -> str:
+        """One line for the whole job: nodes healthy / total and the worst verdict."""
+        worst = self.worst
+        sick = [n.name for n in self.nodes if n.verdict.name == worst.name]
+        where = "" if worst.name == "healthy" else f": {worst.name} on {', '.join(sick[:4])}" + (
+            f" and {len(sick) - 4} more" if len(sick) > 4 else ""
+        )
+        return f"{self.healthy}/{len(self.nodes)} nodes healthy{where}"
+
+    def stack_lines(self) -> list[str]:
+        """The groups as sentences: the biggest first, lone ranks named."""
+        lines = []
+        for g in self.groups:
+            who = f"{g.count} ranks" if g.count > 1 else f"rank {g.ranks[0]}"
+            doing = f"wait on {g.wait}" if g.wait else "run"
+            doing = doing if g.count > 1 else doing.replace("wait", "waits").replace("run", "runs")
+            lines.append(f"{who} {doing} in {g.where}")
+        failed = [r for r in self.ranks if r.dump is None]
+        if failed:
+            lines.append(f"{len(failed)} rank(s) not dumped: {failed[0].label}: {failed[0].error}")
+        return lines
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+
+def main_thread(process: ProcessDump) -> ThreadStack | None:
+    """The rank's own thread: MainThread when py-spy names it, else the first one listed."""
+    for thread in process.threads:
+        if thread.name == "MainThread":
+            return thread
+    return process.threads[0] if process.threads else None
+
+
+def group_ranks(ranks: list[RankStack]) -> list[StackGroup]:
+    """Ranks grouped by identical main-thread stack (function, file, line of every frame), biggest first."""
+    groups: dict[tuple, list[RankStack]] = {}
+    for rank in ranks:
+        thread = main_thread(rank.dump) if rank.dump is not None else None
+        if thread is None:
+            continue
+        key = tuple((f.function, f.file, f.line) for f in thread.frames)
+        groups.setdefault(key, []).append(rank)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        assert first.dump is not None
+        thread = main_thread(first.dump)
+        summary = next((s for s in summarise(first.dump) if thread is not None and s.tid == thread.thread_id), None)
+        out.append(
+            StackGroup(
+                count=len(members),
+                ranks=tuple(m.label for m in members),
+                wait=summary.wait if summary else None,
+                where=summary.where if summary else "no Python frames",
+            )
+        )
+    out.sort(key=lambda g: (-g.count, g.ranks))
+    return out
+
+
+_SEQ = re.compile(r"\bSeqNum=(\d+)")
+_OP = re.compile(r"\bOpType=(\w+)")
+_TIMEOUT = re.compile(r"\bTimeout\(ms\)=(\d+)")
+_RANK = re.compile(r"\[(?:PG \S+ )?[Rr]ank ?(\d+)\]")
+_FLIGHT = re.compile(r"flight.?recorder|dump(?:ing)? debug info|DUMP_ON_TIMEOUT", re.IGNORECASE)
+
+
+def nccl_fact(node: str, text: str) -> NcclFact | None:
+    """The facts of an NCCL watchdog or flight-recorder line; None for any other line."""
+    flight = bool(_FLIGHT.search(text))
+    if not flight and "nccl" not in text.lower():
+        return None
+    seq, op, timeout, rank = (m.group(1) if (m := r.search(text)) else None for r in (_SEQ, _OP, _TIMEOUT, _RANK))
+    return NcclFact(
+        node=node,
+        rank=int(rank) if rank else None,
+        op=op,
+        seq=int(seq) if seq else None,
+        timeout_ms=int(timeout) if timeout else None,
+        flight_recorder=flight,
+        text=text[:300],
+    )
+
+
+def nccl_lines(facts: list[NcclFact]) -> list[str]:
+    """The NCCL facts as evidence: the collective and, when ranks differ, the ones behind."""
+    if not facts:
+        return []
+    lines = []
+    seqs = {f.rank if f.rank is not None else f.node: f.seq for f in facts if f.seq is not None}
+    ops = sorted({f.op for f in facts if f.op})
+    if ops:
+        lines.append(f"NCCL watchdog timed out in {', '.join(ops)} on {len({f.node for f in facts})} node(s)")
+    if seqs and len(set(seqs.values())) > 1:
+        low = min(seqs.values())
+        behind = sorted(str(k) for k, v in seqs.items() if v == low)
+        lines.append(f"ranks {', '.join(behind)} are behind at collective #{low} (others reached #{max(seqs.values())})")
+    if any(f.flight_recorder for f in facts):
+        lines.append("NCCL flight recorder dumped (see the nodes' logs)")
+    return lines
+
+
+# -- gathering -------------------------------------------------------------------------------
+
+
+async def _look(node: FleetNode, window_s: float | None, timeout: float) -> NodeReport:
+    try:
+        evidence = await asyncio.wait_for(
+            gather(node.target, node.config, window_s=window_s, dump_stacks="never"), timeout
+        )
+    except (TargetError, asyncio.TimeoutError) as exc:
+        why = str(exc) or f"no answer within {timeout:g} s"
+        verdict = Verdict(
+            "unknown", f"node unreachable: {why}", [why], "check the node and the way to it (SSH or srun)", None
+        )
+        return NodeReport(node.name, node.target.label, None, verdict, error=why)
+    return NodeReport(node.name, node.target.label, evidence, diagnose(evidence, node.config))
+
+
+async def _dump_node(node: FleetNode, report: NodeReport) -> list[RankStack]:
+    if report.evidence is None:
+        return []
+    limit = asyncio.Semaphore(DUMPS_PER_NODE)
+
+    async def one(pid: int) -> RankStack:
+        async with limit:
+            try:
+                process = await dump(node.target, pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+            except DumpError as exc:
+                return RankStack(node.name, pid, error=str(exc))
+            return RankStack(node.name, pid, dump=process)
+
+    live = [p.pid for p in report.evidence.processes if p.state not in ("Z", "X")]
+    return list(await asyncio.gather(*(one(pid) for pid in live)))
+
+
+async def diagnose_fleet(
+    nodes: list[FleetNode],
+    *,
+    job: SlurmJob | None = None,
+    window_s: float | None = None,
+    dump_ranks: str = "auto",
+    node_timeout_s: float = NODE_TIMEOUT_S,
+) -> FleetDiagnosis:
+    """Look at every node in parallel, then (when a node looks stuck, or `dump_ranks='always'`)
+    dump every rank on every node and group them by stack. Never raises for one node's failure."""
+    reports = list(await asyncio.gather(*(_look(n, window_s, node_timeout_s) for n in nodes)))
+    facts = [
+        fact
+        for report in reports
+        if report.evidence is not None
+        for line in report.evidence.problems
+        if line.kind in (LineKind.NCCL_TIMEOUT, LineKind.TRACEBACK, LineKind.KILLED) or _FLIGHT.search(line.text)
+        if (fact := nccl_fact(report.name, line.text)) is not None
+    ]
+    diagnosis = FleetDiagnosis(reports, nccl=facts, job=job)
+    stuck = any(r.evidence is not None and r.verdict.name in _STUCK for r in reports)
+    if dump_ranks == "never" or (dump_ranks == "auto" and not stuck):
+        return diagnosis
+    per_node = await asyncio.gather(*(_dump_node(n, r) for n, r in zip(nodes, reports)))
+    diagnosis.ranks = [rank for ranks in per_node for rank in ranks]
+    diagnosis.groups = group_ranks(diagnosis.ranks)
+    return diagnosis
