@@ -122,10 +122,18 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if command == "check" and (config.target.slurm_job or config.target.hosts):
+        from console.fleet.fleet_check import run_fleet_check
+
+        return run_fleet_check(config, args)
     if command == "check":
         from console.check import run_check
 
         return run_check(config, args)
+    if command == "restart" and config.target.slurm_job:
+        from console.fleet import headless as fleet_headless
+
+        return fleet_headless.restart(config, args)
     if command in ("dump", "restart", "warmup"):
         from console.actions import headless
 
