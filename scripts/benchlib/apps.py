@@ -220,22 +220,44 @@ async def flood(spec: dict) -> dict:
 
 
 async def idle(spec: dict) -> dict:
-    """The console's CPU and the remote side's while watching the demo run at 1 Hz."""
+    """The console's CPU and the remote side's while watching the demo run at 1 Hz.
+
+    `variant` splits the console's cost: "console" (app + monitor), "monitor_only" (the
+    sources into a RunState, no app), "app_only" (the app over a RunState that stopped changing).
+    """
     config = config_from_spec(spec["config"])
     state = RunState()
+    variant = spec.get("variant", "console")
+    if variant == "monitor_only":
+        monitor = Monitor(config, make_target(config.target), state)
+        await monitor.start()
+        try:
+            await ready(state)
+            return await _idle_window(spec, state)
+        finally:
+            await monitor.stop()
     app = monitored_app(config, state)
-    kinds = {"agent": "pulse-agent", "follower": "pulse-follow", "sshd": "sshd"}
     async with app.run_test(size=SIZE):
         await ready(state)
-        await asyncio.sleep(spec["warmup_s"])
-        remote_before, console_before, started = procs.tree_cpu(spec["sshd_pid"], kinds), procs.self_cpu_s(), time.monotonic()
-        samples_before = len(state.samples)
-        await asyncio.sleep(spec["seconds"])
-        elapsed = time.monotonic() - started
-        console = procs.self_cpu_s() - console_before
-        remote = procs.cpu_delta(remote_before, procs.tree_cpu(spec["sshd_pid"], kinds))
-        samples = len(state.samples) - samples_before
-    pct = lambda seconds: round(seconds / elapsed * 100, 3)  # noqa: E731
+        if variant == "app_only":
+            await app.monitor.stop()
+        return await _idle_window(spec, state)
+
+
+async def _idle_window(spec: dict, state: RunState) -> dict:
+    kinds = {"agent": "pulse-agent", "follower": "pulse-follow", "sshd": "sshd"}
+    await asyncio.sleep(spec["warmup_s"])
+    remote_before, console_before, started = procs.tree_cpu(spec["sshd_pid"], kinds), procs.self_cpu_s(), time.monotonic()
+    samples_before = len(state.samples)
+    await asyncio.sleep(spec["seconds"])
+    elapsed = time.monotonic() - started
+    console = procs.self_cpu_s() - console_before
+    remote = procs.cpu_delta(remote_before, procs.tree_cpu(spec["sshd_pid"], kinds))
+    samples = len(state.samples) - samples_before
+
+    def pct(seconds: float) -> float:
+        return round(seconds / elapsed * 100, 3)
+
     return {
         "seconds": round(elapsed, 1),
         "samples": samples,

@@ -172,7 +172,8 @@ def markdown(result: dict) -> str:
     if "idle" in p and "nvidia_smi" in p["idle"]:
         lines += ["", "## 4. Idle cost (demo run, 8 GPUs, 1 Hz, % of one core)", ""]
         rows = []
-        for key, label in (("nvidia_smi", "GPUs via stand-in nvidia-smi"), ("no_gpu_reads", "no GPU reads (NVML-like)")):
+        for key, label in (("nvidia_smi", "GPUs via stand-in nvidia-smi"), ("no_gpu_reads", "no GPU reads (NVML-like)"),
+                           ("monitor_only", "sources into RunState, no app"), ("app_only", "app, state no longer changing")):
             if key in p["idle"]:
                 i = p["idle"][key]
                 by = i["remote_cpu_pct_by_process"]
@@ -191,8 +192,10 @@ def markdown(result: dict) -> str:
         s = p["start"]
         lines += ["", "## 6. Start (`pulse demo` in a pseudo-terminal, 120×40)", ""]
         lines += _table(["to", "n", "median ms", "p95 ms"],
-                        [["first output (alternate screen)", s["first_output_ms"]["n"], _fmt(s["first_output_ms"]["median"]), _fmt(s["first_output_ms"]["p95"])],
-                         ["first full frame (GPUs and log lines drawn)", s["full_frame_ms"]["n"], _fmt(s["full_frame_ms"]["median"]), _fmt(s["full_frame_ms"]["p95"])]])
+                        [[label, s[key]["n"], _fmt(s[key]["median"]), _fmt(s[key]["p95"])] for key, label in (
+                            ("first_output_ms", "first output (alternate screen)"),
+                            ("full_frame_ms", "first full frame (the first sample drawn: GPUs, processes)"),
+                            ("first_log_line_ms", "first trainer log line drawn (the trainer writes it ~1.7 s after its start)"))])
     if "diagnosis" in p and "key_to_verdict_ms" in p["diagnosis"]:
         d = p["diagnosis"]
         lines += ["", "## 7. Diagnosis (tests/procs/hung_queue.py, key d → verdict screen)", ""]
