@@ -90,7 +90,7 @@ class Trainer:
             time.sleep(self.step_s * 0.5)
             if self.scenario == "hang" and step == self.fault_step:
                 raise RuntimeError("producer died before publishing")
-            self.batches.put({"step": step, "tokens": self.tokens_per_step(step)})
+            self.batches.put({"step": step, "tokens": self.tokens_per_step()})
 
     def train(self) -> int:
         """The main loop: take a batch, step, log. Returns the exit status."""
@@ -123,7 +123,8 @@ class Trainer:
 
     # -- what a step does --------------------------------------------------------
 
-    def tokens_per_step(self, step: int) -> int:
+    def tokens_per_step(self) -> int:
+        """Tokens in one batch: a step at baseline speed takes `step_s`."""
         return round(BASELINE_TOKENS_PER_S * self.step_s)
 
     def nominal_rate(self, step: int) -> float:
@@ -189,7 +190,7 @@ class Trainer:
             else:
                 util = self.random.uniform(62, 80) if not throttled else self.random.uniform(40, 52)
             hot = throttled and index == 3
-            power = min(POWER_LIMIT_W, IDLE_POWER_W + util / 100 * 560 + self.random.uniform(-12, 12))
+            power = min(POWER_LIMIT_W, IDLE_POWER_W + util / 100 * 560 + self.random.uniform(0, 12))
             gpus.append(
                 {
                     "index": index,
