@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -102,3 +104,22 @@ async def test_timeout_kills_the_py_spy_it_started(procs, tmp_path, target):
     assert "--nonblocking" in str(caught.value)
     spy_pid = int(pid_file.read_text())
     wait_for(lambda: not alive(spy_pid), "the stuck py-spy to be killed")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to another user")
+async def test_ptrace_denied_says_what_to_do(procs, tmp_path, target):
+    pid = start(procs, tmp_path, "hung_queue.py", "step 1")
+    unprivileged = tmp_path / "py-spy"
+    unprivileged.write_text(f'#!/bin/bash\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {PY_SPY} "$@"\n')
+    unprivileged.chmod(0o755)
+    with pytest.raises(DumpError) as caught:
+        await dump(target, pid, py_spy=str(unprivileged))
+    assert caught.value.code == "permission_denied"
+    assert "SYS_PTRACE" in str(caught.value) and "host PID" in str(caught.value)
+
+
+async def test_a_process_that_is_not_python_is_unsupported(procs):
+    sleeper = procs.start(["sleep", "60"])
+    with pytest.raises(DumpError) as caught:
+        await dump(LocalTarget(), sleeper.pid, py_spy=PY_SPY)
+    assert caught.value.code == "unsupported_python"
