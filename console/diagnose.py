@@ -4,20 +4,21 @@
 wrong, shows the observations that say so, and the next step with its console key.
 
 Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
-growth, or no throughput line, for longer than `stall.log_silent_s`; "idle" = every
+growth for longer than `stall.log_silent_s`, or no throughput line for longer than that and
+than 3 of the run's usual intervals between such lines; "idle" = every
 process under `stall.cpu_idle_pct` by the delta of utime+stime over the sampling window,
 never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
 
 | verdict             | when                                                                          | key |
 | ------------------- | ----------------------------------------------------------------------------- | --- |
 | unknown             | no process reading and no log reading at all                                  | —   |
-| oom                 | an OOM line since the launch, and nothing alive or the line is recent         | w/R |
+| oom                 | an OOM line since the launch; nothing alive, or the line under log_silent_s old | w/R |
 | diverged            | a NaN/Inf loss line since the launch                                          | l   |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch    | R   |
 | dead                | nothing alive (the last problem lines are the evidence)                       | l   |
 | buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u            | R   |
 | hung                | alive, idle, silent (the waiting threads are the evidence when dumped)        | p   |
-| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)      | p   |
+| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)     | p   |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                           | p   |
 | gpu_contexts_unseen | in a PID namespace, run GPUs hold memory, none of it under the run's PIDs     | —   |
 | healthy             | the log progresses                                                            | —   |
@@ -61,6 +62,8 @@ _SEVERITY = {
     "oom": 9,
 }
 
+#: A throughput line this many usual intervals late is missing, not just slow to come.
+RATE_GAPS = 3
 #: How many problem lines a verdict quotes.
 _QUOTED_LINES = 3
 _QUOTE_CHARS = 160
@@ -185,14 +188,14 @@ class _Diagnosis:
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
 
-    def _silence(self) -> float | None:
-        """The longer of log silence and throughput silence; None when neither is known."""
-        known = [s for s in (self.ev.log_silent_s, self.ev.rate_silent_s) if s is not None]
-        return max(known) if known else None
-
     def _silent(self) -> bool:
-        silence = self._silence()
-        return silence is not None and silence > self.stall.log_silent_s
+        """No log growth past the threshold, or no throughput line past it and past the run's usual gaps."""
+        ev, limit = self.ev, self.stall.log_silent_s
+        if ev.log_silent_s is not None and ev.log_silent_s > limit:
+            return True
+        if ev.rate_silent_s is None:
+            return False
+        return ev.rate_silent_s > max(limit, RATE_GAPS * (ev.rate_interval_s or 0.0))
 
     def _progressing(self) -> bool:
         return self.ev.log_growth > 0 or (

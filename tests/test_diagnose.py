@@ -132,6 +132,11 @@ def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
     assert "last throughput line 900 s ago (usual interval 1 s)" in verdict.evidence
 
 
+def test_a_run_that_reports_rarely_is_not_silent_between_reports():
+    rare = replace(HUNG, log_growth=500, log_silent_s=0.0, rate_silent_s=400.0, rate_interval_s=200.0)
+    assert diagnose(rare, CONFIG).name == "healthy"
+
+
 def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
     busy = replace(
         HUNG,
