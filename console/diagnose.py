@@ -9,20 +9,20 @@ than 3 of the run's usual intervals between such lines; "idle" = every
 process under `stall.cpu_idle_pct` by the delta of utime+stime over the sampling window,
 never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
 
-| verdict             | when                                                                          | key |
-| ------------------- | ----------------------------------------------------------------------------- | --- |
-| unknown             | no process reading and no log reading at all                                  | —   |
-| oom                 | an OOM line since the launch; nothing alive, or the line under log_silent_s old | w/R |
-| diverged            | a NaN/Inf loss line since the launch                                          | l   |
-| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch    | R   |
-| dead                | nothing alive (the last problem lines are the evidence)                       | l   |
-| buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u            | R   |
-| hung                | alive, idle, silent (the waiting threads are the evidence when dumped)        | p   |
-| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)     | p   |
-| slow                | throughput now < `metrics.slow_fraction` × baseline                           | p   |
-| gpu_contexts_unseen | in a PID namespace, run GPUs hold memory, none of it under the run's PIDs     | —   |
-| healthy             | the log progresses                                                            | —   |
-| unknown             | otherwise (no log to judge progress by)                                       | l   |
+| verdict             | when                                                                             | key |
+| ------------------- | -------------------------------------------------------------------------------- | --- |
+| unknown             | an OOM line since the launch; nothing alive, or the line newer than log_silent_s | —   |
+| oom                 | an OOM line since the launch; nothing alive, or the line under log_silent_s old  | w/R |
+| diverged            | a NaN/Inf loss line since the launch                                             | l   |
+| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
+| dead                | nothing alive (the last problem lines are the evidence)                          | l   |
+| buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u               | R   |
+| hung                | alive, idle, silent (the waiting threads are the evidence when dumped)           | p   |
+| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
+| slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
+| gpu_contexts_unseen | in a PID namespace, run GPUs hold memory, none of it under the run's PIDs        | —   |
+| healthy             | the log progresses                                                               | —   |
+| unknown             | otherwise (no log to judge progress by)                                          | l   |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
 """
