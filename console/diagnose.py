@@ -11,8 +11,8 @@ never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
 
 | verdict             | when                                                                             | key |
 | ------------------- | -------------------------------------------------------------------------------- | --- |
-| unknown             | an OOM line since the launch; nothing alive, or the line newer than log_silent_s | —   |
-| oom                 | an OOM line since the launch; nothing alive, or the line under log_silent_s old  | w/R |
+| unknown             | no process reading and no log reading at all                                     | —   |
+| oom                 | an OOM line since the launch; nothing alive, or the line newer than log_silent_s | w/R |
 | diverged            | a NaN/Inf loss line since the launch                                             | l   |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
 | dead                | nothing alive (the last problem lines are the evidence)                          | l   |
