@@ -267,3 +267,15 @@ def test_bad_config_is_exit_2_with_one_line(flags, says):
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_text_report_without_json(procs, tmp_path):
+    run = Run(procs, tmp_path, "healthy.py", "--interval", "0.1", "--tok-s", "5000")
+    run.wait_for_text("step 3")
+    argv = [sys.executable, "-m", "console.cli", "check", *run.flags, "--baseline", "14200", "--stall-after", "2"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"log: {run.log}" in done.stdout
+    assert "throughput: 5,000 tok/s (baseline 14,200, 35%)" in done.stdout
+    assert "verdict: SLOW — throughput below 80% of baseline" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith("next: ")
