@@ -1,0 +1,184 @@
+"""Fleet against a real Slurm: sbatch a scenario job, then `pulse check --slurm-job ID` and restart through Slurm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from console.fleet.slurm import SlurmClient, expand_filename
+from console.remote.target import LocalTarget
+from tests.fleet.conftest import ROOT, Slurm
+
+RANK = Path(__file__).parent / "jobs" / "rank.py"
+
+
+def match(name: str) -> str:
+    """The ranks of job `name` only (jobs share the one node): srun's and the agent's command lines start otherwise."""
+    return rf"^\S*python3 -u \S*rank\.py \w+ {name}$"
+
+
+def batch_script(folder: Path, name: str, mode: str, tasks: int = 1) -> Path:
+    script = folder / f"{name}.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH --job-name={name}\n"
+        f"#SBATCH --output={folder}/{name}-%j-%N.out\n"
+        f"#SBATCH --ntasks={tasks} --overcommit\n"
+        f"srun python3 -u {RANK} {mode} {name}\n"
+    )
+    return script
+
+
+def pulse(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "console.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def healthy_job(slurm: Slurm, tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("healthy")
+    job_id = slurm.submit(batch_script(folder, "healthy", "healthy"))
+    output = folder / f"healthy-{job_id}-{slurm.node}.out"
+    slurm.wait_running(job_id, output=output)
+    yield job_id, output, folder
+    slurm.cancel(job_id)
+
+
+def ssh_config_for_node(sshd, node: str, folder: Path) -> Path:
+    """The test sshd's client config, answering to the Slurm node's name as well."""
+    text = sshd.ssh_config.read_text().replace(f"Host {sshd.alias}", f"Host {sshd.alias} {node}", 1)
+    path = folder / "ssh_config"
+    path.write_text(text)
+    return path
+
+
+def test_check_over_srun_finds_the_node_processes_and_log(slurm: Slurm, healthy_job) -> None:
+    """`pulse check --slurm-job` reads the node and the log pattern from Slurm and samples the node through srun."""
+    job_id, output, _ = healthy_job
+    done = pulse("check", "--slurm-job", job_id, "--reach", "srun", "--match", match("healthy"), "--json", env=slurm.env())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "healthy"
+    assert report["job"]["state"] == "RUNNING" and report["job"]["nodes"] == slurm.node
+    assert (report["nodes_total"], report["nodes_healthy"]) == (1, 1)
+    node = report["nodes"][0]
+    assert node["node"] == slurm.node and node["target"] == f"{slurm.node} (srun {job_id})"
+    assert [p["cmdline"].split()[-3:] for p in node["processes"]] == [[str(RANK), "healthy", "healthy"]]
+    assert node["log"]["path"] == str(output) and node["log"]["growth_bytes"] > 0
+    assert node["throughput"]["current"] == 1000.0
+
+
+def test_check_over_ssh_reaches_the_node_by_its_name(slurm: Slurm, healthy_job, sshd, tmp_path: Path) -> None:
+    """The same job with the node reached over SSH by its Slurm name (~/.ssh/config maps it)."""
+    job_id, output, _ = healthy_job
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        f'[target]\nssh_config = "{ssh_config_for_node(sshd, slurm.node, tmp_path)}"\n'
+        f'known_hosts = "{sshd.known_hosts}"\n[run]\nmatch = \'{match("healthy")}\'\n'
+    )
+    done = pulse("check", str(config), "--slurm-job", job_id, "--json", env=slurm.env())
+    assert done.returncode == 0, done.stderr
+    node = json.loads(done.stdout)["nodes"][0]
+    assert node["target"] == slurm.node and node["verdict"] == "healthy"
+    assert node["log"]["path"] == str(output)
+    assert len(node["processes"]) == 1
+
+
+async def test_scontrol_output_is_read_into_the_job(slurm: Slurm, healthy_job) -> None:
+    """The real `scontrol show job -o` line: node list, output pattern, state; the pattern names the real file."""
+    job_id, output, folder = healthy_job
+    target = LocalTarget()
+    client = SlurmClient(target)
+    job = await client.job(job_id)
+    assert (job.job_id, job.name, job.state, job.batch, job.requeue) == (job_id, "healthy", "RUNNING", True, True)
+    assert job.stdout == f"{folder}/healthy-{job_id}-%N.out"  # Slurm fills %j itself, leaves %N
+    assert await client.hostnames(job.nodes) == [slurm.node]
+    assert expand_filename(job.stdout, job, node=slurm.node) == str(output)
+    assert job.num_tasks == 1 and job.elapsed_s >= 0
+
+
+def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> None:
+    """Three ranks hang: two wait on a queue (same stack), one in its data loader; py-spy on every rank says so."""
+    job_id = slurm.submit(batch_script(tmp_path, "hang", "hang", tasks=3))
+    output = tmp_path / f"hang-{job_id}-{slurm.node}.out"
+    try:
+        slurm.wait_running(job_id, output=output)
+        deadline = time.monotonic() + 20
+        while output.read_text().count("started") < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # silent for longer than --stall-after
+        config = tmp_path / "fleet.toml"
+        # A login shell sets its own PATH: name the venv's py-spy the way a config would.
+        py_spy = Path(sys.executable).parent / "py-spy"
+        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n[run]\nmatch = \'{match("hang")}\'\n')
+        done = pulse("check", str(config), "--slurm-job", job_id, "--stall-after", "1", "--json", env=slurm.env())
+    finally:
+        slurm.cancel(job_id)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "hung", report["nodes"][0]["evidence"]
+    assert len(report["nodes"][0]["processes"]) == 3
+    groups = report["stack_groups"]
+    assert groups, report["stack_lines"]
+    assert [g["count"] for g in groups] == [2, 1]
+    assert groups[0]["wait"] == "queue get" and "wait_for_peers (rank.py" in groups[0]["where"]
+    assert "load_batch (rank.py" in groups[1]["where"]
+    assert report["stack_lines"][0].startswith("2 ranks wait on queue get in ")
+    assert all(rank.startswith(f"{slurm.node}:") for g in groups for rank in g["ranks"])
+
+
+def test_restart_by_requeue_is_verified_on_the_node(slurm: Slurm, tmp_path: Path) -> None:
+    """`pulse restart --slurm-job` requeues the job through Slurm, waits for it to run again and finds the run."""
+    job_id = slurm.submit(batch_script(tmp_path, "requeue", "healthy"))
+    slurm.wait_running(job_id)
+    audit = tmp_path / "audit.jsonl"
+    config = tmp_path / "fleet.toml"
+    config.write_text(f'audit_log = "{audit}"\n[target]\nreach = "srun"\n[run]\nmatch = \'{match("requeue")}\'\n')
+    try:
+        done = pulse("restart", str(config), "--slurm-job", job_id, "--yes", env=slurm.env())
+        restarts = slurm.run("scontrol", "show", "job", "-o", job_id)
+    finally:
+        slurm.cancel(job_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"stop: scontrol requeue {job_id}" in done.stdout
+    assert "[ ok ] verify:" in done.stdout
+    assert " Restarts=1 " in restarts and "JobState=RUNNING" in restarts
+    entry = json.loads(audit.read_text().splitlines()[-1])
+    assert entry["action"] == "fleet restart" and entry["outcome"].startswith("ok")
+    assert [s["step"] for s in entry["steps"]] == ["stop", "wait", "start", "verify"]
+
+
+def test_restart_by_resubmit_cancels_and_submits(slurm: Slurm, tmp_path: Path) -> None:
+    """With [run] launch = "sbatch …", the old job is cancelled and a new one is submitted and verified."""
+    script = batch_script(tmp_path, "resubmit", "healthy")
+    job_id = slurm.submit(script)
+    slurm.wait_running(job_id)
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        f'audit_log = "{tmp_path}/audit.jsonl"\n[target]\nreach = "srun"\n'
+        f'[run]\nmatch = \'{match("resubmit")}\'\nlaunch = "sbatch {script}"\n'
+    )
+    done = pulse("restart", str(config), "--slurm-job", job_id, "--yes", env=slurm.env())
+    new_ids = [line.rsplit(" ", 1)[1] for line in done.stdout.splitlines() if "[ ok ] submit: new job" in line]
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"stop: scancel {job_id}" in done.stdout
+        assert len(new_ids) == 1 and new_ids[0] != job_id
+        assert "JobState=CANCELLED" in slurm.run("scontrol", "show", "job", "-o", job_id)
+        assert slurm.state(new_ids[0]) == "RUNNING"
+    finally:
+        for ident in new_ids:
+            slurm.cancel(ident)
+
+
+def test_unknown_job_is_one_line(slurm: Slurm) -> None:
+    """A job Slurm does not know: exit 2 and one line saying so."""
+    done = pulse("check", "--slurm-job", "999999", "--match", "x", env=slurm.env())
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "does not know job 999999" in done.stderr
