@@ -535,3 +535,14 @@ def test_agent_runs_under_python_38_through_the_bootstrap(tmp_path: Path, spawn)
     assert [p["pid"] for p in lines[1]["processes"]] == [run_pid, worker_pid]
     assert lines[1]["processes"][0]["cpu_pct"] is not None
     assert (lines[1]["gpu_source"], lines[1]["smi_gpu_csv"], lines[1]["gpu_error"]) == ("nvidia-smi", gpu_csv, None)
+
+
+def test_a_pulse_console_naming_the_pattern_is_never_the_run() -> None:
+    """The `pkill -f` lesson for the console itself: `pulse check --match train_dflash` names the run."""
+    procs = [
+        record(10, 1, "python3 -u train_dflash.py", comm="python3"),
+        record(20, 1, ["/venv/bin/python", "/venv/bin/pulse", "check", "--match", "train_dflash"], comm="pulse"),
+        record(21, 1, ["/venv/bin/python", "-m", "console.cli", "restart", "--match", "train_dflash"]),
+        record(22, 1, ["pulse", "--match", "train_dflash"], comm="pulse"),
+    ]
+    assert [r["pid"] for r in agent.select_run_processes(procs, "train_dflash", [])] == [10]

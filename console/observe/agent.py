@@ -119,8 +119,13 @@ def program_names(record: Record) -> Tuple[str, ...]:
 
 
 def is_pulse_program(argv: List[str]) -> bool:
-    """True for a program Pulse itself started (an agent, a log follower) through its bootstrap."""
-    return any(PULSE_PROGRAM_MARK in word for word in argv)
+    """True for Pulse itself: a console or headless command (`pulse …`, `python -m console.cli …`),
+    whose own command line names the run's pattern, or a program it started through its bootstrap."""
+    if any(PULSE_PROGRAM_MARK in word for word in argv):
+        return True
+    if any(os.path.basename(word) == "pulse" for word in argv[:2]):
+        return True
+    return any(a == "-m" and b == "console.cli" for a, b in zip(argv, argv[1:]))
 
 
 def shell_script_words(argv: List[str]) -> List[str]:
