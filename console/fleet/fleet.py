@@ -18,6 +18,7 @@ from console.config import Config
 from console.diagnose import Verdict, diagnose, severity
 from console.evidence import from_samples
 from console.fleet.slurm import SlurmClient, SlurmError, SlurmJob, expand_filename
+from console.model import ConnectionStatus
 from console.monitor import Monitor
 from console.remote.connect import make_target
 from console.remote.shell import command_line, script_argv
@@ -144,6 +145,11 @@ def node_verdict(state: RunState, config: Config) -> Verdict | None:
     return diagnose(from_samples(first, last, config, state, timed=True), config)
 
 
+def unreachable(why: str) -> Verdict:
+    """The verdict of a node that cannot be looked at."""
+    return Verdict("unknown", f"node unreachable: {why}", [why], "check the node and the way to it (SSH or srun)")
+
+
 def _rank(verdict: Verdict | None) -> int:
     return severity(verdict.name) if verdict is not None else -1
 
@@ -264,9 +270,16 @@ class Fleet:
         return self.job
 
     def refresh(self) -> None:
-        """Name each node's state from its held samples (pure; cheap enough for every repaint)."""
+        """Name each node's state from its held samples (pure; cheap enough for every repaint).
+
+        A node whose link is down is `unknown` (unreachable) whatever it looked like before.
+        """
         for node in self.nodes:
-            node.verdict = node_verdict(node.state, node.config) or node.verdict
+            connection = node.state.connection
+            if connection.status in (ConnectionStatus.FAILED, ConnectionStatus.RECONNECTING):
+                node.verdict = unreachable(connection.detail or connection.status.value)
+            else:
+                node.verdict = node_verdict(node.state, node.config) or node.verdict
 
     def rows(self, now: float) -> list[NodeRow]:
         """One row per node, worst verdict first, then by name."""

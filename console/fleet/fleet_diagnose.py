@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from console.actions.pyspy import DumpError, dump
 from console.diagnose import Evidence, Verdict, diagnose, severity
 from console.evidence import DUMP_TIMEOUT_S, gather, summarise
-from console.fleet.fleet import FleetNode
+from console.fleet.fleet import FleetNode, unreachable
 from console.fleet.slurm import SlurmJob
 from console.model import LineKind
 from console.observe.pyspy import ProcessDump, ThreadStack
@@ -212,10 +212,7 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
         )
     except (TargetError, asyncio.TimeoutError) as exc:
         why = str(exc) or f"no answer within {timeout:g} s"
-        verdict = Verdict(
-            "unknown", f"node unreachable: {why}", [why], "check the node and the way to it (SSH or srun)", None
-        )
-        return NodeReport(node.name, node.target.label, None, verdict, error=why)
+        return NodeReport(node.name, node.target.label, None, unreachable(why), error=why)
     return NodeReport(node.name, node.target.label, evidence, diagnose(evidence, node.config))
 
 

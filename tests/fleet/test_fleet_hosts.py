@@ -1,0 +1,93 @@
+"""A fleet from a plain host list over the real sshd: a Monitor per node, rows worst first, the sums, a fleet diagnosis."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from console.config import parse_config
+from console.fleet.fleet import Fleet
+from console.fleet.fleet_diagnose import diagnose_fleet
+
+WRITER = "import sys, time\nwhile True:\n    print('step 1 tokens/s: 1500.0 loss 2.0', flush=True)\n    time.sleep(0.2)\n"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    """A real process writing throughput lines to its log."""
+    script = tmp_path / "fleet_writer.py"
+    script.write_text(WRITER)
+    log = tmp_path / "train.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-u", str(script)], stdout=out, stderr=subprocess.STDOUT)
+    yield log
+    process.kill()
+    process.wait()
+
+
+def fleet_config(sshd, tmp_path: Path, log: Path):
+    """Two nodes: the test sshd, and an alias whose port nothing listens on."""
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        sshd.ssh_config.read_text()
+        + f"Host pulse-dead\n  HostName 127.0.0.1\n  Port {closed_port()}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n  BatchMode yes\n"
+    )
+    return parse_config(
+        f'[target]\nhosts = ["{sshd.alias}", "pulse-dead"]\nssh_config = "{ssh_config}"\nknown_hosts = "{sshd.known_hosts}"\n'
+        f'[run]\nlog = "{log}"\nmatch = \'fleet_writer[.]py\'\n[gpus]\npoll_s = 0.3\n'
+    )
+
+
+async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> None:
+    """Each node is watched on its own; the unreachable node sorts first; the header sums the healthy one."""
+    fleet = await Fleet.open(fleet_config(sshd, tmp_path, writer))
+    assert [n.name for n in fleet.nodes] == [sshd.alias, "pulse-dead"]
+    live = fleet.nodes[0]
+    await fleet.start()
+    try:
+        for _ in range(200):
+            fleet.refresh()
+            if len(live.state.samples) >= 3 and live.state.rate_metric and fleet.nodes[1].verdict:
+                break
+            await asyncio.sleep(0.05)
+        fleet.refresh()
+        rows = fleet.rows(now=live.state.clock())
+    finally:
+        await fleet.close()
+    assert [r.name for r in rows] == ["pulse-dead", sshd.alias]
+    dead, alive = rows
+    assert dead.verdict == "unknown" and "unreachable" in dead.summary and "connection refused" in dead.summary
+    assert alive.verdict == "healthy" and alive.processes == 1
+    assert alive.rate == 1500.0 and alive.rate_unit == "tok/s"
+    assert alive.log_silent_s is not None and alive.log_silent_s < 5
+    summary = fleet.summary()
+    assert (summary.nodes, summary.healthy, summary.rate, summary.worst) == (2, 1, 1500.0, "unknown")
+
+
+async def test_fleet_diagnosis_names_the_dead_node(sshd, tmp_path: Path, writer: Path) -> None:
+    """A diagnosis of all nodes at once: one unreachable node does not hold back the other's verdict."""
+    config = fleet_config(sshd, tmp_path, writer)
+    config = replace(config, stall=replace(config.stall, sample_window_s=0.3))
+    fleet = await Fleet.open(config)
+    try:
+        diagnosis = await diagnose_fleet(fleet.nodes, window_s=0.3)
+    finally:
+        await fleet.close()
+    by_name = {n.name: n for n in diagnosis.nodes}
+    assert by_name[sshd.alias].verdict.name == "healthy" and by_name[sshd.alias].error is None
+    assert by_name["pulse-dead"].evidence is None and "connection refused" in by_name["pulse-dead"].error
+    assert diagnosis.headline() == "1/2 nodes healthy: unknown on pulse-dead"
+    assert diagnosis.groups == []  # nothing looked stuck: no rank was dumped
