@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as exc:
         print(f"scripts/bench: could not set up the bench: {exc}", file=sys.stderr)
         return 1
+    machine["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
     figures = report.headline(results)
     result = {
         **figures,

@@ -18,7 +18,6 @@ A `*_no_gpu` set leaves nvidia-smi out (what NVML in-process, ~0.02 ms, would co
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 

@@ -110,7 +110,7 @@ def run_timed(argv: list[str], timeout: float = 30.0) -> Timed:
     started = time.perf_counter()
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        out, _ = _communicate(process, timeout)
+        out = _read_all(process, timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
@@ -121,16 +121,17 @@ def run_timed(argv: list[str], timeout: float = 30.0) -> Timed:
     return Timed(wall, usage.ru_utime + usage.ru_stime, process.returncode, out)
 
 
-def _communicate(process: subprocess.Popen, timeout: float) -> tuple[bytes, None]:
+def _read_all(process: subprocess.Popen, timeout: float) -> bytes:
+    """Its stdout to EOF (checked against `timeout` between chunks), without reaping it."""
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     chunks = []
-    os.set_blocking(process.stdout.fileno(), True)
     while chunk := process.stdout.read1(65536):
         chunks.append(chunk)
         if time.monotonic() > deadline:
             raise subprocess.TimeoutExpired(process.args, timeout)
-    return b"".join(chunks), None
+    process.stdout.close()
+    return b"".join(chunks)
 
 
 def self_cpu_s() -> float:

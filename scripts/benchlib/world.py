@@ -133,12 +133,10 @@ class World:
         self._started.append(process)
         return process
 
-    def config_spec(self, config: Config) -> dict:
-        """A Config as JSON-able data for a child process (see `config_from_spec`)."""
-        return config_to_spec(config)
 
 
 def config_to_spec(config: Config) -> dict:
+    """A Config as JSON-able data for a child process (see `config_from_spec`)."""
     data = dataclasses.asdict(config)
     data["gpus"]["roles"] = {str(k): v for k, v in config.gpus.roles.items()}
     return data
