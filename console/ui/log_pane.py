@@ -37,6 +37,8 @@ GUTTER_MARKS = {
     LineKind.CUDA_ERROR: "G",
     LineKind.KILLED: "K",
 }
+#: The gutter's second cell for a line cut at the length bound.
+CUT_MARK = "…"
 
 
 class LogPane(ScrollView, can_focus=True):
@@ -310,10 +312,12 @@ class LogPane(ScrollView, can_focus=True):
         kind = line.info.kind
         text = Text(no_wrap=True, end="")
         mark = GUTTER_MARKS.get(kind)
+        # A line cut at the length bound says so in the gutter: its tail is not on screen or anywhere.
+        cut = CUT_MARK if line.cut else ""
         if mark:
-            text.append(f"{mark}▌", self._style(kind.value))
+            text.append(f"{mark}{cut or '▌'}", self._style(kind.value))
         else:
-            text.append(" " * GUTTER, self._style("gutter"))
+            text.append(f" {cut or ' '}", self._style("gutter"))
         body = Text(line.text, style=self._style(kind.value) if kind is not LineKind.NORMAL else "")
         if self.filter_text and len(line.text) <= HIGHLIGHT_MAX_CHARS:
             folded = line.text.casefold()
