@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -23,6 +24,7 @@ from textual.widgets import Footer, Input
 
 from console.config import Config
 from console.model import ConnectionState, Sample
+from console.observe.textsafe import sanitize
 from console.state import RATE_UNITS, RunState
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
@@ -334,7 +336,7 @@ class PulseApp(App[int]):
         gpus_box = self.gpus_box
         gpus_box.border_title = "GPUs"
         subtitle, level = self.gpu_subtitle(sample)
-        gpus_box.border_subtitle = subtitle
+        gpus_box.border_subtitle = Text(subtitle)  # target text: never parsed as markup
         gpus_box.set_class(level == "warn", "-warn")
         gpus_box.set_class(level == "crit", "-crit")
 
@@ -343,7 +345,7 @@ class PulseApp(App[int]):
         if sample is None:
             processes_box.border_title = "Processes"
         elif sample.process_error:
-            processes_box.border_title = f"Processes · {sample.process_error}"
+            processes_box.border_title = Text(f"Processes · {sample.process_error}")
         else:
             processes_box.border_title = f"Processes · {pane.alive_count} alive"
         silent = self.log_silent_s(now)
@@ -396,7 +398,9 @@ class PulseApp(App[int]):
 
     def _refresh_log_titles(self) -> None:
         box, pane = self.log_box, self.log_pane
-        box.border_title = f"Log · {self.state.log_path or self.config.run.log or 'no log configured'}"
+        # The path comes from the target (a file's name may hold escape sequences or markup).
+        path = sanitize(self.state.log_path or self.config.run.log or "no log configured", 300)[0]
+        box.border_title = Text(f"Log · {path}")
         parts = []
         if pane.filter_text:
             parts.append(f"filter “{pane.filter_text}”: {pane.line_count} lines")
@@ -407,7 +411,7 @@ class PulseApp(App[int]):
         problems = len(self.state.problems)
         if problems:
             parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · n/N jump")
-        box.border_subtitle = " · ".join(parts)
+        box.border_subtitle = Text(" · ".join(parts))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
     @on(LogPane.FollowChanged)
