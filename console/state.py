@@ -19,6 +19,7 @@ from console.model import (
     LogLine,
     Sample,
 )
+from console.observe.textsafe import sanitize
 
 #: Metrics a log can give for throughput, best first: the console shows the first one seen.
 RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
@@ -105,7 +106,7 @@ class RunState:
             points.clear()
         self.step = self.total_steps = None
         self.last_rate_at = None
-        self.add_event("log", f"following {path}")
+        self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 
     # -- readers -------------------------------------------------------------
 
