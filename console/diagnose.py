@@ -15,13 +15,13 @@ never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
 | oom                 | an OOM line since the launch; nothing alive, or the line newer than log_silent_s | w/R |
 | diverged            | a NaN/Inf loss line since the launch                                             | l   |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
+| gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
 | dead                | nothing alive (the last problem lines are the evidence)                          | l   |
 | buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u               | R   |
 | hung                | alive, idle, silent (the waiting threads are the evidence when dumped)           | p   |
 | unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
-| gpu_contexts_unseen | in a PID namespace, run GPUs hold memory, none of it under the run's PIDs        | —   |
-| healthy             | the log progresses                                                               | —   |
+| healthy             | the log progresses (in a PID namespace, unseen GPU PIDs are an evidence line)    | —   |
 | unknown             | otherwise (no log to judge progress by)                                          | l   |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
@@ -351,16 +351,6 @@ class _Diagnosis:
                 "p",
             )
 
-        if ev.gpu_contexts_unseen:
-            return Verdict(
-                "gpu_contexts_unseen",
-                "GPU memory is held under PIDs this container cannot see",
-                self._gpu_lines() + self._process_lines() + self._log_lines(),
-                "an empty or foreign GPU process list here does not mean the contexts are gone; "
-                "check from the host (or run Pulse there) before relaunching",
-                None,
-            )
-
         if ev.log_path is not None and ev.log_exists and self._progressing():
             return Verdict(
                 "healthy",
@@ -391,6 +381,15 @@ class _Diagnosis:
                 self._process_lines() + self._log_lines() + self._problem_lines(list(ev.problems)),
                 "check the launch command, its working directory and the log path, then restart (R)",
                 "R",
+            )
+        if ev.gpu_contexts_unseen:
+            return Verdict(
+                "gpu_contexts_unseen",
+                f"{gone} here, yet GPU memory is held under PIDs this container cannot see",
+                self._gpu_lines() + self._process_lines() + self._problem_lines(list(ev.problems)) + self._log_lines(),
+                "an empty or foreign GPU process list in a PID namespace does not mean the contexts are gone; "
+                "check from the host (or run Pulse there) before relaunching",
+                None,
             )
         return Verdict(
             "dead",

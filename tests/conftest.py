@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.sshd import PidNamespace, SshServer, start_sshd
+
+# Tests kill login shells (fault injection, timeouts); one killed inside `pyenv rehash` leaves
+# a lock that makes every later login shell of this user wait 60 s. Bound the wait for the
+# shells the tests start locally (the test sshd sets the same for its sessions).
+os.environ.setdefault("PYENV_REHASH_TIMEOUT", "2")
 
 
 @pytest.fixture(scope="session")

@@ -141,7 +141,9 @@ class SshServer:
             "KbdInteractiveAuthentication": "no",
             "PubkeyAuthentication": "yes",
             "AuthorizedKeysFile": self.authorized_keys,
-            "SetEnv": f"PATH={SESSION_PATH}",
+            # A login shell killed mid `pyenv rehash` (fault tests kill sessions) leaves a lock
+            # that makes every later login shell wait 60 s: bound that wait for test sessions.
+            "SetEnv": f"PATH={SESSION_PATH} PYENV_REHASH_TIMEOUT=2",
             "LogLevel": "VERBOSE",
             **self.sshd_options,
         }

@@ -230,13 +230,24 @@ def test_slow_against_the_baseline():
     assert "throughput 5,100 tok/s = 36% of baseline 14,200" in verdict.evidence
 
 
-def test_gpu_contexts_unseen_in_a_pid_namespace():
+def test_a_healthy_run_in_a_pid_namespace_stays_healthy_and_says_the_gpu_pids_are_unseen():
     namespaced = replace(
         HEALTHY, in_pid_namespace=True, gpus=(gpu(pids=(982211,)),), gpu_contexts_unseen=True
     )
     verdict = diagnose(namespaced, CONFIG)
+    assert verdict.name == "healthy"
+    assert "GPU memory held by pid 982211: this PID namespace cannot see them (host PIDs)" in verdict.evidence
+
+
+def test_gpu_contexts_unseen_when_no_run_process_is_in_view_but_gpu_memory_is_held():
+    """The container trap: an empty process list in a PID namespace does not mean the contexts are gone."""
+    gone = replace(
+        HEALTHY, processes=(), in_pid_namespace=True, gpus=(gpu(pids=(982211,)),), gpu_contexts_unseen=True
+    )
+    verdict = diagnose(gone, CONFIG)
     assert verdict.name == "gpu_contexts_unseen"
     assert "GPU memory held by pid 982211: this PID namespace cannot see them (host PIDs)" in verdict.evidence
+    assert "check from the host" in verdict.next_step
 
 
 def test_unknown_without_any_reading():
