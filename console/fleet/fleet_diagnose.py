@@ -1,7 +1,8 @@
 """Fleet diagnosis: the single-host evidence gathered on every node at once, and every rank's stack.
 
 Each node gets the same look as `pulse check` (two samples, the log's tail) in parallel, each
-bounded in time so one dead node cannot hold the verdict back. When any node looks stuck
+bounded in time so one dead node cannot hold the verdict back; a node the console already
+monitors is judged from the samples and lines it holds, so nothing new starts on it. When any node looks stuck
 (or when asked), every live process of the run on every node is dumped with py-spy, and the
 ranks are grouped by their main thread's stack: "63 ranks wait in an all-reduce, rank 17 is
 still in the data loader" becomes two groups. NCCL watchdog and flight-recorder lines
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from console.actions.pyspy import DumpError, dump
 from console.diagnose import Evidence, Verdict, diagnose, severity
 from console.evidence import DUMP_TIMEOUT_S, gather, summarise
-from console.fleet.fleet import FleetNode, unreachable
+from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm import SlurmJob
 from console.model import LineKind
 from console.observe.pyspy import ProcessDump, ThreadStack
@@ -27,6 +28,8 @@ from console.remote.target import TargetError
 NODE_TIMEOUT_S = 10.0
 #: py-spy dumps running at once on one node (each is a channel on its connection).
 DUMPS_PER_NODE = 4
+#: A monitored node's held samples stand for a fresh look when the newest is at most this old.
+HELD_FRESH_S = 5.0
 _STUCK = ("hung", "unknown")
 
 
@@ -206,9 +209,16 @@ def nccl_lines(facts: list[NcclFact]) -> list[str]:
 
 
 async def _look(node: FleetNode, window_s: float | None, timeout: float) -> NodeReport:
+    monitored = node.monitor is not None and node.monitor.running
+    if monitored:
+        # The console streams this node's samples and log already: judge from those, start nothing.
+        held = node_evidence(node.state, node.config, fresh_s=HELD_FRESH_S)
+        if held is not None:
+            return NodeReport(node.name, node.target.label, held, diagnose(held, node.config))
+    following = node.state if monitored and node.config.run.log else None
     try:
         evidence = await asyncio.wait_for(
-            gather(node.target, node.config, window_s=window_s, dump_stacks="never"), timeout
+            gather(node.target, node.config, window_s=window_s, follower_state=following, dump_stacks="never"), timeout
         )
     except (TargetError, asyncio.TimeoutError) as exc:
         why = str(exc) or f"no answer within {timeout:g} s"

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Scale simulation of a fleet: N simulated nodes (in-process SSH servers on 127.0.0.1), polled at 1 Hz.
+
+    .venv/bin/python scripts/bench_fleet.py [--nodes 64] [--seconds 20] [--json]
+
+A child process hosts the nodes: one asyncssh server per node on its own 127.0.0.1 port
+(console.demo.server, which runs each exec request as a real process), and one real writer
+process appending throughput lines to a log that every node follows. This process is the
+console: a Fleet of N nodes from `[target] hosts`, a Monitor per node (one connection, one
+sampling agent, one log follower each), verdicts refreshed every second as the fleet screen
+does. Reported: the console's CPU (% of one core) and RSS, in total and per node, while it
+polls; the time to form the fleet's verdict from what the monitors hold (the fleet screen's
+1 s refresh, and `d`: a fleet diagnosis that starts nothing new on a monitored node); and the
+time of a fresh fleet diagnosis as `pulse check` does it (a new agent on every node at once;
+here all N nodes' agents share this machine's cores, unlike real nodes). Goal: 64 nodes under 10 % of
+one core, fleet verdict under 5 s. The nodes' own agents run in the child and are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WRITER = "import time\nwhile True:\n    print('step 1 tokens/s: 1000.0 loss 2.0', flush=True)\n    time.sleep(0.5)\n"
+
+
+async def serve(count: int, folder: Path) -> None:
+    """The nodes: `count` SSH servers; writes ssh_config and known_hosts naming node01.., then waits for stdin EOF."""
+    from console.demo.server import DemoSshServer
+
+    servers = []
+    for index in range(count):
+        server = DemoSshServer(folder / f"node{index + 1:02d}")
+        server.dir.mkdir(parents=True, exist_ok=True)
+        await server.start()
+        servers.append(server)
+    config, known = [], []
+    for index, server in enumerate(servers):
+        config.append(
+            f"Host node{index + 1:02d}\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
+            f"  IdentityFile {server.client_key}\n  IdentitiesOnly yes\n"
+        )
+        known.append(server.known_hosts.read_text())
+    (folder / "ssh_config").write_text("".join(config))
+    (folder / "known_hosts").write_text("".join(known))
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)
+    for server in servers:
+        await server.close()
+
+
+def phase(text: str) -> None:
+    print(f"bench_fleet: {text}", file=sys.stderr, flush=True)
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
+    from console.config import parse_config
+    from console.fleet.fleet import Fleet
+    from console.fleet.fleet_diagnose import diagnose_fleet
+
+    hosts = ", ".join(f'"node{i + 1:02d}"' for i in range(count))
+    config = parse_config(
+        f'[target]\nhosts = [{hosts}]\nssh_config = "{folder}/ssh_config"\nknown_hosts = "{folder}/known_hosts"\n'
+        f'[run]\nlog = "{log}"\nmatch = \'bench_writer[.]py\'\n[gpus]\npoll_s = 1.0\n'
+    )
+    rss_before = rss_mib()
+    fleet = await Fleet.open(config)
+    connected = time.monotonic()
+    phase(f"{count} nodes: starting a monitor on each")
+    await fleet.start()
+    try:
+        while sum(len(n.state.samples) >= 2 for n in fleet.nodes) < count:
+            if time.monotonic() - connected > 120:
+                raise SystemExit("bench_fleet: not every node sent two samples within 120 s")
+            await asyncio.sleep(0.2)
+        ready_s = time.monotonic() - connected
+        phase(f"every node sampled after {ready_s:.1f} s; measuring {seconds:g} s")
+        await asyncio.sleep(2.0)  # let start-up (key exchange, backlog) settle
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        samples0 = sum(len(n.state.samples) for n in fleet.nodes)
+        refresh_s = []
+        while time.monotonic() - wall0 < seconds:
+            started = time.perf_counter()
+            fleet.refresh()
+            fleet.rows(time.monotonic())
+            fleet.summary()
+            refresh_s.append(time.perf_counter() - started)
+            await asyncio.sleep(1.0)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        samples = sum(len(n.state.samples) for n in fleet.nodes) - samples0
+        rss = rss_mib()
+        summary = fleet.summary()
+        restarts = sum(n.monitor.sampler_restarts for n in fleet.nodes if n.monitor)
+        phase("a fleet diagnosis from the monitors' samples")
+        started = time.perf_counter()
+        diagnosis = await diagnose_fleet(fleet.nodes, window_s=1.0, dump_ranks="never")
+        diagnose_s = time.perf_counter() - started
+        phase("a fresh fleet diagnosis (as pulse check: a new agent on every node)")
+        started = time.perf_counter()
+        fresh = await diagnose_fleet([replace(n, monitor=None) for n in fleet.nodes], window_s=1.0, dump_ranks="never")
+        fresh_s = time.perf_counter() - started
+    finally:
+        phase("closing")
+        await fleet.close()
+    cpu_pct = 100.0 * cpu / wall
+    return {
+        "nodes": count,
+        "poll_hz": 1.0,
+        "measured_s": round(wall, 1),
+        "all_nodes_sampling_after_s": round(ready_s, 2),
+        "samples_per_s": round(samples / wall, 1),
+        "sampler_restarts": restarts,
+        "console_cpu_pct_of_one_core": round(cpu_pct, 2),
+        "console_cpu_pct_per_node": round(cpu_pct / count, 3),
+        "console_rss_mib": round(rss, 1),
+        "console_rss_mib_per_node": round((rss - rss_before) / count, 2),
+        "fleet_verdict_from_held_samples_ms": round(1000 * max(refresh_s), 2),
+        "fleet_diagnosis_s": round(diagnose_s, 2),
+        "fleet_diagnosis_headline": diagnosis.headline(),
+        "fresh_diagnosis_s": round(fresh_s, 2),
+        "fresh_diagnosis_headline": fresh.headline(),
+        "fleet_verdict": summary.worst,
+        "nodes_healthy": f"{summary.healthy}/{summary.nodes}",
+        "goal_cpu_under_10pct": cpu_pct < 10.0,
+        "goal_verdict_under_5s": diagnose_s < 5.0,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.nodes, Path(args.serve)))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="pulse-bench-fleet-") as tmp:
+        folder = Path(tmp)
+        script = folder / "bench_writer.py"
+        script.write_text(WRITER)
+        log = folder / "train.log"
+        with open(log, "ab") as out:
+            writer = subprocess.Popen([sys.executable, "-u", str(script)], stdout=out, stderr=subprocess.STDOUT)
+        nodes = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(folder), "--nodes", str(args.nodes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            if nodes.stdout.readline().strip() != "ready":
+                print("bench_fleet: the simulated nodes did not start", file=sys.stderr)
+                return 1
+            # Not asyncio.run: its teardown would wait on tasks that Fleet.close gave up on.
+            result = asyncio.new_event_loop().run_until_complete(console(args.nodes, args.seconds, folder, log))
+        finally:
+            nodes.stdin.close()
+            try:
+                nodes.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                nodes.kill()
+                nodes.wait()
+            writer.kill()
+            writer.wait()
+    result["host"] = f"{os.cpu_count()} cores, max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key:40} {value}")
+    return 0 if result["goal_cpu_under_10pct"] and result["goal_verdict_under_5s"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
