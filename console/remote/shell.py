@@ -32,6 +32,10 @@ def container_argv(container: Container | None, argv: list[str]) -> list[str]:
     """`argv` as run inside `container` (stdin passed through, as the agent needs)."""
     if container is None:
         return list(argv)
+    for what, value in (("container id", container.id), ("namespace", container.namespace or "")):
+        # pct, docker and kubectl would read a leading '-' as one of their own options (`--user=root`, `--as=admin`).
+        if value.startswith("-"):
+            raise ValueError(f"a {container.kind} {what} cannot start with '-': {value[:40]!r}")
     if container.kind == "pct":
         return ["pct", "exec", container.id, "--", *argv]
     if container.kind == "docker":
