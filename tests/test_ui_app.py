@@ -256,3 +256,17 @@ async def test_log_silence_is_shown_and_turns_loud_past_the_stall_threshold():
         box = app.query_one("#processes-box")
         assert box.border_subtitle == "log grew 12m 08s ago"
         assert box.has_class("-crit")
+
+
+async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
+    """A hung run's last tok/s must not read as its rate now: the pane says how old it is."""
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one("ThroughputPane")
+        assert "avg" in str(pane.query_one("#rate-line").render())
+        app.clock.advance(95)
+        app.refresh_panes()
+        await pilot.pause()
+        assert "last line 1m 35s ago" in str(pane.query_one("#rate-line").render())
+        assert "no rate now" in str(pane.query_one("#baseline-line").render())
+        assert pane.has_class("-stale")

@@ -49,6 +49,9 @@ CHEAP_WINDOW_S = 10.0
 RATE_WINDOW_S = 300.0
 #: Values kept for the sparklines (they summarise to their width).
 SPARK_POINTS = 240
+#: The last rate is shown as stale past this many usual intervals (and at least this long).
+STALE_RATE_GAPS = 3
+STALE_RATE_MIN_S = 10.0
 #: Steps seen over this window give the ETA.
 ETA_WINDOW_S = 600.0
 ETA_LINES_SCANNED = 2000
@@ -133,6 +136,16 @@ class VerdictReady(Message):
         self.verdict = verdict
         self.evidence = evidence
         self.show = show
+
+
+def rate_stale_s(state: RunState, now: float) -> float | None:
+    """Seconds since the last rate line when that is well past the run's usual interval, else None:
+    a hung run's last figure is not its current rate."""
+    if state.last_rate_at is None:
+        return None
+    age = now - state.last_rate_at
+    usual = state.rate_interval_s() or 1.0
+    return age if age > max(STALE_RATE_MIN_S, STALE_RATE_GAPS * usual) else None
 
 
 class PulseApp(App[int]):
@@ -328,6 +341,7 @@ class PulseApp(App[int]):
             average=sum(recent) / len(recent),
             minimum=min(recent),
             baseline=metrics.baseline(metric),
+            stale_s=rate_stale_s(state, self.clock()),
             **base,
         )
 

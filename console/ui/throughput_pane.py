@@ -27,6 +27,8 @@ class ThroughputView:
     total_steps: int | None = None
     eta_s: float | None = None
     slow_fraction: float = 0.8
+    stale_s: float | None = None
+    """Seconds since the last rate line when it is overdue: `current` is then history, not now."""
 
 
 def si(value: float) -> str:
@@ -65,6 +67,7 @@ class ThroughputPane(Vertical):
         & Sparkline > .sparkline--min-color { color: $success 40%; }
         &.-slow Sparkline > .sparkline--max-color { color: $warning; }
         &.-slow Sparkline > .sparkline--min-color { color: $warning 40%; }
+        &.-stale #rate-line, &.-stale #baseline-line { color: $warning; }
         & #loss-spark > .sparkline--max-color { color: $accent; }
         & #loss-spark > .sparkline--min-color { color: $accent 40%; }
     }
@@ -85,11 +88,17 @@ class ThroughputPane(Vertical):
             rate_line.update(Text("no rate in the log yet", style="dim"))
             baseline_line.update(Text(f"baseline {si(view.baseline)}" if view.baseline else "", style="dim"))
         else:
+            self.set_class(view.stale_s is not None, "-stale")
             line = Text.assemble((si(view.current), "bold"), f" {view.unit}")
-            if view.average is not None and view.minimum is not None:
+            if view.stale_s is not None:
+                line.append(f"  last line {format_duration(view.stale_s)} ago", "bold")
+            elif view.average is not None and view.minimum is not None:
                 line.append(f" avg {si(view.average)} min {si(view.minimum)}", "dim")
             rate_line.update(line)
-            if view.baseline:
+            if view.stale_s is not None:
+                baseline_line.update(Text("no rate now: the log gives none", style="bold"))
+                self.set_class(False, "-slow")
+            elif view.baseline:
                 ratio = view.current / view.baseline
                 slow = ratio < view.slow_fraction
                 baseline_line.update(
@@ -117,7 +126,7 @@ class ThroughputPane(Vertical):
             step_line.update(Text("no step count in the log yet", style="dim"))
         elif view.total_steps:
             done = view.step / view.total_steps
-            eta = format_duration(view.eta_s).replace(" ", "") if view.eta_s is not None else "—"
+            eta = "—" if view.eta_s is None or view.stale_s is not None else format_duration(view.eta_s).replace(" ", "")
             step_line.update(
                 Text.assemble(
                     "step ",
