@@ -60,6 +60,9 @@ class World:
             self.servers[name] = start_sshd(folder, SetEnv=f"PATH={SESSION_PATH} HOME={home}")
         self.demo = DemoRun("healthy", parent_dir=str(self.dir))
         self.demo_config = self.demo.start()
+        # A loaded machine can take seconds to start the trainer: measure only once it runs and logs.
+        if not wait_for(lambda: self.demo.log.exists() and self.demo.pidfile.exists(), 60, 0.05):
+            raise RuntimeError("the demo trainer did not start logging within 60 s")
 
     def close(self) -> None:
         for process in self._started:
@@ -117,7 +120,7 @@ class World:
         run = self.demo_config.run
         nvidia_smi = shlex.quote(self.demo_config.target.nvidia_smi)
         parts = [
-            f"ps -eo pid,ppid,stat,etimes,pcpu,rss,nlwp,args | grep -E {shlex.quote(run.match or '')} | grep -v grep",
+            f"ps -eo pid,ppid,stat,etimes,pcpu,rss,nlwp,args | grep -E -e {shlex.quote(run.match or '')} | grep -v grep",
         ]
         if gpus:
             fields = ",".join(smi.GPU_QUERY_FIELDS)
