@@ -1,0 +1,353 @@
+"""The fleet console: one row per node, worst first; Enter opens a node's four panes.
+
+`FleetApp` forms the fleet (a Slurm job's nodes or a host list) in a worker, starts a
+Monitor per node and repaints once a second from the nodes' RunStates: the rows are
+updated in place (the cursor stays on its node), the header sums the job. `d` diagnoses
+every node at once and groups every rank's stack; `R` restarts the job through Slurm
+(plan, confirm, steps) with the console's own confirm and action screens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
+
+from console.config import Config
+from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
+from console.ui.action_screen import ActionScreen
+from console.ui.app import PulseApp, own_pids
+from console.ui.confirm_screen import ConfirmScreen
+from console.ui.diagnosis_screen import verdict_level
+from console.ui.gpu_pane import GpuPane
+from console.ui.log_pane import LogPane
+from console.ui.process_pane import ProcessPane
+from console.ui.themes import PulseTheme, ThemeError, choose_theme, load_themes
+from console.ui.throughput_pane import ThroughputPane, format_duration, si
+
+REFRESH_S = 1.0
+LOG_FLUSH_S = 0.1
+COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "procs", "log grew", "throughput", "link")
+
+
+def row_cells(row: NodeRow) -> tuple[Text | str, ...]:
+    """The table cells of one node (verdict coloured by how bad it is)."""
+    level = verdict_level(row.verdict) if row.verdict else "ok"
+    style = {"ok": "green", "warn": "yellow", "crit": "bold red"}[level]
+    verdict = Text(row.verdict or "…", style=style if row.verdict else "dim")
+    if row.gpu_memory_used_mib is not None and row.gpu_memory_total_mib:
+        memory = f"{row.gpu_memory_used_mib / 1024:.0f}/{row.gpu_memory_total_mib / 1024:.0f} GiB"
+    else:
+        memory = "–"
+    util = "–" if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
+    grew = "–" if row.log_silent_s is None else f"{format_duration(row.log_silent_s)} ago"
+    rate = "–" if row.rate is None else f"{si(row.rate)} {row.rate_unit}"
+    return (row.name, verdict, str(row.gpus), memory, util, str(row.processes), grew, rate, row.connection)
+
+
+class FleetTable(DataTable):
+    """The nodes, one row each, keyed by node name and updated in place."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        for column in COLUMNS:
+            self.add_column(column, key=column)
+
+    def show(self, rows: list[NodeRow]) -> None:
+        """Rows in the given order (worst first); existing rows are rewritten, not rebuilt."""
+        order = [row.name for row in rows]
+        current = [str(key.value) for key in self.rows]
+        if current != order:
+            selected = current[self.cursor_row] if current and 0 <= self.cursor_row < len(current) else None
+            self.clear()
+            for row in rows:
+                self.add_row(*row_cells(row), key=row.name)
+            if selected in order:
+                self.move_cursor(row=order.index(selected))
+            return
+        for row in rows:
+            for column, cell in zip(COLUMNS, row_cells(row)):
+                self.update_cell(row.name, column, cell)
+
+    @property
+    def selected(self) -> str | None:
+        keys = [str(key.value) for key in self.rows]
+        return keys[self.cursor_row] if keys and 0 <= self.cursor_row < len(keys) else None
+
+
+class FleetScreen(Screen):
+    """The job at a glance: a header with the sums, then every node worst first."""
+
+    BINDINGS = [
+        Binding("enter", "open_node", "Node panes"),
+        Binding("d", "app.diagnose_fleet", "Diagnose all"),
+        Binding("R", "app.restart_job", "Restart job"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static("forming the fleet…", id="fleet-header")
+        yield FleetTable(id="fleet-table")
+        yield Footer()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self) -> None:
+        self.action_open_node()
+
+    def action_open_node(self) -> None:
+        """Open the four panes of the node under the cursor."""
+        name = self.query_one(FleetTable).selected
+        node = next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
+        if node is not None:
+            self.app.push_screen(NodeScreen(node))
+
+
+class NodeScreen(Screen):
+    """One node's four panes (GPUs, processes, throughput, log), fed from its RunState."""
+
+    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet"), Binding("q", "app.quit", "Quit")]
+
+    def __init__(self, node: FleetNode) -> None:
+        super().__init__()
+        self.node = node
+        # PulseApp.throughput_view reads `state`, `config` and `clock`: this screen has them, for its node.
+        self.state = node.state
+        self.config = node.config
+        self.clock = node.state.clock
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="gpus-box", classes="box"):
+            yield GpuPane(id="gpus")
+        with Horizontal(id="middle"):
+            with Vertical(id="processes-box", classes="box"):
+                yield ProcessPane(id="processes")
+            with Vertical(id="throughput-box", classes="box"):
+                yield ThroughputPane(id="throughput")
+        with Vertical(id="log-box", classes="box"):
+            yield LogPane(id="log", max_lines=self.state.lines.maxlen or 10_000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gpus-box").border_title = f"GPUs · {self.node.name}"
+        self.query_one("#processes-box").border_title = "Processes"
+        self.query_one("#throughput-box").border_title = "Throughput"
+        self.query_one("#log-box").border_title = f"Log · {self.config.run.log or 'none on this node'}"
+        self.repaint()
+        self.set_interval(REFRESH_S, self.repaint)
+        self.set_interval(LOG_FLUSH_S, self.flush_log)
+        self.query_one(LogPane).focus()
+
+    def repaint(self) -> None:
+        sample = self.state.latest
+        if sample is not None:
+            self.query_one(GpuPane).show(
+                sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.app.thresholds
+            )
+            self.query_one(ProcessPane).show(sample.processes)
+        self.query_one(ThroughputPane).show(PulseApp.throughput_view(self))
+        verdict = self.node.verdict
+        self.query_one("#processes-box").border_subtitle = f"{verdict.name}: {verdict.summary}" if verdict else ""
+
+    def flush_log(self) -> None:
+        pane = self.query_one(LogPane)
+        lines = self.state.lines_after(pane.last_number)
+        if lines:
+            pane.append(lines)
+
+
+class TextScreen(ModalScreen[None]):
+    """A scrollable text (the fleet diagnosis); Esc or q closes it."""
+
+    BINDINGS = [Binding("escape,q", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    TextScreen { align: center middle; }
+    TextScreen > VerticalScroll { width: 90%; height: 85%; border: thick $primary; background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, title: str, text: Text) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = self.title_text
+            yield Static(self.body)
+
+
+def diagnosis_text(diagnosis) -> Text:
+    """The fleet diagnosis: the headline, the ranks grouped by stack, NCCL, then each node's verdict."""
+    from console.fleet.fleet_diagnose import nccl_lines
+
+    text = Text()
+    worst = diagnosis.worst
+    text.append(worst.name.upper(), "bold reverse")
+    text.append(f"  {diagnosis.headline()}\n\n", "bold")
+    stacks = diagnosis.stack_lines() if diagnosis.ranks else []
+    if stacks or diagnosis.nccl:
+        text.append("Ranks\n", "bold underline")
+        for line in stacks + nccl_lines(diagnosis.nccl):
+            text.append(f"  • {line}\n")
+        text.append("\n")
+    text.append("Nodes\n", "bold underline")
+    for report in sorted(diagnosis.nodes, key=lambda n: (-len(verdict_level(n.verdict.name)), n.name)):
+        text.append(f"  {report.name}  ", "bold")
+        text.append(f"{report.verdict.name}: {report.verdict.summary}\n")
+        for line in report.verdict.evidence[:3]:
+            text.append(f"      {line}\n", "dim")
+    return text
+
+
+class FleetReady(Message):
+    """The fleet was formed (or why not)."""
+
+    def __init__(self, fleet: Fleet | None, error: str | None = None) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.error = error
+
+
+class FleetApp(App[int]):
+    """The console for a multi-node run."""
+
+    CSS_PATH = str(Path(__file__).with_name("pulse.tcss"))
+    TITLE = "Pulse · fleet"
+    DEFAULT_CSS = """
+    #fleet-header { height: auto; padding: 0 1; background: $panel; text-style: bold; }
+    #fleet-table { height: 1fr; }
+    """
+
+    def __init__(self, config: Config, *, read_only: bool = False, theme: str | None = None,
+                 themes: dict[str, PulseTheme] | None = None, clock=time.monotonic) -> None:
+        super().__init__()
+        self.config = config
+        self.read_only = read_only
+        self.clock = clock
+        self.fleet: Fleet | None = None
+        self.pulse_themes = themes if themes is not None else load_themes()
+        for pulse_theme in self.pulse_themes.values():
+            self.register_theme(pulse_theme.theme)
+        self.theme = choose_theme(theme, self.pulse_themes)
+        self.fleet_screen = FleetScreen()
+
+    get_theme_variable_defaults = PulseApp.get_theme_variable_defaults
+    thresholds = PulseApp.thresholds
+
+    def on_mount(self) -> None:
+        self.push_screen(self.fleet_screen)
+        self.form_fleet()
+        self.set_interval(REFRESH_S, self.repaint)
+
+    @work(exclusive=True, exit_on_error=False, group="fleet")
+    async def form_fleet(self) -> None:
+        """Ask Slurm (or the host list) for the nodes and start a Monitor on each."""
+        try:
+            fleet = await Fleet.open(self.config)
+        except FleetError as exc:
+            self.post_message(FleetReady(None, str(exc)))
+            return
+        await fleet.start()
+        self.post_message(FleetReady(fleet))
+
+    @on(FleetReady)
+    def _fleet_ready(self, message: FleetReady) -> None:
+        if message.fleet is None:
+            self.fleet_screen.query_one("#fleet-header", Static).update(f"no fleet: {message.error}")
+            self.notify(message.error or "", severity="error", timeout=10)
+            return
+        self.fleet = message.fleet
+        self.repaint()
+
+    async def on_unmount(self) -> None:
+        if self.fleet is not None:
+            await self.fleet.close()
+
+    def header_text(self) -> str:
+        """The job in one line: Slurm's view, nodes healthy / total, the summed throughput."""
+        assert self.fleet is not None
+        summary = self.fleet.summary()
+        parts = []
+        if summary.job is not None:
+            job = summary.job
+            parts.append(f"job {job.job_id} {job.name} · {job.state} · {format_duration(job.elapsed_s)}")
+        parts.append(f"{summary.healthy}/{summary.nodes} nodes healthy")
+        if summary.rate is not None:
+            parts.append(f"{si(summary.rate)} {summary.rate_unit} total")
+        if summary.worst and summary.worst != "healthy":
+            parts.append(f"worst: {summary.worst}")
+        return " · ".join(parts)
+
+    def repaint(self) -> None:
+        """Verdicts from the held samples, then the header and rows (only while the fleet screen shows)."""
+        if self.fleet is None:
+            return
+        self.fleet.refresh()
+        if self.screen is not self.fleet_screen:
+            return
+        self.fleet_screen.query_one("#fleet-header", Static).update(self.header_text())
+        self.fleet_screen.query_one(FleetTable).show(self.fleet.rows(self.clock()))
+
+    def action_diagnose_fleet(self) -> None:
+        if self.fleet is None:
+            return
+        self.notify(f"diagnosing {len(self.fleet.nodes)} nodes…", timeout=3)
+        self.run_fleet_diagnosis()
+
+    @work(exclusive=True, exit_on_error=False, group="diagnose")
+    async def run_fleet_diagnosis(self) -> None:
+        from console.fleet.fleet_diagnose import diagnose_fleet
+
+        assert self.fleet is not None
+        diagnosis = await diagnose_fleet(self.fleet.nodes, job=self.fleet.job)
+        self.push_screen(TextScreen("Fleet diagnosis", diagnosis_text(diagnosis)))
+
+    def action_restart_job(self) -> None:
+        if self.fleet is None or self.fleet.slurm is None or self.fleet.job is None:
+            self.notify("restart goes through Slurm: start the console with --slurm-job", severity="warning")
+            return
+        self.plan_restart()
+
+    @work(exclusive=True, exit_on_error=False, group="plan")
+    async def plan_restart(self) -> None:
+        from console.actions.audit import ActionRefused
+        from console.fleet.fleet_actions import execute_fleet_restart, plan_fleet_restart
+
+        fleet = self.fleet
+        assert fleet is not None and fleet.slurm is not None and fleet.job is not None
+        try:
+            plan = await plan_fleet_restart(fleet.slurm, self.config, fleet.job.job_id, read_only=self.read_only)
+        except ActionRefused as exc:
+            self.notify(str(exc), severity="warning", timeout=8)
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.push_screen(ActionScreen("Restart the job", lambda: execute_fleet_restart(fleet.slurm, self.config, plan)))
+
+        self.push_screen(ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True), callback=confirmed)
+
+
+def run_fleet_console(config: Config, args: argparse.Namespace) -> int:
+    """`pulse --slurm-job ID` / `--hosts a,b`: the fleet console until quit."""
+    try:
+        themes = load_themes()
+        theme = choose_theme(getattr(args, "theme", None), themes)
+    except ThemeError as exc:
+        print(f"pulse: {exc}", file=sys.stderr)
+        return 2
+    app = FleetApp(config, read_only=bool(getattr(args, "read_only", False)), theme=theme, themes=themes)
+    result = app.run()
+    return result if isinstance(result, int) else 0
+

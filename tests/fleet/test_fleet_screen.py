@@ -1,0 +1,44 @@
+"""The fleet screen on a real host-list fleet over sshd: rows worst first, the header's sums, a node's panes, a fleet diagnosis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console.ui.fleet_screen import FleetApp, FleetTable, NodeScreen, TextScreen
+from console.ui.log_pane import LogPane
+from console.ui.process_pane import ProcessPane
+from tests.fleet.test_fleet_hosts import fleet_config, writer  # noqa: F401  (the writer fixture)
+
+
+async def wait_for(pilot, condition, tries: int = 300) -> None:
+    for _ in range(tries):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("condition not met")
+
+
+async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer: Path) -> None:  # noqa: F811
+    """The dead node sorts first; Enter on the live node shows its processes and log; d lists every node's verdict."""
+    app = FleetApp(fleet_config(sshd, tmp_path, writer))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = app.fleet_screen.query_one(FleetTable)
+        await wait_for(pilot, lambda: app.fleet is not None and all(n.verdict for n in app.fleet.nodes))
+        app.repaint()
+        await pilot.pause()
+        assert [str(key.value) for key in table.rows] == ["pulse-dead", sshd.alias]
+        header = str(app.fleet_screen.query_one("#fleet-header").render())
+        assert "1/2 nodes healthy" in header and "1.5K tok/s total" in header
+        assert str(table.get_cell(sshd.alias, "verdict")) == "healthy"
+
+        await pilot.press("down", "enter")
+        assert isinstance(app.screen, NodeScreen) and app.screen.node.name == sshd.alias
+        await wait_for(pilot, lambda: app.screen.query_one(LogPane).line_count > 0)
+        assert app.screen.query_one(ProcessPane).row_count == 1
+        await pilot.press("escape")
+        assert app.screen is app.fleet_screen
+
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextScreen), tries=400)
+        text = str(app.screen.body)
+        assert "1/2 nodes healthy: unknown on pulse-dead" in text and f"{sshd.alias}  healthy" in text
