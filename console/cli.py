@@ -138,6 +138,10 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
         from console.actions import headless
 
         return getattr(headless, command)(config, args)
+    if config.target.slurm_job or config.target.hosts:
+        from console.ui.fleet_screen import run_fleet_console
+
+        return run_fleet_console(config, args)
     from console.ui.app import run_console
 
     return run_console(config, args)
