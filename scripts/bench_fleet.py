@@ -40,9 +40,14 @@ async def serve(count: int, folder: Path) -> None:
     """The nodes: `count` SSH servers; writes ssh_config and known_hosts naming node01.., then waits for stdin EOF."""
     from console.demo.server import DemoSshServer
 
+    # A home of their own: the nodes' login shells skip this machine's ~/.bashrc (pyenv init and its
+    # rehash lock, which a node killed mid-rehash would leave behind for every other shell here).
+    home = folder / "home"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home)}
     servers = []
     for index in range(count):
-        server = DemoSshServer(folder / f"node{index + 1:02d}")
+        server = DemoSshServer(folder / f"node{index + 1:02d}", env)
         server.dir.mkdir(parents=True, exist_ok=True)
         await server.start()
         servers.append(server)
