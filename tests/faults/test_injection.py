@@ -63,6 +63,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()
+    record_figure("injection", values_fuzzed=counted["values"], layers="ssh + bash -lc + docker/kubectl exec")
 
 
 def run_on(loop, target: Target, script: str) -> tuple[list[str], dict]:
@@ -190,4 +191,23 @@ def test_a_launch_command_runs_exactly_as_written_inside_docker(container_sshd: 
     finally:
         loop.run_until_complete(target.close())
     assert not canary.exists(), "a launch argument was executed"
-    record_figure("injection", values_fuzzed=counted["values"], layers="ssh+bash -lc+docker/kubectl exec")
+
+
+@pytest.mark.parametrize("match", ["$(touch CANARY)|it's", "-e `touch CANARY`", "a;b && touch CANARY", "[unclosed"])
+def test_a_match_pattern_reaches_the_agent_literally_through_docker(match: str, container_sshd: SshServer, loop, tmp_path: Path) -> None:
+    from console.observe.sampler import sample_once
+
+    canary = tmp_path / "canary"
+    match = canary_script(canary, match)
+    config = Config(target=container_sshd.target_config(container=Container("docker", "trainer")), run=RunConfig(match=match))
+    target = make_target(config.target)
+    counted["values"] += 1
+    try:
+        _, sample = loop.run_until_complete(sample_once(target, config, 0.05))
+    finally:
+        loop.run_until_complete(target.close())
+    if match == "[unclosed":
+        assert sample.process_error.startswith("the match regex '[unclosed' is invalid")
+    else:
+        assert sample.process_error is None and sample.processes == ()
+    assert not canary.exists(), "a match pattern was executed"
