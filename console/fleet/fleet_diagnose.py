@@ -115,9 +115,10 @@ class FleetDiagnosis:
         """The groups as sentences: the biggest first, lone ranks named."""
         lines = []
         for g in self.groups:
-            who = f"{g.count} ranks" if g.count > 1 else f"rank {g.ranks[0]}"
-            doing = f"wait on {g.wait}" if g.wait else "run"
-            doing = doing if g.count > 1 else doing.replace("wait", "waits").replace("run", "runs")
+            many = g.count > 1
+            who = f"{g.count} ranks" if many else f"rank {g.ranks[0]}"
+            verb = ("wait" if many else "waits") if g.wait else ("run" if many else "runs")
+            doing = f"{verb} on {g.wait}" if g.wait else verb
             lines.append(f"{who} {doing} in {g.where}")
         failed = [r for r in self.ranks if r.dump is None]
         if failed:

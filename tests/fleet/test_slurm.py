@@ -130,6 +130,7 @@ def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> No
     assert groups[0]["wait"] == "queue get" and "wait_for_peers (rank.py" in groups[0]["where"]
     assert "load_batch (rank.py" in groups[1]["where"]
     assert report["stack_lines"][0].startswith("2 ranks wait on queue get in ")
+    assert report["stack_lines"][1].startswith(f"rank {slurm.node}:") and "load_batch (rank.py" in report["stack_lines"][1]
     assert all(rank.startswith(f"{slurm.node}:") for g in groups for rank in g["ranks"])
 
 
