@@ -20,6 +20,7 @@ from pathlib import Path
 import asyncssh
 
 from console.config import TargetConfig
+from console.remote.target import end_process_group
 
 HOST = "127.0.0.1"
 ALIAS = "pulse-demo"
@@ -94,7 +95,7 @@ class DemoSshServer:
             await self._listener.wait_closed()
             self._listener = None
         for child in list(self._children):
-            _kill_group(child)
+            end_process_group(child)
             await child.wait()
 
     async def __aenter__(self) -> DemoSshServer:
@@ -141,7 +142,7 @@ class DemoSshServer:
             return
         except asyncio.CancelledError:
             child = await starting
-            _kill_group(child)
+            end_process_group(child)
             await child.wait()
             raise
         self._children.add(child)
@@ -153,11 +154,11 @@ class DemoSshServer:
         hung_up = asyncio.ensure_future(process.wait_closed())
         try:
             if self._listener is None:  # closed while this command was starting
-                _kill_group(child)
+                end_process_group(child)
             await asyncio.wait({finished, hung_up}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not finished.done():
-                _kill_group(child)
+                end_process_group(child)
                 await child.wait()
             for task in (feeding, output, finished, hung_up):
                 task.cancel()
@@ -200,9 +201,4 @@ async def _finish(child: asyncio.subprocess.Process, output: asyncio.Future) -> 
     await output
 
 
-def _kill_group(child: asyncio.subprocess.Process) -> None:
-    if child.returncode is None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+

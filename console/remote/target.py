@@ -167,23 +167,28 @@ class _LocalChannel:
         return status if status >= 0 else None
 
     def close(self) -> None:
-        # SIGTERM first: a login shell killed outright mid `pyenv rehash` leaves a lock that
-        # stalls every later login shell for 60 s. SIGKILL follows for what ignores it.
-        if self._process.returncode is None:
-            self._signal_group(signal.SIGTERM)
-            asyncio.get_running_loop().call_later(_KILL_AFTER_S, self._kill_if_alive)
+        end_process_group(self._process)
         if self._process.stdin is not None and not self._process.stdin.is_closing():
             self._process.stdin.close()
 
-    def _kill_if_alive(self) -> None:
-        if self._process.returncode is None:
-            self._signal_group(signal.SIGKILL)
 
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self._process.pid, sig)
-        except ProcessLookupError:
-            pass
+def end_process_group(process: asyncio.subprocess.Process, grace_s: float = _KILL_AFTER_S) -> None:
+    """SIGTERM the group `process` leads, SIGKILL it after `grace_s` if it is still there.
+
+    SIGTERM first: a login shell killed outright mid `pyenv rehash` leaves a lock that
+    stalls every later login shell of that user for 60 s.
+    """
+
+    def signal_group(sig: int) -> None:
+        if process.returncode is None:
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    signal_group(signal.SIGTERM)
+    if process.returncode is None:
+        asyncio.get_running_loop().call_later(grace_s, signal_group, signal.SIGKILL)
 
 
 class LocalTarget(Target):
