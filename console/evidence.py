@@ -70,7 +70,7 @@ async def gather(
         first, last = await sampling
         lines = await tail if tail is not None else []
     finally:
-        if tail is not None and not tail.done():
+        if tail is not None:  # also when sampling failed first: the tail's own error is collected, not leaked
             tail.cancel()
             await asyncio.gather(tail, return_exceptions=True)
 
