@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -18,14 +17,13 @@ from typing import Protocol
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Input
 
 from console.config import Config
 from console.model import ConnectionState, Sample
 from console.observe.textsafe import sanitize
-from console.state import RATE_UNITS, RunState
+from console.state import RunState
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
@@ -35,8 +33,9 @@ from console.ui.keymap import ACTIONS, ActionSpec, binding, importable, wired_ac
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
+from console.ui.run_view import RATE_WINDOW_S, compose_run_panes, own_pids, throughput_view
 from console.ui.status_bar import StatusBar, StatusView
-from console.ui.themes import DEFAULT_THEME, PulseTheme, Thresholds, ThemeError, choose_theme, load_themes
+from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, ThroughputView, format_duration
 
 LOG_FLUSH_S = 0.1
@@ -45,16 +44,6 @@ REFRESH_S = 0.5
 CHEAP_DIAGNOSIS_S = 5.0
 #: The cheap diagnosis compares the latest sample with one about this old.
 CHEAP_WINDOW_S = 10.0
-#: The window of "current / average / min" throughput figures.
-RATE_WINDOW_S = 300.0
-#: Values kept for the sparklines (they summarise to their width).
-SPARK_POINTS = 240
-#: The last rate is shown as stale past this many usual intervals (and at least this long).
-STALE_RATE_GAPS = 3
-STALE_RATE_MIN_S = 10.0
-#: Steps seen over this window give the ETA.
-ETA_WINDOW_S = 600.0
-ETA_LINES_SCANNED = 2000
 
 
 class Startable(Protocol):
@@ -67,37 +56,6 @@ class Startable(Protocol):
 
 MonitorFactory = Callable[[Callable[[], None]], Startable]
 """Given the app's on-change callback, returns a monitor that feeds the app's RunState."""
-
-
-def own_pids(sample: Sample) -> frozenset[int]:
-    """The run's PIDs as any namespace may number them (a driver in a container reports host PIDs)."""
-    pids: set[int] = set()
-    for process in sample.processes:
-        pids.add(process.pid)
-        pids.update(process.nspid)
-    return frozenset(pids)
-
-
-def step_eta_s(state: RunState) -> float | None:
-    """Seconds until total_steps at the step rate of the last ETA_WINDOW_S, from the lines held."""
-    if state.step is None or not state.total_steps or state.step >= state.total_steps:
-        return None
-    newest: tuple[float, int] | None = None
-    oldest: tuple[float, int] | None = None
-    for scanned, line in enumerate(reversed(state.lines)):
-        if scanned >= ETA_LINES_SCANNED:
-            break
-        if line.info.step is None:
-            continue
-        if newest is None:
-            newest = (line.time, line.info.step)
-        elif newest[0] - line.time > ETA_WINDOW_S:
-            break
-        oldest = (line.time, line.info.step)
-    if newest is None or oldest is None or newest[0] <= oldest[0] or newest[1] <= oldest[1]:
-        return None
-    steps_per_s = (newest[1] - oldest[1]) / (newest[0] - oldest[0])
-    return (state.total_steps - state.step) / steps_per_s
 
 
 class PlanReady(Message):
@@ -138,17 +96,7 @@ class VerdictReady(Message):
         self.show = show
 
 
-def rate_stale_s(state: RunState, now: float) -> float | None:
-    """Seconds since the last rate line when that is well past the run's usual interval, else None:
-    a hung run's last figure is not its current rate."""
-    if state.last_rate_at is None:
-        return None
-    age = now - state.last_rate_at
-    usual = state.rate_interval_s() or 1.0
-    return age if age > max(STALE_RATE_MIN_S, STALE_RATE_GAPS * usual) else None
-
-
-class PulseApp(App[int]):
+class PulseApp(ThemedApp):
     """The console for one run on one target."""
 
     CSS_PATH = "pulse.tcss"
@@ -168,7 +116,7 @@ class PulseApp(App[int]):
         theme: str | None = None,
         themes: dict[str, PulseTheme] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(theme=theme, themes=themes)
         self.config = config
         self.state = state
         self.target = target
@@ -176,10 +124,6 @@ class PulseApp(App[int]):
         self.clock = clock
         self.monitor_factory = monitor_factory
         self.monitor: Startable | None = None
-        self.pulse_themes = themes if themes is not None else load_themes()
-        for pulse_theme in self.pulse_themes.values():
-            self.register_theme(pulse_theme.theme)
-        self.theme = choose_theme(theme, self.pulse_themes)
         self.action_specs: tuple[ActionSpec, ...] = wired_actions(config, has_target=target is not None)
         self._wired = {spec.action for spec in self.action_specs}
         for spec in self.action_specs:
@@ -193,16 +137,7 @@ class PulseApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
-        with Vertical(id="gpus-box", classes="box"):
-            yield GpuPane(id="gpus")
-        with Horizontal(id="middle"):
-            with Vertical(id="processes-box", classes="box"):
-                yield ProcessPane(id="processes")
-            with Vertical(id="throughput-box", classes="box"):
-                yield ThroughputPane(id="throughput")
-        with Vertical(id="log-box", classes="box"):
-            yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
-            yield LogPane(id="log", max_lines=self.state.lines.maxlen or 10_000)
+        yield from compose_run_panes(self.state.lines.maxlen or 10_000, search=True)
         yield Footer()
 
     async def on_mount(self) -> None:
@@ -246,17 +181,6 @@ class PulseApp(App[int]):
         self.screen.set_class(height < 34, "-short")
 
     # -- themes ------------------------------------------------------------------
-
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        # Textual's own themes lack Pulse's line colours: borrow the default theme's.
-        default = self.pulse_themes.get(DEFAULT_THEME) if hasattr(self, "pulse_themes") else None
-        return dict(default.theme.variables) if default else {}
-
-    @property
-    def thresholds(self) -> Thresholds:
-        """The gauge thresholds of the current theme (defaults for a non-Pulse theme)."""
-        current = self.pulse_themes.get(self.theme)
-        return current.thresholds if current else Thresholds()
 
     def _theme_changed(self, _theme) -> None:
         self._dirty = True
@@ -321,29 +245,8 @@ class PulseApp(App[int]):
         )
 
     def throughput_view(self) -> ThroughputView:
-        state, metrics = self.state, self.config.metrics
-        base = dict(
-            losses=tuple(state.values("loss")[-SPARK_POINTS:]),
-            step=state.step,
-            total_steps=state.total_steps,
-            eta_s=step_eta_s(state),
-            slow_fraction=metrics.slow_fraction,
-        )
-        metric = state.rate_metric
-        if metric is None:
-            return ThroughputView(unit=None, baseline=metrics.baseline_tokens_per_s, **base)
-        values = state.values(metric)
-        recent = state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]
-        return ThroughputView(
-            unit=RATE_UNITS[metric],
-            rates=tuple(values[-SPARK_POINTS:]),
-            current=values[-1],
-            average=sum(recent) / len(recent),
-            minimum=min(recent),
-            baseline=metrics.baseline(metric),
-            stale_s=rate_stale_s(state, self.clock()),
-            **base,
-        )
+        """The throughput pane's figures for this run, now."""
+        return throughput_view(self.state, self.config.metrics, self.clock())
 
     def _refresh_titles(self, now: float) -> None:
         sample = self.state.latest
@@ -648,26 +551,20 @@ class PulseApp(App[int]):
 
 def run_console(config: Config, args: argparse.Namespace) -> int:
     """`pulse CONFIG`: connect to the target, start the monitor and run the console until quit."""
-    try:
-        themes = load_themes()
-        theme = choose_theme(getattr(args, "theme", None), themes)
-    except ThemeError as exc:
-        print(f"pulse: {exc}", file=sys.stderr)
-        return 2
     from console.monitor import Monitor
     from console.remote.connect import make_target
 
-    target = make_target(config.target)
-    state = RunState()
-    app = PulseApp(
-        config,
-        state,
-        monitor_factory=lambda on_change: Monitor(config, target, state, on_change),
-        target=target,
-        read_only=bool(getattr(args, "read_only", False)),
-        theme=theme,
-        themes=themes,
-    )
-    result = app.run()
-    return result if isinstance(result, int) else 0
+    def make_app(theme: str, themes: dict[str, PulseTheme]) -> PulseApp:
+        target = make_target(config.target)
+        state = RunState()
+        return PulseApp(
+            config,
+            state,
+            monitor_factory=lambda on_change: Monitor(config, target, state, on_change),
+            target=target,
+            read_only=bool(getattr(args, "read_only", False)),
+            theme=theme,
+            themes=themes,
+        )
 
+    return run_themed(make_app, args)

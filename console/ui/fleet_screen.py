@@ -10,15 +10,14 @@ every node at once and groups every rank's stack; `R` restarts the job through S
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
@@ -26,13 +25,13 @@ from textual.widgets import DataTable, Footer, Static
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
 from console.ui.action_screen import ActionScreen
-from console.ui.app import PulseApp, own_pids
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
 from console.ui.process_pane import ProcessPane
-from console.ui.themes import PulseTheme, ThemeError, choose_theme, load_themes
+from console.ui.run_view import compose_run_panes, own_pids, throughput_view
+from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, format_duration, si
 
 REFRESH_S = 1.0
@@ -122,21 +121,11 @@ class NodeScreen(Screen):
     def __init__(self, node: FleetNode) -> None:
         super().__init__()
         self.node = node
-        # PulseApp.throughput_view reads `state`, `config` and `clock`: this screen has them, for its node.
         self.state = node.state
         self.config = node.config
-        self.clock = node.state.clock
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="gpus-box", classes="box"):
-            yield GpuPane(id="gpus")
-        with Horizontal(id="middle"):
-            with Vertical(id="processes-box", classes="box"):
-                yield ProcessPane(id="processes")
-            with Vertical(id="throughput-box", classes="box"):
-                yield ThroughputPane(id="throughput")
-        with Vertical(id="log-box", classes="box"):
-            yield LogPane(id="log", max_lines=self.state.lines.maxlen or 10_000)
+        yield from compose_run_panes(self.state.lines.maxlen or 10_000)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -156,7 +145,7 @@ class NodeScreen(Screen):
                 sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.app.thresholds
             )
             self.query_one(ProcessPane).show(sample.processes)
-        self.query_one(ThroughputPane).show(PulseApp.throughput_view(self))
+        self.query_one(ThroughputPane).show(throughput_view(self.state, self.config.metrics, self.state.clock()))
         verdict = self.node.verdict
         self.query_one("#processes-box").border_subtitle = f"{verdict.name}: {verdict.summary}" if verdict else ""
 
@@ -219,7 +208,7 @@ class FleetReady(Message):
         self.error = error
 
 
-class FleetApp(App[int]):
+class FleetApp(ThemedApp):
     """The console for a multi-node run."""
 
     CSS_PATH = str(Path(__file__).with_name("pulse.tcss"))
@@ -231,19 +220,12 @@ class FleetApp(App[int]):
 
     def __init__(self, config: Config, *, read_only: bool = False, theme: str | None = None,
                  themes: dict[str, PulseTheme] | None = None, clock=time.monotonic) -> None:
-        super().__init__()
+        super().__init__(theme=theme, themes=themes)
         self.config = config
         self.read_only = read_only
         self.clock = clock
         self.fleet: Fleet | None = None
-        self.pulse_themes = themes if themes is not None else load_themes()
-        for pulse_theme in self.pulse_themes.values():
-            self.register_theme(pulse_theme.theme)
-        self.theme = choose_theme(theme, self.pulse_themes)
         self.fleet_screen = FleetScreen()
-
-    get_theme_variable_defaults = PulseApp.get_theme_variable_defaults
-    thresholds = PulseApp.thresholds
 
     def on_mount(self) -> None:
         self.push_screen(self.fleet_screen)
@@ -341,13 +323,5 @@ class FleetApp(App[int]):
 
 def run_fleet_console(config: Config, args: argparse.Namespace) -> int:
     """`pulse --slurm-job ID` / `--hosts a,b`: the fleet console until quit."""
-    try:
-        themes = load_themes()
-        theme = choose_theme(getattr(args, "theme", None), themes)
-    except ThemeError as exc:
-        print(f"pulse: {exc}", file=sys.stderr)
-        return 2
-    app = FleetApp(config, read_only=bool(getattr(args, "read_only", False)), theme=theme, themes=themes)
-    result = app.run()
-    return result if isinstance(result, int) else 0
-
+    read_only = bool(getattr(args, "read_only", False))
+    return run_themed(lambda theme, themes: FleetApp(config, read_only=read_only, theme=theme, themes=themes), args)

@@ -8,10 +8,14 @@ a bad one stops it with one line naming the file and the key.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from textual.app import App
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
@@ -147,6 +151,40 @@ def choose_theme(requested: str | None, themes: dict[str, PulseTheme]) -> str:
         known = ", ".join(sorted(themes))
         raise ThemeError(f"--theme {requested}: no such theme (known: {known}; or give a .toml path)")
     return requested
+
+
+class ThemedApp(App[int]):
+    """An app with every Pulse theme registered, `theme` chosen, and Pulse's line colours under any theme."""
+
+    def __init__(self, *, theme: str | None = None, themes: dict[str, PulseTheme] | None = None) -> None:
+        super().__init__()
+        self.pulse_themes = themes if themes is not None else load_themes()
+        for pulse_theme in self.pulse_themes.values():
+            self.register_theme(pulse_theme.theme)
+        self.theme = choose_theme(theme, self.pulse_themes)
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        # Textual's own themes lack Pulse's line colours: borrow the default theme's.
+        default = self.pulse_themes.get(DEFAULT_THEME) if hasattr(self, "pulse_themes") else None
+        return dict(default.theme.variables) if default else {}
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The gauge thresholds of the current theme (defaults for a non-Pulse theme)."""
+        current = self.pulse_themes.get(self.theme)
+        return current.thresholds if current else Thresholds()
+
+
+def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
+    """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme."""
+    try:
+        themes = load_themes()
+        theme = choose_theme(getattr(args, "theme", None), themes)
+    except ThemeError as exc:
+        print(f"pulse: {exc}", file=sys.stderr)
+        return 2
+    result = make_app(theme, themes).run()
+    return result if isinstance(result, int) else 0
 
 
 def _table(data: dict, key: str, fail) -> dict:

@@ -1,0 +1,112 @@
+"""One run's four panes (GPUs, processes, throughput, log): their layout and what they show.
+
+Shared by the single-run console (`PulseApp`) and the fleet console's node screen, so both
+compute a run's figures from its RunState the same way.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input
+
+from console.config import MetricsConfig
+from console.model import Sample
+from console.state import RATE_UNITS, RunState
+from console.ui.gpu_pane import GpuPane
+from console.ui.log_pane import LogPane
+from console.ui.process_pane import ProcessPane
+from console.ui.throughput_pane import ThroughputPane, ThroughputView
+
+#: The window of "current / average / min" throughput figures.
+RATE_WINDOW_S = 300.0
+#: Values kept for the sparklines (they summarise to their width).
+SPARK_POINTS = 240
+#: The last rate is shown as stale past this many usual intervals (and at least this long).
+STALE_RATE_GAPS = 3
+STALE_RATE_MIN_S = 10.0
+#: Steps seen over this window give the ETA.
+ETA_WINDOW_S = 600.0
+ETA_LINES_SCANNED = 2000
+
+
+def compose_run_panes(max_lines: int, *, search: bool = False) -> ComposeResult:
+    """The four boxed panes (ids `gpus`, `processes`, `throughput`, `log`); `search` adds the log filter box."""
+    with Vertical(id="gpus-box", classes="box"):
+        yield GpuPane(id="gpus")
+    with Horizontal(id="middle"):
+        with Vertical(id="processes-box", classes="box"):
+            yield ProcessPane(id="processes")
+        with Vertical(id="throughput-box", classes="box"):
+            yield ThroughputPane(id="throughput")
+    with Vertical(id="log-box", classes="box"):
+        if search:
+            yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
+        yield LogPane(id="log", max_lines=max_lines)
+
+
+def own_pids(sample: Sample) -> frozenset[int]:
+    """The run's PIDs as any namespace may number them (a driver in a container reports host PIDs)."""
+    pids: set[int] = set()
+    for process in sample.processes:
+        pids.add(process.pid)
+        pids.update(process.nspid)
+    return frozenset(pids)
+
+
+def step_eta_s(state: RunState) -> float | None:
+    """Seconds until total_steps at the step rate of the last ETA_WINDOW_S, from the lines held."""
+    if state.step is None or not state.total_steps or state.step >= state.total_steps:
+        return None
+    newest: tuple[float, int] | None = None
+    oldest: tuple[float, int] | None = None
+    for scanned, line in enumerate(reversed(state.lines)):
+        if scanned >= ETA_LINES_SCANNED:
+            break
+        if line.info.step is None:
+            continue
+        if newest is None:
+            newest = (line.time, line.info.step)
+        elif newest[0] - line.time > ETA_WINDOW_S:
+            break
+        oldest = (line.time, line.info.step)
+    if newest is None or oldest is None or newest[0] <= oldest[0] or newest[1] <= oldest[1]:
+        return None
+    steps_per_s = (newest[1] - oldest[1]) / (newest[0] - oldest[0])
+    return (state.total_steps - state.step) / steps_per_s
+
+
+def rate_stale_s(state: RunState, now: float) -> float | None:
+    """Seconds since the last rate line when that is well past the run's usual interval, else None:
+    a hung run's last figure is not its current rate."""
+    if state.last_rate_at is None:
+        return None
+    age = now - state.last_rate_at
+    usual = state.rate_interval_s() or 1.0
+    return age if age > max(STALE_RATE_MIN_S, STALE_RATE_GAPS * usual) else None
+
+
+def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> ThroughputView:
+    """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA."""
+    base = dict(
+        losses=tuple(state.values("loss")[-SPARK_POINTS:]),
+        step=state.step,
+        total_steps=state.total_steps,
+        eta_s=step_eta_s(state),
+        slow_fraction=metrics.slow_fraction,
+    )
+    metric = state.rate_metric
+    if metric is None:
+        return ThroughputView(unit=None, baseline=metrics.baseline_tokens_per_s, **base)
+    values = state.values(metric)
+    recent = state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]
+    return ThroughputView(
+        unit=RATE_UNITS[metric],
+        rates=tuple(values[-SPARK_POINTS:]),
+        current=values[-1],
+        average=sum(recent) / len(recent),
+        minimum=min(recent),
+        baseline=metrics.baseline(metric),
+        stale_s=rate_stale_s(state, now),
+        **base,
+    )
