@@ -15,10 +15,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Log, Static
 
 from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus
+from console.ui.modal import FramedModal
 from console.ui.throughput_pane import format_duration
 
 STATUS_MARKS = {
@@ -32,7 +32,7 @@ STATUS_MARKS = {
 MAX_OUTPUT_LINES = 5000
 
 
-class ActionScreen(ModalScreen[bool]):
+class ActionScreen(FramedModal[bool]):
     """Runs `events()` and shows it live; dismisses with True when every step ended OK."""
 
     BINDINGS = [
@@ -42,18 +42,7 @@ class ActionScreen(ModalScreen[bool]):
 
     DEFAULT_CSS = """
     ActionScreen {
-        align: center middle;
-        background: $background 50%;
-        & > Vertical {
-            width: 94%;
-            height: 90%;
-            border: round $primary;
-            border-title-color: $primary;
-            border-title-style: bold;
-            border-subtitle-color: $text-muted;
-            background: $surface;
-            padding: 0 1;
-        }
+        & > .frame { width: 94%; height: 90%; }
         & #steps { height: auto; max-height: 50%; }
         & #progress { height: 1; margin: 1 0 0 0; text-style: bold; }
         & Log { height: 1fr; border-top: solid $panel-lighten-2; background: $surface; }
@@ -86,7 +75,7 @@ class ActionScreen(ModalScreen[bool]):
         self._output: list[str] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical() as box:
+        with Vertical(classes="frame") as box:
             box.border_title = self.action_title
             box.border_subtitle = "c cancels after the running step · Esc closes when done"
             yield Static(id="steps")

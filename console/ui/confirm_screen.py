@@ -7,11 +7,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from console.ui.modal import FramedModal
 from textual.widgets import Button, Static
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(FramedModal[bool]):
     """Shows `lines` (a plan's `describe()`), answers True for y / Run, False for n / Esc."""
 
     BINDINGS = [
@@ -21,20 +21,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     DEFAULT_CSS = """
     ConfirmScreen {
-        align: center middle;
-        background: $background 50%;
-        & > Vertical {
-            width: 90%;
-            max-width: 120;
-            height: auto;
-            max-height: 90%;
-            border: round $primary;
-            border-title-color: $primary;
-            border-title-style: bold;
-            background: $surface;
-            padding: 0 1;
-        }
-        &.-dangerous > Vertical { border: round $error; border-title-color: $error; }
+        & > .frame { width: 90%; max-width: 120; height: auto; max-height: 90%; }
+        &.-dangerous > .frame { border: round $error; border-title-color: $error; }
         & VerticalScroll { height: auto; max-height: 30; }
         & #question { margin: 1 0 0 0; text-style: bold; }
         & Horizontal { height: auto; align-horizontal: right; }
@@ -49,7 +37,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        with Vertical() as box:
+        with Vertical(classes="frame") as box:
             box.border_title = self.plan_title
             with VerticalScroll():
                 yield Static(Text("\n".join(self.lines), no_wrap=True, overflow="ellipsis"))

@@ -6,8 +6,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from console.ui.modal import FramedModal
 
 
 def verdict_level(name: str) -> str:
@@ -48,29 +49,16 @@ def verdict_text(verdict, evidence) -> Text:
     return text
 
 
-class DiagnosisScreen(ModalScreen[None]):
+class DiagnosisScreen(FramedModal[None]):
     """Shows one Verdict with its Evidence; Esc closes."""
 
     BINDINGS = [Binding("escape,q,d", "dismiss", "Close")]
 
     DEFAULT_CSS = """
     DiagnosisScreen {
-        align: center middle;
-        background: $background 50%;
-        & > VerticalScroll {
-            width: 90%;
-            max-width: 130;
-            height: auto;
-            max-height: 90%;
-            border: round $primary;
-            border-title-color: $primary;
-            border-title-style: bold;
-            border-subtitle-color: $text-muted;
-            background: $surface;
-            padding: 1 2;
-        }
-        &.-warn > VerticalScroll { border: round $warning; border-title-color: $warning; }
-        &.-crit > VerticalScroll { border: round $error; border-title-color: $error; }
+        & > .frame { width: 90%; max-width: 130; height: auto; max-height: 90%; padding: 1 2; }
+        &.-warn > .frame { border: round $warning; border-title-color: $warning; }
+        &.-crit > .frame { border: round $error; border-title-color: $error; }
     }
     """
 
@@ -80,7 +68,7 @@ class DiagnosisScreen(ModalScreen[None]):
         self.evidence = evidence
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as box:
+        with VerticalScroll(classes="frame") as box:
             box.border_title = f"Diagnosis: {self.verdict.name}"
             box.border_subtitle = "Esc closes"
             yield Static(verdict_text(self.verdict, self.evidence))

@@ -13,10 +13,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from console.observe.pyspy import ProcessDump, StackFrame, classify_wait, group_identical, is_user_frame
+from console.ui.modal import FramedModal
 
 
 def frame_label(frame: StackFrame) -> str:
@@ -64,7 +64,7 @@ def save_dump(dump: ProcessDump, directory: Path, *, now: float | None = None) -
     return path
 
 
-class DumpScreen(ModalScreen[None]):
+class DumpScreen(FramedModal[None]):
     """One process's threads; s saves, c copies, Esc closes."""
 
     BINDINGS = [
@@ -75,18 +75,7 @@ class DumpScreen(ModalScreen[None]):
 
     DEFAULT_CSS = """
     DumpScreen {
-        align: center middle;
-        background: $background 50%;
-        & > VerticalScroll {
-            width: 94%;
-            height: 90%;
-            border: round $primary;
-            border-title-color: $primary;
-            border-title-style: bold;
-            border-subtitle-color: $text-muted;
-            background: $surface;
-            padding: 0 1;
-        }
+        & > .frame { width: 94%; height: 90%; }
     }
     """
 
@@ -96,7 +85,7 @@ class DumpScreen(ModalScreen[None]):
         self.save_dir = save_dir or Path.cwd()
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as box:
+        with VerticalScroll(classes="frame") as box:
             box.border_title = f"py-spy dump · pid {self.dump.pid}"
             box.border_subtitle = "s save · c copy · Esc close · ▶ your code"
             yield Static(dump_text(self.dump))

@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from console.config import Config
@@ -29,6 +29,7 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
+from console.ui.modal import FramedModal
 from console.ui.process_pane import ProcessPane
 from console.ui.run_view import compose_run_panes, own_pids, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
@@ -156,13 +157,12 @@ class NodeScreen(Screen):
             pane.append(lines)
 
 
-class TextScreen(ModalScreen[None]):
+class TextScreen(FramedModal[None]):
     """A scrollable text (the fleet diagnosis); Esc or q closes it."""
 
     BINDINGS = [Binding("escape,q", "dismiss", "Close")]
     DEFAULT_CSS = """
-    TextScreen { align: center middle; }
-    TextScreen > VerticalScroll { width: 90%; height: 85%; border: thick $primary; background: $surface; padding: 0 1; }
+    TextScreen > .frame { width: 90%; height: 85%; }
     """
 
     def __init__(self, title: str, text: Text) -> None:
@@ -171,7 +171,7 @@ class TextScreen(ModalScreen[None]):
         self.body = text
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as scroll:
+        with VerticalScroll(classes="frame") as scroll:
             scroll.border_title = self.title_text
             yield Static(self.body)
 

@@ -7,10 +7,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from console.ui.keymap import GROUPS, ActionSpec
+from console.ui.modal import FramedModal
 
 
 def help_table(specs: tuple[ActionSpec, ...], *, read_only: bool) -> Table:
@@ -32,26 +32,14 @@ def help_table(specs: tuple[ActionSpec, ...], *, read_only: bool) -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(FramedModal[None]):
     """Keys and actions; any of Esc, q, ? closes it."""
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     DEFAULT_CSS = """
     HelpScreen {
-        align: center middle;
-        background: $background 50%;
-        & > VerticalScroll {
-            width: 104;
-            max-width: 95%;
-            height: auto;
-            max-height: 90%;
-            border: round $primary;
-            border-title-color: $primary;
-            border-subtitle-color: $text-muted;
-            background: $surface;
-            padding: 1 2;
-        }
+        & > .frame { width: 104; max-width: 95%; height: auto; max-height: 90%; padding: 1 2; }
     }
     """
 
@@ -61,7 +49,7 @@ class HelpScreen(ModalScreen[None]):
         self.read_only = read_only
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll() as scroll:
+        with VerticalScroll(classes="frame") as scroll:
             scroll.border_title = "Pulse keys"
             scroll.border_subtitle = "Esc closes · ctrl+p searches actions and themes"
             yield Static(help_table(self.specs, read_only=self.read_only))
