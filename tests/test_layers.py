@@ -11,6 +11,7 @@ CONSOLE = Path(__file__).resolve().parents[1] / "console"
 PURE = [
     "model.py",
     "state.py",
+    "units.py",
     "diagnose.py",
     "remote/shell.py",
     "observe/lines.py",

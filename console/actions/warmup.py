@@ -30,6 +30,7 @@ from console.actions.audit import (
 from console.actions.custom import fill_placeholders, shell_path, stream_grouped, unknown_placeholders
 from console.config import Config
 from console.remote.target import Target
+from console.units import format_duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +113,6 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
 
 def _eta_s(elapsed: list[float], remaining: int) -> float | None:
     return sum(elapsed) / len(elapsed) * remaining if elapsed else None
-
-
-def format_duration(seconds: float) -> str:
-    """`42 s`, `3m05s`, `2h10m`: short enough for a status line."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:

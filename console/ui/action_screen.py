@@ -19,7 +19,7 @@ from textual.widgets import Log, Static
 
 from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus
 from console.ui.modal import FramedModal
-from console.ui.throughput_pane import format_duration
+from console.units import format_duration
 
 STATUS_MARKS = {
     StepStatus.RUNNING: ("▶", "bold"),

@@ -18,6 +18,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.config import Config
@@ -36,10 +37,11 @@ from console.ui.process_pane import ProcessPane
 from console.ui.run_view import RATE_WINDOW_S, compose_run_panes, own_pids, throughput_view
 from console.ui.status_bar import StatusBar, StatusView
 from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
-from console.ui.throughput_pane import ThroughputPane, ThroughputView, format_duration
+from console.ui.throughput_pane import ThroughputPane, ThroughputView
+from console.units import format_duration
 
 LOG_FLUSH_S = 0.1
-REFRESH_S = 0.5
+REFRESH_S = 1.0
 #: How often the cheap diagnosis (from the state alone, no command on the target) runs.
 CHEAP_DIAGNOSIS_S = 5.0
 #: The cheap diagnosis compares the latest sample with one about this old.
@@ -94,6 +96,15 @@ class VerdictReady(Message):
         self.verdict = verdict
         self.evidence = evidence
         self.show = show
+
+
+def set_titles(box: Widget, title: Text | str, subtitle: Text | str) -> None:
+    """Set a box's border title and subtitle only when they changed: each set repaints the box,
+    and the titles are recomputed every tick."""
+    if box.border_title != title:
+        box.border_title = title
+    if box.border_subtitle != subtitle:
+        box.border_subtitle = subtitle
 
 
 class PulseApp(ThemedApp):
@@ -195,8 +206,14 @@ class PulseApp(ThemedApp):
     # -- state → panes -----------------------------------------------------------
 
     def mark_changed(self) -> None:
-        """The monitor's on-change callback: repaint on the next tick (cheap, any thread)."""
+        """The monitor's on-change callback: repaint on the next tick (cheap, any thread).
+
+        The first sample is painted at once: the first full frame should not wait for a tick.
+        """
         self._dirty = True
+        if not self._painted_sample and self.state.latest is not None:
+            self._painted_sample = True
+            self.call_later(self.refresh_panes)
 
     def _tick(self) -> None:
         self.refresh_panes(force=False)
@@ -251,25 +268,22 @@ class PulseApp(ThemedApp):
     def _refresh_titles(self, now: float) -> None:
         sample = self.state.latest
         gpus_box = self.gpus_box
-        gpus_box.border_title = "GPUs"
         subtitle, level = self.gpu_subtitle(sample)
-        gpus_box.border_subtitle = Text(subtitle)  # target text: never parsed as markup
+        set_titles(gpus_box, "GPUs", Text(subtitle))  # target text: never parsed as markup
         gpus_box.set_class(level == "warn", "-warn")
         gpus_box.set_class(level == "crit", "-crit")
 
         processes_box = self.processes_box
         pane = self.process_pane
         if sample is None:
-            processes_box.border_title = "Processes"
+            title = Text("Processes")
         elif sample.process_error:
-            processes_box.border_title = Text(f"Processes · {sample.process_error}")
+            title = Text(f"Processes · {sample.process_error}")
         else:
-            processes_box.border_title = f"Processes · {pane.alive_count} alive"
+            title = Text(f"Processes · {pane.alive_count} alive")
         silent = self.log_silent_s(now)
-        if silent is None:
-            processes_box.border_subtitle = "log not read yet"
-        else:
-            processes_box.border_subtitle = f"log grew {format_duration(silent)} ago"
+        grew = "log not read yet" if silent is None else f"log grew {format_duration(silent)} ago"
+        set_titles(processes_box, title, Text(grew))
         stalled = silent is not None and silent >= self.config.stall.log_silent_s
         processes_box.set_class(stalled, "-crit")
         processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
@@ -317,7 +331,6 @@ class PulseApp(ThemedApp):
         box, pane = self.log_box, self.log_pane
         # The path comes from the target (a file's name may hold escape sequences or markup).
         path = sanitize(self.state.log_path or self.config.run.log or "no log configured", 300)[0]
-        box.border_title = Text(f"Log · {path}")
         parts = []
         if pane.filter_text:
             parts.append(f"filter “{pane.filter_text}”: {pane.line_count} lines")
@@ -328,7 +341,7 @@ class PulseApp(ThemedApp):
         problems = len(self.state.problems)
         if problems:
             parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · n/N jump")
-        box.border_subtitle = Text(" · ".join(parts))
+        set_titles(box, Text(f"Log · {path}"), Text(" · ".join(parts)))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
     @on(LogPane.FollowChanged)

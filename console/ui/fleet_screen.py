@@ -33,7 +33,8 @@ from console.ui.modal import FramedModal
 from console.ui.process_pane import ProcessPane
 from console.ui.run_view import compose_run_panes, own_pids, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
-from console.ui.throughput_pane import ThroughputPane, format_duration, si
+from console.ui.throughput_pane import ThroughputPane, si
+from console.units import format_duration
 
 REFRESH_S = 1.0
 LOG_FLUSH_S = 0.1

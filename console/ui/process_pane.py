@@ -7,6 +7,7 @@ from textual.widgets import DataTable
 
 from console.model import ProcessReading
 from console.ui.styles import text_style
+from console.units import format_duration
 
 #: How many vanished processes stay listed (marked gone) after they disappear.
 MAX_GONE_ROWS = 8
@@ -25,21 +26,6 @@ STATE_NAMES = {
 COLUMNS = (("", "mark"), ("PID", "pid"), ("state", "state"), ("CPU%", "cpu"), ("RSS", "rss"), ("thr", "threads"), ("elapsed", "elapsed"), ("command", "command"))
 COMMAND_WIDTH = 60
 RIGHT_ALIGNED = frozenset({"pid", "cpu", "rss", "threads", "elapsed"})
-
-
-def format_elapsed(seconds: float) -> str:
-    """`1d02h`, `3h07m`, `12m05s` or `42s`: elapsed time in at most six characters."""
-    s = int(max(seconds, 0))
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{s:02d}s"
-    return f"{s}s"
 
 
 def format_rss(mib: float) -> str:
@@ -146,6 +132,6 @@ class ProcessPane(DataTable):
             "cpu": Text(cpu, style=dim, justify="right"),
             "rss": Text(format_rss(process.rss_mib), style=dim, justify="right"),
             "threads": Text(str(process.threads), style=dim, justify="right"),
-            "elapsed": Text(format_elapsed(process.elapsed_s), style=dim, justify="right"),
+            "elapsed": Text(format_duration(process.elapsed_s, compact=True), style=dim, justify="right"),
             "command": Text(trim_command(process.cmdline), style=dim),
         }

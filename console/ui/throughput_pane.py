@@ -9,6 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
+from console.units import format_duration
+
 
 @dataclass(frozen=True, slots=True)
 class ThroughputView:
@@ -37,21 +39,6 @@ def si(value: float) -> str:
         if abs(value) >= factor:
             return f"{value / factor:.3g}{suffix}"
     return f"{value:.3g}"
-
-
-def format_duration(seconds: float) -> str:
-    """`2d 4h`, `5h 12m`, `7m 03s`, `42s`."""
-    s = int(max(seconds, 0))
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {s:02d}s"
-    return f"{s}s"
 
 
 class ThroughputPane(Vertical):
@@ -126,7 +113,7 @@ class ThroughputPane(Vertical):
             step_line.update(Text("no step count in the log yet", style="dim"))
         elif view.total_steps:
             done = view.step / view.total_steps
-            eta = "—" if view.eta_s is None or view.stale_s is not None else format_duration(view.eta_s).replace(" ", "")
+            eta = "—" if view.eta_s is None or view.stale_s is not None else format_duration(view.eta_s, compact=True)
             step_line.update(
                 Text.assemble(
                     "step ",

@@ -1,0 +1,21 @@
+"""One duration format for every pane, action step and fleet row."""
+
+import pytest
+
+from console.units import format_duration
+
+
+@pytest.mark.parametrize(
+    ("seconds", "spaced", "compact"),
+    [
+        (0, "0s", "0s"),
+        (42.9, "42s", "42s"),
+        (-5, "0s", "0s"),
+        (7 * 60 + 3, "7m 03s", "7m03s"),
+        (5 * 3600 + 12 * 60 + 59, "5h 12m", "5h12m"),
+        (2 * 86400 + 4 * 3600 + 59 * 60, "2d 4h", "2d4h"),
+    ],
+)
+def test_format_duration_shows_the_two_largest_units(seconds, spaced, compact):
+    assert format_duration(seconds) == spaced
+    assert format_duration(seconds, compact=True) == compact
