@@ -14,6 +14,7 @@ PURE = [
     "units.py",
     "diagnose.py",
     "remote/shell.py",
+    "fleet/slurm_text.py",
     "observe/lines.py",
     "observe/textsafe.py",
     "observe/smi.py",

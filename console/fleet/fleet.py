@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from console.config import Config
 from console.diagnose import Evidence, Verdict, diagnose, severity
 from console.evidence import from_samples
-from console.fleet.slurm import SlurmClient, SlurmError, SlurmJob, expand_filename
+from console.fleet.slurm import SlurmClient
+from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
 from console.model import ConnectionStatus
 from console.monitor import Monitor
 from console.remote.connect import make_target

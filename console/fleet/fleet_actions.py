@@ -33,7 +33,8 @@ from console.actions.audit import (
 from console.actions.warmup import WarmupPlan, execute_warmup
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode
-from console.fleet.slurm import SlurmClient, SlurmError, SlurmJob
+from console.fleet.slurm import SlurmClient
+from console.fleet.slurm_text import SlurmError, SlurmJob
 from console.observe.sampler import sample_once
 from console.remote.target import TargetError
 

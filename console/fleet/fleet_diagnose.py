@@ -19,7 +19,7 @@ from console.actions.pyspy import DumpError, dump
 from console.diagnose import Evidence, Verdict, diagnose, severity
 from console.evidence import DUMP_TIMEOUT_S, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
-from console.fleet.slurm import SlurmJob
+from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
 from console.observe.pyspy import ProcessDump, ThreadStack
 from console.remote.target import TargetError

@@ -1,207 +1,25 @@
 """Slurm: what the scheduler says about a job, read through the commands users already run.
 
-The parsers are pure (text in, data out); `SlurmClient` runs `scontrol`, `squeue`, `scancel`,
-`sbatch` on a Target (the login node over SSH, or this machine) and parses what they print.
+`SlurmClient` runs `scontrol`, `squeue`, `scancel`, `sbatch` on a Target (the login node over
+SSH, or this machine); `console.fleet.slurm_text` parses what they print.
 Pulse never schedules anything itself: it reads the job and asks Slurm to act on it.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from console.observe.textsafe import sanitize
+from console.fleet.slurm_text import (
+    SlurmError,
+    SlurmJob,
+    check_job_id,
+    clean_field,
+    parse_hostnames,
+    parse_job,
+    parse_submitted,
+)
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
 COMMAND_TIMEOUT_S = 20.0
-
-#: Job states in which the job's processes may still run on its nodes.
-ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
-#: States from which a job will start (again) without anyone asking.
-WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESIZING"})
-
-
-class SlurmError(Exception):
-    """A Slurm command failed or printed something unreadable: one line saying what to do."""
-
-
-@dataclass(frozen=True, slots=True)
-class SlurmJob:
-    """One job as `scontrol show job` describes it."""
-
-    job_id: str
-    name: str
-    state: str
-    """RUNNING, PENDING, COMPLETED, FAILED, CANCELLED, ... (Slurm's words, upper case)."""
-    reason: str
-    elapsed_s: float
-    """RunTime: how long the job has run (0 while pending)."""
-    nodes: str
-    """The node list in Slurm's compact form (`gpu[01-04]`); '' before it starts."""
-    num_nodes: int
-    num_tasks: int
-    user: str
-    stdout: str
-    """The batch output's file pattern as Slurm keeps it (may hold %N, %t, ...)."""
-    stderr: str
-    work_dir: str
-    command: str
-    batch: bool
-    requeue: bool
-    """Slurm may requeue it (`scontrol requeue` is allowed)."""
-    restarts: int
-    exit_code: str
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-    @property
-    def waiting(self) -> bool:
-        return self.state in WAITING_STATES
-
-    def as_json(self) -> dict:
-        return {
-            "job_id": self.job_id,
-            "name": self.name,
-            "state": self.state,
-            "reason": self.reason,
-            "elapsed_s": self.elapsed_s,
-            "nodes": self.nodes,
-            "num_nodes": self.num_nodes,
-            "num_tasks": self.num_tasks,
-            "user": self.user,
-            "stdout": self.stdout,
-            "work_dir": self.work_dir,
-            "restarts": self.restarts,
-            "exit_code": self.exit_code,
-        }
-
-
-# -- parsing (pure) ------------------------------------------------------------------------
-
-_FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9:/_]*)=")
-_DURATION = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
-_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
-
-
-def parse_fields(line: str) -> dict[str, str]:
-    """`Key=value Key2=value with spaces` → {Key: value}; a value runs up to the next ` Key=`."""
-    matches = list(_FIELD.finditer(line))
-    fields: dict[str, str] = {}
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        fields.setdefault(m.group(1), line[m.end():end].strip())
-    return fields
-
-
-def parse_duration(text: str) -> float:
-    """Slurm's `[D-][HH:]MM:SS` (RunTime, squeue %M) in seconds; ValueError for anything else."""
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise ValueError(f"not a Slurm duration: {text!r:.40}")
-    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
-    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
-
-
-def _count(value: str) -> int:
-    """`2`, `2-2` or `1-4` (a range: the lower bound is what the job has)."""
-    head = value.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
-def _clean(value: str) -> str:
-    return "" if value in ("(null)", "None", "N/A") else sanitize(value, 4096)[0]
-
-
-def parse_job(text: str) -> SlurmJob:
-    """The job in `scontrol show job -o ID` output (one line of Key=value); SlurmError if there is none."""
-    line = next((line for line in text.splitlines() if line.startswith("JobId=")), None)
-    if line is None:
-        raise SlurmError(f"scontrol printed no job: {_clean(text.strip()[:120])!r}")
-    f = parse_fields(line)
-    user = f.get("UserId", "")
-    try:
-        elapsed = parse_duration(f.get("RunTime", "0:00"))
-    except ValueError:
-        elapsed = 0.0
-    return SlurmJob(
-        job_id=f["JobId"],
-        name=_clean(f.get("JobName", "")),
-        state=f.get("JobState", "UNKNOWN").split()[0],
-        reason=_clean(f.get("Reason", "")),
-        elapsed_s=elapsed,
-        nodes=_clean(f.get("NodeList", "")),
-        num_nodes=_count(f.get("NumNodes", "0")),
-        num_tasks=_count(f.get("NumTasks", "0")),
-        user=user.split("(", 1)[0],
-        stdout=_clean(f.get("StdOut", "")),
-        stderr=_clean(f.get("StdErr", "")),
-        work_dir=_clean(f.get("WorkDir", "")),
-        command=_clean(f.get("Command", "")),
-        batch=f.get("BatchFlag", "0") == "1",
-        requeue=f.get("Requeue", "0") == "1",
-        restarts=int(f.get("Restarts", "0") or 0) if f.get("Restarts", "0").isdigit() else 0,
-        exit_code=f.get("ExitCode", ""),
-    )
-
-
-def parse_hostnames(text: str) -> list[str]:
-    """`scontrol show hostnames` output: one node name a line."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def parse_submitted(text: str) -> str:
-    """The job ID `sbatch --parsable` printed (`ID` or `ID;cluster`); SlurmError otherwise."""
-    for line in reversed(text.strip().splitlines()):
-        job_id = line.strip().split(";", 1)[0]
-        if _JOB_ID.match(job_id):
-            return job_id
-    raise SlurmError(f"sbatch printed no job ID: {_clean(text.strip()[:120])!r}")
-
-
-_PATTERN = re.compile(r"%(\d*)([AaJjNnstux%])")
-
-
-def expand_filename(pattern: str, job: SlurmJob, *, node: str, node_index: int = 0, task: int | None = None) -> str:
-    """A Slurm filename pattern (sbatch -o) as the file on `node`: %j %J %A %N %n %t %u %x %s %a %%.
-
-    `%t` (the task's rank) becomes `*` when `task` is None: any rank's file on that node,
-    a glob the log follower understands. A number after % pads with zeros, as Slurm does.
-    """
-    base_id, _, array_index = job.job_id.partition("_")
-
-    def value(m: re.Match) -> str:
-        width, code = m.groups()
-        if code == "%":
-            return "%"
-        if code == "t" and task is None:
-            return "*"
-        text = {
-            "j": base_id,
-            "J": f"{base_id}.batch",
-            "A": base_id,
-            "a": array_index or "4294967294",
-            "N": node,
-            "n": str(node_index),
-            "t": str(task),
-            "s": "batch",
-            "u": job.user,
-            "x": job.name,
-        }[code]
-        return text.zfill(int(width)) if width and text.isdigit() else text
-
-    return _PATTERN.sub(value, pattern)
-
-
-# -- the client ----------------------------------------------------------------------------
-
-
-def _job_word(job_id: str) -> str:
-    if not _JOB_ID.match(job_id):
-        raise SlurmError(f"{job_id!r} is not a Slurm job ID (digits, or ID_INDEX for an array task)")
-    return job_id
 
 
 class SlurmClient:
@@ -220,13 +38,13 @@ class SlurmClient:
             raise SlurmError(f"{self.target.label}: {what}: Slurm's commands are not installed there (exit 127)")
         if not result.ok:
             said = (result.stderr or result.stdout).strip().splitlines()
-            detail = _clean(said[-1]) if said else f"exit {result.exit_status}"
+            detail = clean_field(said[-1]) if said else f"exit {result.exit_status}"
             raise SlurmError(f"{self.target.label}: {what} failed: {detail}")
         return result.stdout
 
     async def job(self, job_id: str) -> SlurmJob:
         """The job as Slurm knows it now; SlurmError when it does not (a wrong ID, or long finished)."""
-        word = _job_word(job_id)
+        word = check_job_id(job_id)
         try:
             text = await self._run(f"scontrol show job -o {word}", f"scontrol show job {word}")
         except SlurmError as exc:
@@ -245,12 +63,12 @@ class SlurmClient:
 
     async def cancel(self, job_id: str) -> None:
         """`scancel ID`: Slurm signals and ends every step of the job."""
-        word = _job_word(job_id)
+        word = check_job_id(job_id)
         await self._run(f"scancel {word}", f"scancel {word}")
 
     async def requeue(self, job_id: str) -> None:
         """`scontrol requeue ID`: the batch job ends and goes back to the queue under the same ID."""
-        word = _job_word(job_id)
+        word = check_job_id(job_id)
         await self._run(f"scontrol requeue {word}", f"scontrol requeue {word}")
 
     async def submit(self, command: str, *, cwd: str | None = None) -> str:
@@ -264,7 +82,7 @@ class SlurmClient:
 
     def srun_script(self, job_id: str, node: str, script: str) -> str:
         """The bash line that runs `script` on `node` inside the job's allocation (no new resources)."""
-        word = _job_word(job_id)
+        word = check_job_id(job_id)
         return (
             f"exec srun --jobid={word} --overlap --nodes=1 --ntasks=1 --nodelist={quote(node)} "
             f"--quiet --kill-on-bad-exit=0 bash -c {quote(script)}"

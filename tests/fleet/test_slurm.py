@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from console.fleet.slurm import SlurmClient, expand_filename
+from console.fleet.slurm import SlurmClient
+from console.fleet.slurm_text import expand_filename
 from console.remote.target import LocalTarget
 from tests.fleet.conftest import ROOT, Slurm
 
