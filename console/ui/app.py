@@ -141,6 +141,7 @@ class PulseApp(ThemedApp):
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
+        self._painted_sample = False
         self.verdict = None
         """The latest Verdict, shown in the status line until the state changes."""
 

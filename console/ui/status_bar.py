@@ -62,7 +62,7 @@ class StatusBar(Static):
         if view == self.view:
             return
         self.view = view
-        self.update(self._render_view(view))
+        self.update(self._render_view(view), layout=False)  # one row, always: no layout needed
 
     def notify_style_update(self) -> None:
         super().notify_style_update()

@@ -41,6 +41,15 @@ def si(value: float) -> str:
     return f"{value:.3g}"
 
 
+class FigureLine(Static):
+    """One fixed-height row of figures: repainted only when its text changed, never re-laid-out
+    (an update with layout costs a whole screen layout, every second, for nothing)."""
+
+    def update(self, content: Text | str = "", *, layout: bool = False) -> None:
+        if content != self.content:
+            super().update(content, layout=layout)
+
+
 class ThroughputPane(Vertical):
     """Sparklines and figures for the run's rate and loss."""
 
@@ -61,12 +70,12 @@ class ThroughputPane(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield Static(id="rate-line")
+        yield FigureLine(id="rate-line")
         yield Sparkline([], id="rate-spark")
-        yield Static(id="baseline-line")
-        yield Static(id="loss-line")
+        yield FigureLine(id="baseline-line")
+        yield FigureLine(id="loss-line")
         yield Sparkline([], id="loss-spark")
-        yield Static(id="step-line")
+        yield FigureLine(id="step-line")
 
     def show(self, view: ThroughputView) -> None:
         """Repaint from `view`."""
