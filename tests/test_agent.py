@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -362,6 +363,57 @@ def test_unbuffered_from_the_flag_or_the_environment(spawn) -> None:
     readings = {p["pid"]: p for p in agent.ProcessWatch(name, "").read()[0]}
     assert readings[by_env.pid]["unbuffered"] is True
     assert readings[by_flag.pid]["unbuffered"] is True
+
+
+def test_a_scan_reads_the_cmdline_only_of_processes_it_does_not_know(monkeypatch: pytest.MonkeyPatch, spawn) -> None:
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)
+    name = unique_name()
+    sleeper = spawn([sys.executable, "-c", "import time; time.sleep(300)", name])
+    wait_until(lambda: name.encode() in Path(f"/proc/{sleeper.pid}/cmdline").read_bytes(), "the sleeper's exec")
+    read: list[int] = []
+    read_argv = agent.read_argv
+
+    def counted(proc_dir: str) -> list[str]:
+        read.append(int(os.path.basename(proc_dir)))
+        return read_argv(proc_dir)
+
+    monkeypatch.setattr(agent, "read_argv", counted)
+    cache = agent.ArgvCache()
+    first = {r["pid"]: r for r in agent.scan_processes(argv_cache=cache)}
+    assert sleeper.pid in read
+    read.clear()
+    second = {r["pid"]: r for r in agent.scan_processes(argv_cache=cache)}
+    # Only processes started between the two scans had their cmdline read.
+    assert set(read) <= second.keys() - first.keys()
+    assert second[sleeper.pid]["argv"] == [sys.executable, "-c", "import time; time.sleep(300)", name]
+    os.killpg(sleeper.pid, signal.SIGKILL)
+    sleeper.wait()
+    third = agent.scan_processes(argv_cache=cache)
+    assert sleeper.pid not in {r["pid"] for r in third}
+    assert len(cache) <= len(third)  # ended processes are forgotten
+
+
+def test_an_exec_is_seen_by_the_next_scan(monkeypatch: pytest.MonkeyPatch, spawn) -> None:
+    """A launcher shell execing the run (comm changes), and a young Python execing Python (same comm)."""
+    name = unique_name()
+    then = [sys.executable, "-c", "import time; time.sleep(300)", f"{name}_after"]
+    watch = agent.ProcessWatch(name, "")
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)  # every argv read is kept
+    launcher = spawn(["bash", "-c", f"read go; exec {shlex.join(then)}", name], stdin=subprocess.PIPE)
+    wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [launcher.pid], "the launcher")
+    launcher.stdin.write(b"go\n")
+    launcher.stdin.flush()
+    wait_until(lambda: [p["cmdline"] for p in watch.read()[0]] == [" ".join(then)], "the launcher's exec")
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 3600.0)  # every process counts as young
+    python = spawn(
+        [sys.executable, "-c", "import os, sys; sys.stdin.readline(); os.execv(sys.argv[1], sys.argv[1:])", *then],
+        stdin=subprocess.PIPE,
+    )
+    wait_until(lambda: python.pid in {p["pid"] for p in watch.read()[0]}, "the python before its exec")
+    python.stdin.write(b"go\n")
+    python.stdin.flush()
+    expected = {launcher.pid: " ".join(then), python.pid: " ".join(then)}
+    wait_until(lambda: {p["pid"]: p["cmdline"] for p in watch.read()[0]} == expected, "the python's exec")
 
 
 def test_log_status_takes_the_newest_match_of_a_glob(tmp_path: Path) -> None:

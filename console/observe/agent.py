@@ -55,6 +55,8 @@ SMI_TIMEOUT_S = 5.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
+#: Seconds after its start from which a process's argv is taken as final (see ArgvCache).
+ARGV_SETTLE_S = 2.0
 
 Record = Dict[str, Any]
 
@@ -208,23 +210,88 @@ def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[
 
 
 def _read_text(path: str) -> str:
-    with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "replace")
+    # os.open/os.read rather than open(): a sample reads hundreds of these small files, and a
+    # file object costs more than the read itself.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
-def scan_processes(proc_root: str = "/proc") -> List[Record]:
-    """Every visible process as a stat record plus its argv; processes that vanish are skipped."""
+def read_stat(path: str) -> Record:
+    """parse_stat of a /proc stat file, in one read: the kernel hands over the whole line at once."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return parse_stat(os.read(fd, 4096).decode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+
+
+def read_argv(proc_dir: str) -> List[str]:
+    """A process's argv from its /proc/PID/cmdline ([] for a kernel thread or a zombie)."""
+    raw = _read_text(proc_dir + "/cmdline")
+    return raw.rstrip("\0").split("\0") if raw else []
+
+
+class ArgvCache:
+    """Each process's argv, so that a sample reads only the stat files of processes it knows.
+
+    An entry is keyed by (pid, start time, comm): a reused PID has another start time, and an
+    exec changes comm. A process younger than ARGV_SETTLE_S is read again every sample: between
+    fork and exec a child shows its parent's command line (with the same comm when Python
+    starts Python), and a launcher shell execs its last command after its profile ran.
+    """
+
+    def __init__(self) -> None:
+        self._argv: Dict[Tuple[int, int, str], List[str]] = {}
+
+    def argv(self, proc_dir: str, record: Record, uptime: float) -> List[str]:
+        """`record`'s argv, read from `proc_dir` only when it is not known yet or not settled."""
+        key = (record["pid"], record["start_ticks"], record["comm"])
+        known = self._argv.get(key)
+        if known is not None:
+            return known
+        argv = read_argv(proc_dir)
+        if uptime - record["start_ticks"] / CLOCK_TICKS >= ARGV_SETTLE_S:
+            self._argv[key] = argv
+        return argv
+
+    def __len__(self) -> int:
+        return len(self._argv)
+
+    def keep_only(self, records: List[Record]) -> None:
+        """Forget processes not among `records` (they ended), so the cache stays bounded."""
+        alive = {(record["pid"], record["start_ticks"], record["comm"]) for record in records}
+        for key in [key for key in self._argv if key not in alive]:
+            del self._argv[key]
+
+
+def scan_processes(proc_root: str = "/proc", argv_cache: Optional[ArgvCache] = None) -> List[Record]:
+    """Every visible process as a stat record plus its argv; processes that vanish are skipped.
+
+    With `argv_cache`, a process's cmdline is read only while the cache does not hold it.
+    """
+    uptime = read_uptime(proc_root) if argv_cache is not None else 0.0
     records = []
     for name in os.listdir(proc_root):
         if not name.isdigit():
             continue
+        proc_dir = "%s/%s" % (proc_root, name)
         try:
-            record = parse_stat(_read_text("%s/%s/stat" % (proc_root, name)))
-            raw = _read_text("%s/%s/cmdline" % (proc_root, name))
+            record = read_stat(proc_dir + "/stat")
+            record["argv"] = read_argv(proc_dir) if argv_cache is None else argv_cache.argv(proc_dir, record, uptime)
         except (OSError, ValueError, IndexError):
             continue
-        record["argv"] = raw.rstrip("\0").split("\0") if raw else []
         records.append(record)
+    if argv_cache is not None:
+        argv_cache.keep_only(records)
     return records
 
 
@@ -297,7 +364,7 @@ def _thread_cpu(proc_dir: str, meter: CpuMeter, now: float) -> List[Record]:
         return threads
     for tid in tids:
         try:
-            stat = parse_stat(_read_text("%s/task/%s/stat" % (proc_dir, tid)))
+            stat = read_stat("%s/task/%s/stat" % (proc_dir, tid))
         except (OSError, ValueError, IndexError):
             continue
         key = ("thread", stat["pid"], stat["start_ticks"])
@@ -319,7 +386,7 @@ def describe_process(
     pid = record["pid"]
     proc_dir = "%s/%d" % (proc_root, pid)
     try:
-        stat = parse_stat(_read_text(proc_dir + "/stat"))
+        stat = read_stat(proc_dir + "/stat")
         status = _read_text(proc_dir + "/status")
     except (OSError, ValueError, IndexError):
         return None
@@ -371,6 +438,7 @@ class ProcessWatch:
         self.proc_root = proc_root
         self.pidfile = pidfile
         self.meter = CpuMeter()
+        self.argv_cache = ArgvCache()
         self.regex = None
         self.config_error = None
         if match and not pidfile:
@@ -385,7 +453,7 @@ class ProcessWatch:
         """(process readings, error text or None)."""
         if self.config_error:
             return [], self.config_error
-        procs = scan_processes(self.proc_root)
+        procs = scan_processes(self.proc_root, self.argv_cache)
         self_pids = ancestry(procs, own_pid(self.proc_root))
         if self.pidfile:
             pid, error = read_pidfile(self.pidfile, procs)
