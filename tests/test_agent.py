@@ -470,6 +470,48 @@ def test_nvidia_smi_fallback_passes_the_raw_csv(tmp_path: Path) -> None:
     assert line["gpus"] == []
 
 
+def test_nvidia_smi_asks_for_the_apps_only_now_and_then_or_when_memory_jumps(tmp_path: Path) -> None:
+    gpu_csv = (FIXTURES / "smi_query_gpu_busy.txt").read_text()
+    apps_csv = (FIXTURES / "smi_apps_busy_noheader.txt").read_text()
+    smi_path = replaying_smi(tmp_path, gpu_csv, apps_csv)
+    calls = tmp_path / "calls"
+    smi_path.write_text(smi_path.read_text().replace("\n", f'\necho "${{1%%=*}}" >> {calls}\n', 1))
+
+    def asked() -> list[str]:
+        """The queries nvidia-smi was started for since the last call."""
+        queries = calls.read_text().split() if calls.exists() else []
+        calls.unlink(missing_ok=True)
+        return queries
+
+    def with_memory_used(mib: int) -> str:
+        cells = gpu_csv.split(", ")
+        cells[3] = str(mib)  # memory.used, the fourth of SMI_GPU_FIELDS
+        return ", ".join(cells)
+
+    smi = agent.SmiGpus(str(smi_path), SMI_GPU_FIELDS, SMI_APP_FIELDS, apps_every_s=3600)
+    reads = [smi.read() for _ in range(3)]
+    assert asked() == ["--query-gpu", "--query-compute-apps", "--query-gpu", "--query-gpu"]
+    assert all(r == {"smi_gpu_csv": gpu_csv, "smi_apps_csv": apps_csv, "gpu_error": None} for r in reads)
+    # Memory creeping up by less than a GiB in all: the last list still stands.
+    used = int(gpu_csv.split(", ")[3])
+    for step in (300, 600, 900):
+        (tmp_path / "gpu.csv").write_text(with_memory_used(used + step))
+        assert smi.read()["smi_apps_csv"] == apps_csv
+    assert asked() == ["--query-gpu"] * 3
+    # A run ended: its GPU's memory fell by 20 GiB, and the apps are asked for at once.
+    (tmp_path / "gpu.csv").write_text(with_memory_used(0))
+    (tmp_path / "apps.csv").write_text("")
+    assert smi.read() == {"smi_gpu_csv": with_memory_used(0), "smi_apps_csv": "", "gpu_error": None}
+    assert asked() == ["--query-gpu", "--query-compute-apps"]
+    # Once apps_every_s has passed (here at once), every sample asks again.
+    every_time = agent.SmiGpus(str(smi_path), SMI_GPU_FIELDS, SMI_APP_FIELDS, apps_every_s=0)
+    every_time.read()
+    every_time.read()
+    assert asked() == ["--query-gpu", "--query-compute-apps"] * 2
+    assert agent.memory_used_mib("0, 1, [N/A]\n1, 2, 3\n", "index,memory.total,memory.used") == [None, 3.0]
+    assert agent.memory_used_mib(gpu_csv, "index,name") is None
+
+
 def test_nvml_asked_for_but_missing_is_a_gpu_error() -> None:
     (line,) = run_agent(agent_argv(gpu_source="nvml"))
     assert line["gpu_source"] == "none"

@@ -52,6 +52,12 @@ PULSE_PROGRAM_MARK = "src=sys.stdin.buffer.read(n)"
 INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
 
 SMI_TIMEOUT_S = 5.0
+#: How often the nvidia-smi fallback asks for the compute apps: each ask starts nvidia-smi a
+#: second time (~27 ms of CPU); a sample in between repeats the last list.
+APPS_EVERY_S = 5.0
+#: A GPU's memory.used moving by more than this since the last ask means a run started or
+#: stopped there: the apps are asked for at once rather than at the next APPS_EVERY_S.
+APPS_MEMORY_JUMP_MIB = 1024.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
@@ -559,17 +565,59 @@ class NvmlGpus:
         return {"gpus": [self.read_gpu(index) for index in range(count)], "gpu_error": None}
 
 
+def memory_used_mib(gpu_csv: str, gpu_fields: str) -> Optional[List[Optional[float]]]:
+    """Each GPU row's memory.used from a `--query-gpu` CSV (noheader, nounits); None when the
+    fields do not ask for it, None for a row's value that is not a number ([N/A])."""
+    fields = [field.strip() for field in gpu_fields.split(",")]
+    if "memory.used" not in fields:
+        return None
+    column = fields.index("memory.used")
+    used: List[Optional[float]] = []
+    for row in gpu_csv.splitlines():
+        cells = row.split(",")
+        try:
+            used.append(float(cells[column]))
+        except (IndexError, ValueError):
+            used.append(None)
+    return used
+
+
+def memory_jumped(before: Optional[List[Optional[float]]], now: Optional[List[Optional[float]]]) -> bool:
+    """True when a GPU's memory.used moved by more than APPS_MEMORY_JUMP_MIB (or the GPUs changed)."""
+    if before is None or now is None:
+        return False
+    if len(before) != len(now):
+        return True
+    return any(a is not None and b is not None and abs(a - b) > APPS_MEMORY_JUMP_MIB for a, b in zip(before, now))
+
+
 class SmiGpus:
-    """GPUs read by running nvidia-smi's CSV queries; the CSV goes back raw for the console to parse."""
+    """GPUs read by running nvidia-smi's CSV queries; the CSV goes back raw for the console to parse.
+
+    The GPU query runs every sample; the compute-apps query every `apps_every_s`, or at once
+    when a GPU's memory jumped (see memory_jumped). A loop inside nvidia-smi (`-lms`) would
+    save the starts but cannot be read: it prints the header once and block-buffers a pipe, so
+    an empty apps list leaves no line to tell one sample's block from the next.
+    """
 
     source = "nvidia-smi"
 
-    def __init__(self, command: str, gpu_fields: str, app_fields: str, timeout_s: float = SMI_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        command: str,
+        gpu_fields: str,
+        app_fields: str,
+        timeout_s: float = SMI_TIMEOUT_S,
+        apps_every_s: float = APPS_EVERY_S,
+    ) -> None:
         self.command = shlex.split(command)
         self.gpu_fields = gpu_fields
         self.app_fields = app_fields
         self.timeout_s = timeout_s
+        self.apps_every_s = apps_every_s
         self._stuck: Optional[subprocess.Popen] = None
+        self._apps: Optional[Tuple[str, float, Optional[List[Optional[float]]]]] = None
+        """The last compute-apps CSV, when it was asked for, and the GPUs' memory.used then."""
 
     def run(self, query: str) -> Tuple[Optional[str], Optional[str]]:
         """(stdout, None) or (None, one line saying what went wrong)."""
@@ -614,9 +662,15 @@ class SmiGpus:
     def read(self) -> Record:
         """The `smi_*_csv` part of a line."""
         gpu_csv, error = self.run("--query-gpu=" + self.gpu_fields)
-        apps_csv = None
-        if error is None:
+        if error is not None:
+            return {"smi_gpu_csv": None, "smi_apps_csv": None, "gpu_error": error}
+        used = memory_used_mib(gpu_csv, self.gpu_fields)
+        now = time.monotonic()
+        if self._apps is None or now - self._apps[1] >= self.apps_every_s or memory_jumped(self._apps[2], used):
             apps_csv, error = self.run("--query-compute-apps=" + self.app_fields)
+            self._apps = None if apps_csv is None else (apps_csv, now, used)
+        else:
+            apps_csv = self._apps[0]
         return {"smi_gpu_csv": gpu_csv, "smi_apps_csv": apps_csv, "gpu_error": error}
 
 
