@@ -284,6 +284,26 @@ def test_metrics(line: str, expected: dict) -> None:
     assert metrics(line) == expected
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("(14.2k tok/s)", {"tokens_per_s": 14200.0}),
+        ("14.2ktok/s", {"tokens_per_s": 14200.0}),
+        ("x 1,234.5 K tok/s", {"tokens_per_s": 1234500.0}),
+        ("|1.5e3 tok/s", {"tokens_per_s": 1500.0}),
+        (".5 it/s", {"it_per_s": 0.5}),
+        ("v1.5 tok/s", {}),  # part of a word, not a value
+        ("1.2.3 tok/s", {}),
+        ("12,34 tok/s", {}),  # not a thousands separator
+        ("14.2k" + " " * 35 + "tok/s", {"tokens_per_s": 14200.0}),  # starts 40 characters before the unit
+        # a number that starts further away is not read, not even its tail (`04`, the old reading)
+        ("2.3e-04" + " " * 36 + "it/s", {}),
+    ],
+)
+def test_value_before_its_unit(line: str, expected: dict) -> None:
+    assert metrics(line) == expected
+
+
 def test_config_patterns_apply_after_builtins_and_win() -> None:
     patterns = (
         MetricPattern("tokens_per_s", r"tgs\): (?P<value>[\d.]+)"),

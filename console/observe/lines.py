@@ -108,8 +108,18 @@ _KIND_RANK = {rule.kind: rank for rank, rule in enumerate(_KIND_RULES)}
 
 _VALUE = rf"(?P<v>{_NUMBER})\s?(?P<x>[kmg](?![a-z]))?"
 _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9}
-# A number written right before a unit, e.g. the `14.2k ` of `14.2k tok/s`.
-_VALUE_BEFORE = re.compile(rf"(?<![\w.,]){_VALUE}\s*\Z")
+# A number written right before a unit, e.g. the `14.2k ` of `14.2k tok/s`: `_NUMBER`,
+# then an optional suffix, then spaces, matched on the text before the unit read
+# backwards. One anchored match from the unit replaces a search tried at each of
+# the ~40 start positions before it; `re` has no cheap way to search forward for
+# "a number that ends right here" (a forward search costs per position scanned).
+_VALUE_BEFORE_REVERSED = re.compile(
+    r"\s*(?:(?P<x>[kmg])\s?)?"
+    r"(?P<v>(?:\d+[-+]?e)?(?:\d+\.)?(?:(?:\d{3},)+\d{1,3}|\d+)[-+]?|\d+\.[-+]?)"
+    r"(?![\w.,])"
+)
+# How far before a unit its value may start.
+_VALUE_REACH = 40
 # A value written after a key, e.g. the `: 14,200` of `tps: 14,200`.
 _VALUE_AFTER = re.compile(rf"['\"]?\s*(?:[:=]\s*|\s+)['\"]?{_VALUE}")
 _KEY_FOLLOWS = re.compile(r"['\"]?\s*[:=]")
@@ -217,12 +227,22 @@ def _rate(units: Sequence[tuple[str, re.Pattern]], low: str) -> float | None:
         for match in islice(unit.finditer(low), _MAX_TRIES):
             value = None
             if not _KEY_FOLLOWS.match(low, match.end()):
-                value = _scaled(_VALUE_BEFORE.search(low, max(0, match.start() - 40), match.start()))
+                value = _value_before(low, match.start())
             if value is None:
                 value = _scaled(_VALUE_AFTER.match(low, match.end()))
             if value is not None:
                 return value
     return None
+
+
+def _value_before(low: str, end: int) -> float | None:
+    """The value written right before `end` (a unit's start): `14.2k ` → 14200.0; None if there is none."""
+    # one character past the reach, so the match sees what precedes a number that starts at the reach
+    match = _VALUE_BEFORE_REVERSED.match(low[max(0, end - _VALUE_REACH - 1) : end][::-1])
+    if match is None or match.end() > _VALUE_REACH:
+        return None
+    value = _number(match["v"][::-1])
+    return value * _SUFFIX[match["x"]] if match["x"] else value
 
 
 def _scaled(match: re.Match | None) -> float | None:
@@ -234,11 +254,11 @@ def _scaled(match: re.Match | None) -> float | None:
 
 def _iterations_per_s(low: str) -> float | None:
     for match in islice(_ITERATIONS.finditer(low), _MAX_TRIES):
-        value = _scaled(_VALUE_BEFORE.search(low, max(0, match.start() - 40), match.start()))
+        value = _value_before(low, match.start())
         if value is not None:
             return value
     for match in islice(_SECONDS_PER_ITERATION.finditer(low), _MAX_TRIES):
-        value = _scaled(_VALUE_BEFORE.search(low, max(0, match.start() - 40), match.start()))
+        value = _value_before(low, match.start())
         if value:
             return 1.0 / value
     match = _STEPS_PER_SECOND.search(low)
