@@ -37,6 +37,8 @@ from console.ui.throughput_pane import ThroughputPane, si
 from console.units import format_duration
 
 REFRESH_S = 1.0
+#: How often Slurm is asked for the job's state and elapsed time again.
+JOB_REFRESH_S = 15.0
 LOG_FLUSH_S = 0.1
 COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "procs", "log grew", "throughput", "link")
 
@@ -232,6 +234,17 @@ class FleetApp(ThemedApp):
         self.push_screen(self.fleet_screen)
         self.form_fleet()
         self.set_interval(REFRESH_S, self.repaint)
+        self.set_interval(JOB_REFRESH_S, self.refresh_job)
+
+    @work(exclusive=True, exit_on_error=False, group="job")
+    async def refresh_job(self) -> None:
+        """The header's job state and elapsed time, from Slurm again (a slow timer: one squeue-sized ask)."""
+        if self.fleet is None:
+            return
+        try:
+            await self.fleet.refresh_job()
+        except FleetError as exc:
+            self.notify(f"job state: {exc}", severity="warning", timeout=5)
 
     @work(exclusive=True, exit_on_error=False, group="fleet")
     async def form_fleet(self) -> None:

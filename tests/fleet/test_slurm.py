@@ -184,3 +184,23 @@ def test_unknown_job_is_one_line(slurm: Slurm) -> None:
     done = pulse("check", "--slurm-job", "999999", "--match", "x", env=slurm.env())
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "does not know job 999999" in done.stderr
+
+
+async def test_the_fleet_asks_slurm_again_for_the_job_state(slurm: Slurm, healthy_job) -> None:
+    """The fleet header's state and elapsed time come from Slurm on a timer, not once at start."""
+    import asyncio
+
+    from console.config import Config, RunConfig, TargetConfig
+    from console.fleet.fleet import Fleet
+
+    job_id, _, _ = healthy_job
+    config = Config(target=TargetConfig(slurm_job=job_id, reach="srun"), run=RunConfig(match=match("healthy")))
+    fleet = await Fleet.open(config)
+    try:
+        first = fleet.job.elapsed_s
+        await asyncio.sleep(2.2)
+        job = await fleet.refresh_job()
+        assert job.state == "RUNNING" and job.elapsed_s >= first + 2
+        assert fleet.summary().job is job
+    finally:
+        await fleet.close()
