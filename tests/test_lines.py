@@ -214,6 +214,9 @@ def test_torchrun_failures_log() -> None:
         ("[W socket.cpp:464] [c10d] The server socket has failed to bind", LineKind.WARNING),
         ("2025-01-01 12:00:00 - WARNING - slow dataloader", LineKind.WARNING),
         ("gcc: warning: unused flag", LineKind.WARNING),
+        ("RESOURCE_EXHAUSTED: OOM when allocating tensor", LineKind.OOM),
+        ("cudaErrorMemoryAllocation", LineKind.OOM),
+        ("2025-01-01 INFO step 5 | loss inf", LineKind.NAN),  # INFO and a real inf on one line
         # the same line with two signals: the higher one wins
         ("RuntimeError: NCCL timeout while handling CUDA out of memory", LineKind.OOM),
         ("Traceback ... Killed", LineKind.KILLED),
@@ -243,6 +246,8 @@ def test_kind(line: str, kind: LineKind) -> None:
         "loss scale: 65536.0",
         "skillful killjoy",
         "Total optimization steps = 1,000",
+        "step: 1 loss: 8.1 memory: 2.47GiB max_memory_allocated: 30.1GiB",
+        "INFO INFO information: inference on the finance set",
     ],
 )
 def test_false_positives_are_normal(line: str) -> None:

@@ -48,7 +48,9 @@ class _KindRule:
 _KIND_RULES = (
     _KindRule(
         LineKind.OOM,
-        ("memory", "alloc", "exhausted"),
+        # each alternative below holds one of these, so the gate skips nothing the regex finds;
+        # plain "memory" would run the regex on every step line that reports memory use
+        ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_exhausted|cudaerrormemoryallocation|\bout of memory\b(?!: killed process)",
         lower=True,
@@ -103,6 +105,9 @@ _KIND_RULES = (
     ),
 )
 _KIND_RANK = {rule.kind: rank for rank, rule in enumerate(_KIND_RULES)}
+# Every rule's gate words, for one early exit on the common line that no rule can match.
+# "inf" has its own test: it is mostly the start of "INFO", which most logging lines hold.
+_GATE_WORDS = tuple(dict.fromkeys(word for rule in _KIND_RULES for word in rule.gate if word != "inf"))
 
 # -- metrics -------------------------------------------------------------------
 
@@ -180,6 +185,8 @@ def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo
 
 
 def _kind(text: str, low: str) -> LineKind:
+    if not _may_have_kind(low):
+        return LineKind.NORMAL
     for rule in _KIND_RULES:
         for word in rule.gate:
             if word in low:
@@ -187,6 +194,14 @@ def _kind(text: str, low: str) -> LineKind:
                     return rule.kind
                 break
     return LineKind.NORMAL
+
+
+def _may_have_kind(low: str) -> bool:
+    """Whether any kind rule's gate opens on `low` (False for almost every line of a healthy run)."""
+    for word in _GATE_WORDS:
+        if word in low:
+            return True
+    return low.count("inf") > low.count("info")
 
 
 def _metrics(text: str, low: str) -> dict | None:
