@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -20,7 +23,7 @@ import pytest
 from console.config import Config, RunConfig
 from console.model import Event, LineKind, LogLine
 from console.observe import follow_agent
-from console.observe.follow import LogFollower, log_pattern
+from console.observe.follow import LogFollower, _Frames, log_pattern
 from console.remote.connect import make_target
 from console.remote.target import LocalTarget, Target
 
@@ -487,3 +490,123 @@ def test_agent_line_start_before(tmp_path: Path) -> None:
         assert [follow_agent.Follower.line_start_before(fd, p) for p in (0, 1, 3, 4, 8, 9)] == [0, 3, 3, 8, 8, 10]
     finally:
         os.close(fd)
+
+
+class InProcessAgent:
+    """follow_agent's Follower in a thread of this test, its frames read back from a pipe."""
+
+    def __init__(self, pattern: str, watcher: follow_agent.Watcher | None, poll_s: float) -> None:
+        self.frames_fd, out_fd = os.pipe()
+        stdin_fd, self.stdin_w = os.pipe()
+        self.follower = follow_agent.Follower(
+            follow_agent.Source(pattern), follow_agent.Output(out_fd), poll_s, 3600.0, stdin_fd, watcher
+        )
+        self.parser = _Frames()
+        self.events: list[str] = []
+        self.data = b""
+        self.thread = threading.Thread(target=self.follower.run, args=(0, 0), daemon=True)
+        self._fds = [self.frames_fd, out_fd, stdin_fd]
+
+    def __enter__(self) -> InProcessAgent:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.stdin_w)  # EOF: the agent's loop must end
+        self.thread.join(WAIT_S)
+        assert not self.thread.is_alive()
+        for fd in self._fds:
+            os.close(fd)
+
+    def expect(self, events: list[str], data: bytes) -> None:
+        """Wait until exactly `events` (besides data) and `data` arrived so far."""
+        deadline = time.monotonic() + WAIT_S
+        while [e for e in self.events if e != "data"] != events or self.data != data:
+            if time.monotonic() > deadline:
+                pytest.fail(f"have {self.events} {self.data!r}, want {events} {data!r}")
+            if select.select([self.frames_fd], [], [], 0.1)[0]:
+                for header, payload in self.parser.feed(os.read(self.frames_fd, 65536)):
+                    self.events.append(header["ev"])
+                    self.data += payload
+
+
+def write(path: Path, data: bytes, mode: str = "ab") -> None:
+    with open(path, mode) as handle:
+        handle.write(data)
+
+
+@pytest.fixture(params=["inotify", "polling"])
+def agent_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """With inotify and no timed checks at all (a change is seen only if inotify reported it),
+    or with no watcher, polling as where inotify is unavailable."""
+    if request.param == "polling":
+        return lambda pattern: InProcessAgent(pattern, None, 0.05)
+    monkeypatch.setattr(follow_agent, "STAT_EVERY_S", 3600.0)
+    monkeypatch.setattr(follow_agent, "RESCAN_S", 3600.0)
+
+    def start(pattern: str) -> InProcessAgent:
+        watcher = follow_agent.Watcher.open()
+        assert watcher is not None, "inotify through libc is unavailable on this Linux box"
+        return InProcessAgent(pattern, watcher, 3600.0)
+
+    return start
+
+
+def test_agent_sees_appends_truncation_rotation_and_recreation(agent_in_process, tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    write(log, b"a1\n")
+    with agent_in_process(str(log)) as agent:
+        agent.expect(["open"], b"a1\n")
+        write(log, b"a2\n")
+        agent.expect(["open"], b"a1\na2\n")
+        write(log, b"new\n", "wb")
+        agent.expect(["open", "truncated"], b"a1\na2\nnew\n")
+        with open(log, "ab", buffering=0) as old:
+            os.rename(log, tmp_path / "train.log.1")
+            old.write(b"a3\n")
+            write(log, b"b1\n")
+        agent.expect(["open", "truncated", "rotated", "open"], b"a1\na2\nnew\na3\nb1\n")
+        log.unlink()
+        agent.expect(["open", "truncated", "rotated", "open", "missing"], b"a1\na2\nnew\na3\nb1\n")
+        write(log, b"c1\n")
+        agent.expect(["open", "truncated", "rotated", "open", "missing", "rotated", "open"], b"a1\na2\nnew\na3\nb1\nc1\n")
+        if agent.follower.watcher is not None:
+            assert agent.follower.watcher.watching == (agent.follower.fd, log.stat().st_ino, str(tmp_path))
+
+
+def test_agent_sees_a_glob_match_appear_and_a_newer_one_replace_it(agent_in_process, tmp_path: Path) -> None:
+    first, second = tmp_path / "train_1.log", tmp_path / "train_2.log"
+    (tmp_path / "other.txt").write_bytes(b"")
+    with agent_in_process(str(tmp_path / "train_*.log")) as agent:
+        agent.expect(["missing"], b"")
+        write(tmp_path / "other.txt", b"not the log\n")
+        write(first, b"run 1\n")
+        agent.expect(["missing", "open"], b"run 1\n")
+        write(second, b"run 2\n")
+        agent.expect(["missing", "open", "replaced", "open"], b"run 1\nrun 2\n")
+        write(second, b"run 2 next\n")
+        agent.expect(["missing", "open", "replaced", "open"], b"run 1\nrun 2\nrun 2 next\n")
+
+
+def test_the_agent_process_sleeps_in_inotify_on_the_file_and_its_folder(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    agent = subprocess.Popen(
+        [sys.executable, follow_agent.__file__, str(log), "0", "0", "0.05"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert b'"ev":"open"' in agent.stdout.readline()
+
+        def inotify_watches() -> int:
+            fdinfo = Path(f"/proc/{agent.pid}/fdinfo")
+            return sum(info.read_text().count("inotify wd:") for info in fdinfo.iterdir())
+
+        deadline = time.monotonic() + WAIT_S
+        while inotify_watches() != 2:
+            assert time.monotonic() < deadline, "the agent never set its two inotify watches"
+            time.sleep(0.05)
+        agent.stdin.close()
+        assert agent.wait(timeout=WAIT_S) == 0
+    finally:
+        agent.kill()
+        agent.wait()

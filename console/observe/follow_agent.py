@@ -18,6 +18,11 @@ so the local side splits lines and nothing is decoded here). Events:
 - `missing`   path: nothing at the path (or no match); waiting for it to appear
 - `idle`      path, inode, size, mtime, offset: heartbeat while nothing new arrives
 
+On Linux the program sleeps in inotify (through libc, by ctypes) on the file and its
+folder, so a write is read at once; where inotify is unavailable (no libc, ENOSYS, the
+watch limit reached, not Linux) or misses writes (a network filesystem written from
+another host), it polls every POLL_S instead.
+
 A negative START_OFFSET means "that many bytes before the end, from the next line start".
 EXPECTED_INODE (non-zero) names the file a previous run of this program was reading: it is
 looked for among the matches and in their folders (a renamed, rotated file), so reading
@@ -28,6 +33,7 @@ import glob
 import json
 import os
 import select
+import struct
 import sys
 import time
 
@@ -35,6 +41,29 @@ CHUNK = 1 << 20
 HEAD = 256
 #: How often a glob is listed again (a directory listing is dearer than a stat).
 RESCAN_S = 1.0
+#: With inotify, how often the file is still checked as when polling: the safety net for
+#: events inotify does not deliver (writes from another host to a network filesystem).
+STAT_EVERY_S = 1.0
+#: The shortest time between two wakes by the watcher: a writer that keeps writing has its
+#: writes batched into one frame per gap rather than one frame (and one wake) per write.
+BATCH_S = 0.01
+
+# inotify event bits (linux/inotify.h).
+IN_MODIFY = 0x002
+IN_ATTRIB = 0x004
+IN_MOVED_FROM = 0x040
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x01000000
+FILE_EVENTS = IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF
+#: Entries coming and going; not IN_MODIFY, so other files written in the folder stay quiet.
+FOLDER_EVENTS = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+EVENT_HEADER = struct.Struct("iIII")
 
 
 class Output:
@@ -116,20 +145,105 @@ class Source:
         return None
 
 
+class Watcher:
+    """Linux inotify through libc: its descriptor becomes readable when the followed file or
+    the folder it lives in changes."""
+
+    def __init__(self, libc, fd):
+        self.libc = libc
+        self.fd = fd
+        self.file_wd = -1
+        self.folder_wd = -1
+        self.watching = None
+        """(descriptor, inode, folder) the watches are on, or None when they need setting."""
+
+    @classmethod
+    def open(cls):
+        """A Watcher, or None where inotify is not available."""
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            libc.inotify_init1.argtypes = [ctypes.c_int]
+            libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        except (ImportError, OSError, AttributeError):
+            return None  # no ctypes, no libc, or a libc without inotify (not Linux)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return None  # ENOSYS, or the limit of inotify instances reached
+        return cls(libc, fd)
+
+    def follow(self, fd, inode, folder):
+        """Watch the open file `fd` (None: no file yet) and `folder`; False when that is not
+        possible now (a folder that does not exist, the watch limit reached)."""
+        if self.watching == (fd, inode, folder):
+            return True
+        file_wd = -1
+        if fd is not None:
+            # Through the descriptor: the path may already name another file.
+            file_wd = self.libc.inotify_add_watch(self.fd, b"/proc/self/fd/%d" % fd, FILE_EVENTS)
+            if file_wd < 0:
+                return False
+        folder_wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), FOLDER_EVENTS | IN_ONLYDIR)
+        if folder_wd < 0:
+            self._forget(file_wd, (self.file_wd,))
+            return False
+        self._forget(self.file_wd, (file_wd, folder_wd))
+        self._forget(self.folder_wd, (file_wd, folder_wd))
+        self.file_wd, self.folder_wd, self.watching = file_wd, folder_wd, (fd, inode, folder)
+        return True
+
+    def _forget(self, wd, kept):
+        if wd >= 0 and wd not in kept:
+            self.libc.inotify_rm_watch(self.fd, wd)
+
+    def pending(self):
+        """True when events wait to be read."""
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def read(self):
+        """Consume the waiting events; True when the folder's entries changed (or events were lost)."""
+        entries_changed = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return entries_changed
+            at = 0
+            while at < len(data):
+                wd, mask, _, name_len = EVENT_HEADER.unpack_from(data, at)
+                at += EVENT_HEADER.size + name_len
+                if mask & IN_Q_OVERFLOW or (wd == self.folder_wd and mask & FOLDER_EVENTS):
+                    entries_changed = True
+                if mask & IN_IGNORED and wd in (self.file_wd, self.folder_wd):
+                    # The file was deleted or the folder removed: set the watches again.
+                    self.file_wd = -1 if wd == self.file_wd else self.file_wd
+                    self.folder_wd = -1 if wd == self.folder_wd else self.folder_wd
+                    self.watching = None
+                    entries_changed = True
+
+    def close(self):
+        os.close(self.fd)
+
+
 class Follower:
     """The reading loop: one open file, its inode and the next offset to read."""
 
-    def __init__(self, source, out, poll_s, heartbeat_s, stdin_fd=0):
+    def __init__(self, source, out, poll_s, heartbeat_s, stdin_fd=0, watcher=None):
+        """`watcher`: a Watcher to sleep in between changes; None polls every `poll_s`."""
         self.source = source
         self.out = out
         self.poll_s = poll_s
         self.heartbeat_s = heartbeat_s
         self.stdin_fd = stdin_fd
+        self.watcher = watcher
         self.fd = None
         self.path = None
         self.inode = 0
         self.offset = 0
         self.announced_missing = False
+        self.woke_at = 0.0
 
     # -- opening -------------------------------------------------------------
 
@@ -237,25 +351,29 @@ class Follower:
             if len(data) == CHUNK:
                 return True
 
-    def check(self):
-        """After reaching the end: truncation, rotation, a newer match, or the file going away."""
+    def check(self, fresh=False):
+        """After reaching the end: truncation, rotation, a newer match, or the file going away.
+
+        `fresh`: list a glob's matches again now. True when reading restarts (at 0 or in
+        another file), so the caller reads on without waiting.
+        """
         stat = os.fstat(self.fd)
         if stat.st_size < self.offset:
             self.out.frame(
                 {"ev": "truncated", "path": self.path, "inode": self.inode, "size": stat.st_size, "offset": self.offset}
             )
             self.offset = 0
-            return
-        found = self.source.current()
+            return True
+        found = self.source.current(fresh)
         if found is None:
             if not self.announced_missing:
                 self.out.frame({"ev": "missing", "path": self.source.pattern})
                 self.announced_missing = True
-            return
+            return False
         path, new = found
         if new.st_ino == self.inode:
             self.announced_missing = False
-            return
+            return False
         # Lines written just before the switch are still in the old file: read them first.
         while self.drain():
             pass
@@ -268,6 +386,7 @@ class Follower:
             self.out.frame({"ev": "rotated", "path": self.path, "inode": self.inode, "new_inode": new.st_ino, "lost": False})
         if not self.open(path, 0, new.st_ino):
             self.open_current(0)
+        return True
 
     def heartbeat(self):
         if time.monotonic() - self.out.last_write < self.heartbeat_s:
@@ -287,20 +406,66 @@ class Follower:
             return False
         return not os.read(self.stdin_fd, 4096)
 
+    def watch(self):
+        """Point the watcher at the file followed now and its folder; False when there is no
+        watcher or it cannot watch them (the loop then polls)."""
+        if self.watcher is None:
+            return False
+        folder = os.path.dirname(self.path if self.fd is not None else self.source.pattern) or "."
+        if has_magic(folder):
+            return False  # no file yet, and its folder is itself a glob
+        return self.watcher.follow(self.fd, self.inode, folder)
+
+    def wait(self, watching):
+        """Sleep until the next read is due: a change the watcher saw, STAT_EVERY_S (the safety
+        net), the next heartbeat, or without watching, `poll_s`.
+
+        Returns (stdin reached EOF, the watcher slept to its timeout, the folder's entries changed).
+        """
+        until_heartbeat = max(0.0, self.out.last_write + self.heartbeat_s - time.monotonic())
+        if not watching:
+            # A short wait after reaching the end batches a slow writer's lines into one frame.
+            return self.hung_up(min(self.poll_s, until_heartbeat)), False, False
+        readable, _, _ = select.select([self.stdin_fd, self.watcher.fd], [], [], min(STAT_EVERY_S, until_heartbeat))
+        if self.stdin_fd in readable and not os.read(self.stdin_fd, 4096):
+            return True, False, False
+        if self.watcher.fd not in readable:
+            return False, not readable, False
+        entries_changed = self.watcher.read()
+        pause = self.woke_at + BATCH_S - time.monotonic()
+        if pause > 0 and self.hung_up(pause):
+            return True, False, False
+        self.woke_at = time.monotonic()
+        return False, False, entries_changed
+
     def run(self, offset, inode, head=b""):
         """Follow until stdin closes."""
         self.start(offset, inode, head)
+        timed_out = entries_changed = False
         while True:
-            busy = False
             if self.fd is None:
                 self.open_current(0)
+            # Watches first: a write after the reading below then wakes the wait.
+            watching = self.watch()
+            busy = False
             if self.fd is not None:
+                read_before = self.offset
                 busy = self.drain()
-                if not busy:
-                    self.check()
+                if timed_out and watching and self.offset > read_before and not self.watcher.pending():
+                    # Bytes arrived that inotify never announced (a network filesystem
+                    # written from another host): poll from now on.
+                    self.watcher.close()
+                    self.watcher = None
+                    watching = False
+                busy = busy or self.check(entries_changed)
             self.heartbeat()
-            # A short wait after reaching the end batches a slow writer's lines into one frame.
-            if self.hung_up(0 if busy else self.poll_s):
+            if busy:
+                if self.hung_up(0):
+                    return
+                timed_out = entries_changed = False
+                continue
+            hung_up, timed_out, entries_changed = self.wait(watching)
+            if hung_up:
                 return
 
 
@@ -308,13 +473,15 @@ def main(argv):
     pattern, offset, inode, poll_s = os.path.expanduser(argv[0]), int(argv[1]), int(argv[2]), float(argv[3])
     heartbeat_s = float(argv[4]) if len(argv) > 4 else 5.0
     head = bytes.fromhex(argv[5]) if len(argv) > 5 else b""
-    follower = Follower(Source(pattern), Output(1), poll_s, heartbeat_s)
+    follower = Follower(Source(pattern), Output(1), poll_s, heartbeat_s, watcher=Watcher.open())
     try:
         follower.run(offset, inode, head)
     except BrokenPipeError:
         pass
     finally:
         follower.close()
+        if follower.watcher is not None:
+            follower.watcher.close()
 
 
 if __name__ == "__main__":
