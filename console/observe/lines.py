@@ -239,12 +239,17 @@ def _rate(units: Sequence[tuple[str, re.Pattern]], low: str) -> float | None:
     for gate, unit in units:
         if gate not in low:
             continue
-        for match in islice(unit.finditer(low), _MAX_TRIES):
+        end = 0
+        for _ in range(_MAX_TRIES):  # a search per candidate: cheaper than a finditer for the usual one
+            match = unit.search(low, end)
+            if match is None:
+                break
+            start, end = match.span()
             value = None
-            if not _KEY_FOLLOWS.match(low, match.end()):
-                value = _value_before(low, match.start())
+            if not _KEY_FOLLOWS.match(low, end):
+                value = _value_before(low, start)
             if value is None:
-                value = _scaled(_VALUE_AFTER.match(low, match.end()))
+                value = _scaled(_VALUE_AFTER.match(low, end))
             if value is not None:
                 return value
     return None
@@ -268,17 +273,20 @@ def _scaled(match: re.Match | None) -> float | None:
 
 
 def _iterations_per_s(low: str) -> float | None:
-    for match in islice(_ITERATIONS.finditer(low), _MAX_TRIES):
-        value = _value_before(low, match.start())
-        if value is not None:
-            return value
-    for match in islice(_SECONDS_PER_ITERATION.finditer(low), _MAX_TRIES):
-        value = _value_before(low, match.start())
-        if value:
-            return 1.0 / value
-    match = _STEPS_PER_SECOND.search(low)
-    if match:
-        return _number(match["v"])
+    if "it/s" in low:
+        for match in islice(_ITERATIONS.finditer(low), _MAX_TRIES):
+            value = _value_before(low, match.start())
+            if value is not None:
+                return value
+    if "s/it" in low:
+        for match in islice(_SECONDS_PER_ITERATION.finditer(low), _MAX_TRIES):
+            value = _value_before(low, match.start())
+            if value:
+                return 1.0 / value
+    if "steps_per_second" in low:
+        match = _STEPS_PER_SECOND.search(low)
+        if match:
+            return _number(match["v"])
     if "time" in low:
         for rule, seconds in _ITERATION_TIME:
             match = rule.search(low)
@@ -290,8 +298,12 @@ def _iterations_per_s(low: str) -> float | None:
 
 def _loss(low: str) -> float | None:
     """The training loss: `loss 2.31`, `'loss': 2.31`, `lm loss: 2.3E+00`, `train_loss=2.31`, not `eval_loss`."""
-    for match in islice(_LOSS.finditer(low), _MAX_TRIES):
-        start = match.start()
+    end = 0
+    for _ in range(_MAX_TRIES):
+        match = _LOSS.search(low, end)
+        if match is None:
+            break
+        start, end = match.span()
         before = low[start - 1] if start else " "
         if (before.isalnum() or before in "_./") and not low.endswith(_LOSS_PREFIXES, 0, start):
             continue
