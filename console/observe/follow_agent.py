@@ -46,7 +46,7 @@ RESCAN_S = 1.0
 STAT_EVERY_S = 1.0
 #: The shortest time between two wakes by the watcher: a writer that keeps writing has its
 #: writes batched into one frame per gap rather than one frame (and one wake) per write.
-BATCH_S = 0.01
+BATCH_S = 0.02
 
 # inotify event bits (linux/inotify.h).
 IN_MODIFY = 0x002
