@@ -354,6 +354,14 @@ def test_pidfile_names_the_run_or_says_what_is_wrong(tmp_path: Path, spawn) -> N
     assert error is None and [p["pid"] for p in processes] == [run_pid, worker_pid]
 
 
+def test_a_fifo_as_pidfile_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Opening a FIFO would block the agent for good (and past its stdin's EOF)."""
+    fifo = tmp_path / "run.pid"
+    os.mkfifo(fifo)
+    processes, error = agent.ProcessWatch("", str(fifo)).read()
+    assert processes == [] and error.startswith(f"pidfile {fifo} is not a regular file")
+
+
 def test_unbuffered_from_the_flag_or_the_environment(spawn) -> None:
     name = unique_name()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

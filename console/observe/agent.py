@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -422,8 +423,12 @@ def describe_process(
 
 def read_pidfile(path: str, procs: List[Record]) -> Tuple[Optional[int], Optional[str]]:
     """The run's PID from a pidfile, or an error saying why there is none."""
+    path_on_disk = os.path.expanduser(path)
     try:
-        text = _read_text(os.path.expanduser(path)).strip()
+        if not stat.S_ISREG(os.stat(path_on_disk).st_mode):
+            # A FIFO or device would block the agent on open, past its stdin's EOF.
+            return None, "pidfile %s is not a regular file: point [run] pidfile at the file the launch writes" % path
+        text = _read_text(path_on_disk).strip()
     except FileNotFoundError:
         return None, "pidfile %s does not exist: is the run started?" % path
     except OSError as exc:
