@@ -20,6 +20,8 @@ from console.state import RunState
 
 #: Waits before starting the sampler again after it ended; back to the first after a sample arrives.
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0)
+#: How long stop() waits for the sources to end after cancelling them.
+STOP_TIMEOUT_S = 10.0
 
 
 class Monitor:
@@ -62,7 +64,12 @@ class Monitor:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        # Bounded: a source stuck hanging up on a dead link must not hang the console's quit.
+        _, stuck = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        for task in stuck:
+            self.state.add_event("internal", f"{task.get_name()} did not stop within {STOP_TIMEOUT_S:g} s; left behind")
 
     def _spawn(self, work, what: str) -> None:
         task = asyncio.create_task(work, name=f"pulse {what}")

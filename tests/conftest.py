@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,28 @@ from tests.sshd import PidNamespace, SshServer, start_sshd
 # a lock that makes every later login shell of this user wait 60 s. Bound the wait for the
 # shells the tests start locally (the test sshd sets the same for its sessions).
 os.environ.setdefault("PYENV_REHASH_TIMEOUT", "2")
+
+#: No single test may take longer: a hang fails that test instead of stalling the whole run.
+TEST_LIMIT_S = 240
+
+
+class TimeLimitExceeded(Exception):
+    """Raised in the test's thread when it ran past TEST_LIMIT_S."""
+
+
+def _time_out(signum, frame):
+    raise TimeLimitExceeded(f"test ran past {TEST_LIMIT_S} s (a hang?)")
+
+
+@pytest.fixture(autouse=True)
+def test_time_limit() -> Iterator[None]:
+    previous = signal.signal(signal.SIGALRM, _time_out)
+    signal.setitimer(signal.ITIMER_REAL, TEST_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,8 @@ REFUSED_RETRY_MAX_S = 2.0
 """The longest wait between attempts while the host answers but refuses the port (sshd restarting):
 a refusal costs the host nothing, and the console must be back within this long of sshd."""
 STDERR_LIMIT = 1 << 20
+CLOSE_TIMEOUT_S = 5.0
+"""How long closing waits for the server to acknowledge before the connection is dropped."""
 
 
 def backoff_delays(first: float = BACKOFF_FIRST_S, limit: float = BACKOFF_MAX_S) -> Iterator[float]:
@@ -367,7 +369,11 @@ class _Connection:
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
-            await conn.wait_closed()
+            try:
+                # A graceful close waits on the peer; a peer that stopped reading must not hang a quit.
+                await asyncio.wait_for(conn.wait_closed(), CLOSE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                conn.abort()
 
 
 def _reason(exc: BaseException) -> str:
