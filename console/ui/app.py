@@ -17,6 +17,7 @@ from typing import Protocol
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
+from textual.dom import NoScreen
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Footer, Input
@@ -34,13 +35,12 @@ from console.ui.keymap import ACTIONS, ActionSpec, binding, importable, wired_ac
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
-from console.ui.run_view import RATE_WINDOW_S, compose_run_panes, own_pids, throughput_view
+from console.ui.run_view import LOG_FLUSH_S, RATE_WINDOW_S, compose_run_panes, own_pids, throughput_view
 from console.ui.status_bar import StatusBar, StatusView
 from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
-LOG_FLUSH_S = 0.1
 REFRESH_S = 1.0
 #: How often the cheap diagnosis (from the state alone, no command on the target) runs.
 CHEAP_DIAGNOSIS_S = 5.0
@@ -222,7 +222,10 @@ class PulseApp(ThemedApp):
     def flush_log(self) -> None:
         """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
         pane = self.log_pane
-        if not pane.screen.is_current:
+        try:
+            if not pane.screen.is_current:
+                return
+        except NoScreen:  # the timer fired while the app tears its screens down
             return
         lines = self.state.lines_after(pane.last_number)
         if lines:

@@ -31,7 +31,7 @@ from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
 from console.ui.modal import FramedModal
 from console.ui.process_pane import ProcessPane
-from console.ui.run_view import compose_run_panes, own_pids, throughput_view
+from console.ui.run_view import LOG_FLUSH_S, compose_run_panes, own_pids, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, si
 from console.units import format_duration
@@ -39,7 +39,6 @@ from console.units import format_duration
 REFRESH_S = 1.0
 #: How often Slurm is asked for the job's state and elapsed time again.
 JOB_REFRESH_S = 15.0
-LOG_FLUSH_S = 0.1
 COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "procs", "log grew", "throughput", "link")
 
 
