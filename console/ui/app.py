@@ -24,6 +24,7 @@ from textual.widgets import Footer, Input
 
 from console.config import Config
 from console.model import ConnectionState, Sample
+from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
 from console.state import RunState
 from console.ui.action_screen import ActionScreen
@@ -31,7 +32,7 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.help_screen import HelpScreen
-from console.ui.keymap import ACTIONS, ActionSpec, binding, importable, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
@@ -170,8 +171,7 @@ class PulseApp(ThemedApp):
         self.log_pane.focus()
         self.set_interval(LOG_FLUSH_S, self.flush_log)
         self.set_interval(REFRESH_S, self._tick)
-        if all(importable(module) for module in ("console.diagnose", "console.evidence")):
-            self.set_interval(CHEAP_DIAGNOSIS_S, self.cheap_diagnosis)
+        self.set_interval(CHEAP_DIAGNOSIS_S, self.cheap_diagnosis)
         if self.monitor_factory is not None:
             self.monitor = self.monitor_factory(self.mark_changed)
             started = self.monitor.start()
@@ -316,10 +316,6 @@ class PulseApp(ThemedApp):
     @staticmethod
     def processes_unseen(sample: Sample) -> bool:
         """True when the driver lists PIDs none of which is the run's (a PID namespace hides the mapping)."""
-        try:
-            from console.observe.sampler import gpu_processes_unseen
-        except ImportError:
-            return False
         return gpu_processes_unseen(sample)
 
     def log_silent_s(self, now: float) -> float | None:

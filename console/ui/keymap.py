@@ -1,15 +1,13 @@
 """The one table of the console's actions: it feeds BINDINGS, the command palette and the help screen.
 
-An action is *wired* when everything it needs exists: the modules that implement it
-(other parts of Pulse may not be installed or written yet), a target to act on, and its
-piece of the config. Unwired actions are not shown anywhere and their keys do nothing.
+An action is *wired* when it can run: it has a target to act on and its piece of the config
+(restart needs [run] launch, warmup needs [warmup]). Unwired actions are not shown anywhere
+and their keys do nothing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from functools import lru_cache
 
 from textual.binding import Binding
 
@@ -32,8 +30,6 @@ class ActionSpec:
     group: str
     mutating: bool = False
     footer: bool = True
-    modules: tuple[str, ...] = ()
-    """Modules that implement it; it is wired only when all are importable."""
     needs_target: bool = False
 
 
@@ -55,7 +51,6 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Diagnose",
         "Gather evidence (processes, CPU, log, GPUs, stacks) and name what is wrong",
         "Run",
-        modules=("console.diagnose", "console.evidence"),
         needs_target=True,
     ),
     ActionSpec(
@@ -65,7 +60,6 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "py-spy",
         "py-spy dump of the run's main process: identical stacks grouped, your frames set apart",
         "Run",
-        modules=("console.actions.pyspy", "console.observe.pyspy"),
         needs_target=True,
     ),
     ActionSpec(
@@ -76,7 +70,6 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Safe kill-and-relaunch: plan, confirm, then each step live (cancel between steps)",
         "Run",
         mutating=True,
-        modules=("console.actions.restart",),
         needs_target=True,
     ),
     ActionSpec(
@@ -87,30 +80,14 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Run the configured warmup one GPU and sequence length at a time",
         "Run",
         mutating=True,
-        modules=("console.actions.warmup",),
         needs_target=True,
     ),
 )
 
-CUSTOM_MODULE = "console.actions.custom"
-
-
-@lru_cache(maxsize=None)
-def importable(module: str) -> bool:
-    """True when `module` exists (looked up, not imported, to keep start-up fast)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
     """The table entry of a custom action from the config's [[actions]]."""
-    mutating = True
-    if importable(CUSTOM_MODULE):
-        from console.actions.custom import is_mutating
+    from console.actions.custom import is_mutating  # imported when a config names custom actions
 
-        mutating = is_mutating(custom)
     return ActionSpec(
         f"custom({index})",
         custom.key,
@@ -118,21 +95,20 @@ def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
         custom.name,
         custom.description or f"Run: {custom.command}",
         "Run",
-        mutating=mutating,
-        modules=(CUSTOM_MODULE,),
+        mutating=is_mutating(custom),
         needs_target=True,
     )
 
 
 def is_wired(spec: ActionSpec, config: Config, *, has_target: bool) -> bool:
-    """Whether `spec` can run here: its modules exist, there is a target when it needs one, and it is configured."""
+    """Whether `spec` can run here: there is a target when it needs one, and it is configured."""
     if spec.needs_target and not has_target:
         return False
     if spec.action == "warmup" and not (config.warmup.command and config.warmup.gpus):
         return False
     if spec.action == "restart" and not config.run.launch:
         return False
-    return all(importable(module) for module in spec.modules)
+    return True
 
 
 def wired_actions(config: Config, *, has_target: bool) -> tuple[ActionSpec, ...]:
