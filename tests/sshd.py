@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from console.config import TargetConfig
+from console.demo.server import pinned_ssh_config
 from console.remote.shell import Container
 
 SSHD = "/usr/sbin/sshd"
@@ -149,15 +150,7 @@ class SshServer:
         }
         self.sshd_config.write_text("".join(f"{key} {value}\n" for key, value in options.items()))
         self.ssh_config.write_text(
-            f"Host {self.alias}\n"
-            f"  HostName {self.host}\n"
-            f"  Port {self.port}\n"
-            f"  User {self.user}\n"
-            f"  IdentityFile {self.client_key}\n"
-            f"  IdentitiesOnly yes\n"
-            f"  UserKnownHostsFile {self.known_hosts}\n"
-            f"  StrictHostKeyChecking yes\n"
-            f"  BatchMode yes\n"
+            pinned_ssh_config(self.alias, self.host, self.port, self.user, self.client_key, self.known_hosts)
         )
 
     @property

@@ -27,6 +27,21 @@ ALIAS = "pulse-demo"
 CHUNK = 1 << 16
 
 
+def pinned_ssh_config(alias: str, host: str, port: int, user: str, key: Path, known_hosts: Path) -> str:
+    """An ssh_config entry for a throwaway server: its one key, its pinned host key, no prompts."""
+    return (
+        f"Host {alias}\n"
+        f"  HostName {host}\n"
+        f"  Port {port}\n"
+        f"  User {user}\n"
+        f"  IdentityFile {key}\n"
+        f"  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {known_hosts}\n"
+        f"  StrictHostKeyChecking yes\n"
+        f"  BatchMode yes\n"
+    )
+
+
 class DemoSshServer:
     """An asyncssh server on 127.0.0.1 (random port) with throwaway keys written under `dir`.
 
@@ -76,17 +91,7 @@ class DemoSshServer:
         public = host_key.export_public_key().decode().split()
         line = f"{public[0]} {public[1]}"
         self.known_hosts.write_text(f"[{HOST}]:{self.port} {line}\n[{ALIAS}]:{self.port} {line}\n")
-        self.ssh_config.write_text(
-            f"Host {ALIAS}\n"
-            f"  HostName {HOST}\n"
-            f"  Port {self.port}\n"
-            f"  User {self.user}\n"
-            f"  IdentityFile {self.client_key}\n"
-            f"  IdentitiesOnly yes\n"
-            f"  UserKnownHostsFile {self.known_hosts}\n"
-            f"  StrictHostKeyChecking yes\n"
-            f"  BatchMode yes\n"
-        )
+        self.ssh_config.write_text(pinned_ssh_config(ALIAS, HOST, self.port, self.user, self.client_key, self.known_hosts))
 
     async def close(self) -> None:
         """Stop listening and kill the process group of every command still running."""
