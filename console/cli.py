@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-COMMANDS = ("demo", "check", "classify", "dump", "restart", "warmup")
+COMMANDS = ("demo", "check", "classify", "dump", "restart", "warmup", "watch", "journal", "report")
 
 
 def add_target_flags(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pulse",
         description="Terminal operations console for long multi-GPU training runs.",
-        epilog="commands: demo, check, classify, dump, restart, warmup (pulse COMMAND --help)",
+        epilog="commands: demo, check, classify, dump, restart, warmup, watch, journal, report (pulse COMMAND --help)",
     )
     add_target_flags(parser)
     parser.add_argument("--theme", help="theme name (see themes/)")
@@ -86,6 +86,17 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--yes", action="store_true", help="do not ask")
         parser.add_argument("--grace", type=float, metavar="SECONDS")
         parser.add_argument("--force", action="store_true", help="launch even if old PIDs still hold GPU memory")
+    elif command == "watch":
+        parser.description = "Monitor, diagnose, journal and alert with no UI; SIGTERM stops it (exit 0)."
+    elif command in ("journal", "report"):
+        parser.description = (
+            "The run's journal: what happened, when." if command == "journal"
+            else "A Markdown post-mortem of a window of the run's journal."
+        )
+        parser.add_argument("--since", default="6h" if command == "journal" else "24h", metavar="DURATION",
+                            help="how far back: 90s, 30m, 6h, 2d (default %(default)s)")
+        if command == "journal":
+            parser.add_argument("--json", action="store_true", help="one JSON object: entries and per-minute figures")
     elif command == "warmup":
         parser.description = "Run the configured warmup once per (GPU, sequence length), one at a time."
         parser.add_argument("--yes", action="store_true", help="do not ask")
@@ -134,6 +145,10 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
         from console.fleet import headless as fleet_headless
 
         return fleet_headless.restart(config, args)
+    if command in ("watch", "journal", "report"):
+        from console.journal import headless as journal_headless
+
+        return getattr(journal_headless, f"run_{command}")(config, args)
     if command in ("dump", "restart", "warmup"):
         from console.actions import headless
 

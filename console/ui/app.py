@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -23,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.config import Config
+from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
@@ -43,10 +45,6 @@ from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
 REFRESH_S = 1.0
-#: How often the cheap diagnosis (from the state alone, no command on the target) runs.
-CHEAP_DIAGNOSIS_S = 5.0
-#: The cheap diagnosis compares the latest sample with one about this old.
-CHEAP_WINDOW_S = 10.0
 
 
 class Startable(Protocol):
@@ -127,8 +125,11 @@ class PulseApp(ThemedApp):
         clock: Callable[[], float] = time.monotonic,
         theme: str | None = None,
         themes: dict[str, PulseTheme] | None = None,
+        watch: Callable[[PulseApp], RunWatch | None] | None = None,
     ) -> None:
         super().__init__(theme=theme, themes=themes)
+        self.watch = watch(self) if watch is not None else None
+        """The run's journal and alerts (None: the console journals nothing)."""
         self.config = config
         self.state = state
         self.target = target
@@ -145,6 +146,12 @@ class PulseApp(ThemedApp):
         self._painted_sample = False
         self.verdict = None
         """The latest Verdict, shown in the status line until the state changes."""
+        if self.watch is not None and self.watch.restored is not None:
+            from console.diagnose import Verdict
+
+            # The journal's last word until the first diagnosis: a reopened console is not blank.
+            restored = self.watch.restored
+            self.verdict = Verdict(restored["verdict"], restored["summary"], restored["evidence"], restored["next_step"], restored["key"])
 
     # -- layout ------------------------------------------------------------------
 
@@ -183,6 +190,14 @@ class PulseApp(ThemedApp):
             stopped = self.monitor.stop()
             if inspect.isawaitable(stopped):
                 await stopped
+        if self.watch is not None:
+            self.watch.observe()
+            await self.watch.close()
+
+    def terminal_write(self, text: str) -> None:
+        """Write escape sequences (alert notifications) to the terminal, as App.bell does."""
+        if not self.is_headless and self._driver is not None:
+            self._driver.write(text)
 
     def on_resize(self) -> None:
         self._size_classes()
@@ -217,6 +232,8 @@ class PulseApp(ThemedApp):
             self.call_later(self.refresh_panes)
 
     def _tick(self) -> None:
+        if self.watch is not None:
+            self.watch.observe()
         self.refresh_panes(force=False)
 
     def flush_log(self) -> None:
@@ -416,19 +433,13 @@ class PulseApp(ThemedApp):
 
     def cheap_diagnosis(self) -> None:
         """Diagnose from the samples and lines already held (pure, no I/O); notify if it got worse."""
-        from console.diagnose import diagnose
-        from console.evidence import from_samples
-
-        samples = self.state.samples
-        if len(samples) < 2:
+        verdict = diagnose_state(self.state, self.config)
+        if verdict is None:
             return
-        last = samples[-1]
-        first = next((s for s in samples if last.time - s.time <= CHEAP_WINDOW_S), samples[-2])
-        if first is last:
-            first = samples[-2]
-        verdict = diagnose(from_samples(first, last, self.config, self.state, timed=True), self.config)
         if self.verdict is None or verdict.name != self.verdict.name:
             self.set_verdict(verdict)
+        elif self.watch is not None:
+            self.watch.verdict(verdict)  # the alerts' hysteresis counts how long a verdict holds
 
     def action_dump(self) -> None:
         from console.evidence import main_process
@@ -489,6 +500,8 @@ class PulseApp(ThemedApp):
 
         previous = self.verdict
         self.verdict = verdict
+        if self.watch is not None:
+            self.watch.verdict(verdict)
         if previous is not None and worse(verdict.name, previous.name):
             severity = "error" if verdict_level(verdict.name) == "crit" else "warning"
             self.notify(f"{verdict.name}: {verdict.summary}", title="run got worse", severity=severity, timeout=10)
@@ -562,6 +575,17 @@ class PulseApp(ThemedApp):
             run(True)
 
 
+def open_watch(config: Config, state: RunState, app: PulseApp) -> RunWatch | None:
+    """The run's journal and alerts for the console; without them (one line on stderr) when the journal cannot open."""
+    from console.journal.store import JournalError
+
+    try:
+        return RunWatch.open(config, state, terminal_write=app.terminal_write)
+    except JournalError as exc:
+        print(f"pulse: no journal this time: {exc}", file=sys.stderr)
+        return None
+
+
 def run_console(config: Config, args: argparse.Namespace) -> int:
     """`pulse CONFIG`: connect to the target, start the monitor and run the console until quit."""
     from console.monitor import Monitor
@@ -578,6 +602,7 @@ def run_console(config: Config, args: argparse.Namespace) -> int:
             read_only=bool(getattr(args, "read_only", False)),
             theme=theme,
             themes=themes,
+            watch=lambda app: open_watch(config, state, app),
         )
 
     return run_themed(make_app, args)
