@@ -274,6 +274,8 @@ class Journal:
                 conn.execute("ROLLBACK")
                 self._requeue(entries, changed)
                 raise
+        if release:
+            self.leader = False
         written = len(entries) + len(open_minutes)
         self.writes += written
         return written
@@ -285,10 +287,10 @@ class Journal:
 
     def _renew_lease(self, conn: sqlite3.Connection, now: float, release: bool) -> None:
         row = conn.execute("SELECT holder, expires FROM lease WHERE id = 1").fetchone()
-        free = row is None or row[0] == self.holder or row[1] < now
-        self.leader = free and not release
-        if release and row is not None and row[0] == self.holder:
-            conn.execute("DELETE FROM lease WHERE id = 1")
+        self.leader = row is None or row[0] == self.holder or row[1] < now
+        if release:
+            if row is not None and row[0] == self.holder:
+                conn.execute("DELETE FROM lease WHERE id = 1")  # this last flush still journals as the holder
         elif self.leader:
             self._lease_until = now + LEASE_S
             conn.execute("INSERT OR REPLACE INTO lease VALUES (1, ?, ?)", (self.holder, self._lease_until))
@@ -329,8 +331,13 @@ class Journal:
                     conn.execute("DELETE FROM entries WHERE time <= ?", oldest)
                 if first_minute is not None:
                     conn.execute("DELETE FROM minutes WHERE minute <= ?", first_minute)
-                conn.execute("PRAGMA incremental_vacuum")
-            conn.execute("PRAGMA incremental_vacuum")
+                self._vacuum(conn)
+            self._vacuum(conn)
+
+    @staticmethod
+    def _vacuum(conn: sqlite3.Connection) -> None:
+        """Hand freed pages back to the file system (execute() would free one page per call)."""
+        conn.executescript("PRAGMA incremental_vacuum;")
 
     @staticmethod
     def _used_bytes(conn: sqlite3.Connection) -> int:
