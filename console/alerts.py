@@ -261,7 +261,7 @@ class Alerter:
         self.sent: list[dict] = []
         """Alerts decided so far (their deliveries may still run)."""
         self._tasks: set[asyncio.Task] = set()
-        self._in_flight = {sink.name: 0 for sink in sinks}
+        self._in_flight = {sink: 0 for sink in sinks}
 
     def observe(self, verdict, *, speak: bool = True) -> dict | None:
         """Feed the current verdict; start delivering an alert when one is due. Never waits.
@@ -277,10 +277,10 @@ class Alerter:
         self.sent.append(alert)
         self._journal(f"{event}: {verdict.name}: {verdict.summary}", {"alert": alert})
         for sink in self.sinks:
-            if self._in_flight[sink.name] >= MAX_IN_FLIGHT:
+            if self._in_flight[sink] >= MAX_IN_FLIGHT:
                 self._journal(f"{sink.name}: not sent: {MAX_IN_FLIGHT} deliveries still running", {"sink": sink.name, "ok": False})
                 continue
-            self._in_flight[sink.name] += 1
+            self._in_flight[sink] += 1
             task = asyncio.create_task(self._deliver(sink, alert), name=f"pulse alert to {sink.name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -298,7 +298,7 @@ class Alerter:
         except OSError as exc:
             self._journal(f"{sink.name}: delivery failed: {exc}", {"sink": sink.name, "ok": False, "event": alert["event"]})
         finally:
-            self._in_flight[sink.name] -= 1
+            self._in_flight[sink] -= 1
 
     def _journal(self, text: str, data: dict) -> None:
         self.journal.add("alert", text, data)
