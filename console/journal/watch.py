@@ -52,7 +52,7 @@ class RunWatch:
         """The last verdict journaled before this watch opened (its data), or None."""
         self.recorder = JournalRecorder(journal, state, wall=wall)
         self.alerter = Alerter(config, sinks, journal, clock=wall)
-        audit.AUDIT_LISTENERS.append(self._audited)
+        audit.AUDIT_LISTENERS.append(self.record_action)
 
     @classmethod
     def open(cls, config: Config, state: RunState, *, terminal_write: Callable[[str], None] | None) -> RunWatch:
@@ -76,7 +76,8 @@ class RunWatch:
         self.recorder.verdict(verdict)
         self.alerter.observe(verdict, speak=self.journal.leader)
 
-    def _audited(self, entry: dict) -> None:
+    def record_action(self, entry: dict) -> None:
+        """Journal a finished action from its audit log entry (AUDIT_LISTENERS calls this)."""
         self.journal.add(
             "action",
             f"{entry['action']}: {entry['outcome']}",
@@ -87,7 +88,7 @@ class RunWatch:
 
     async def close(self, *, drain_s: float = 5.0) -> None:
         """Let running deliveries finish (bounded), then commit and close the journal."""
-        if self._audited in audit.AUDIT_LISTENERS:
-            audit.AUDIT_LISTENERS.remove(self._audited)
+        if self.record_action in audit.AUDIT_LISTENERS:
+            audit.AUDIT_LISTENERS.remove(self.record_action)
         await self.alerter.drain(drain_s)
         self.journal.close()
