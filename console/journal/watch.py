@@ -83,8 +83,7 @@ class RunWatch:
             f"{entry['action']}: {entry['outcome']}",
             {"action": entry["action"], "outcome": entry["outcome"], "operator_host": entry["operator_host"],
              "steps": [f"{step['step']}: {step['status']}" for step in entry["steps"]]},
-            at=entry["time"],
-        )
+        )  # stamped by the journal's clock: the entry was written just now
 
     async def close(self, *, drain_s: float = 5.0) -> None:
         """Let running deliveries finish (bounded), then commit and close the journal."""
