@@ -7,7 +7,7 @@ commits, as `pulse watch` and the console do every second. The story: healthy; s
 hour 2; a dead thread and a hang at hour 3; a restart 10 minutes later (through the real
 audit log hook); healthy again; a 42 s SSH cut at hour 5; repeated daily.
 
-Printed: journal writes per hour, the database size per day, and the CPU the journaling
+Printed: journal writes (rows inserted or updated) and commits per hour, the database size per day, and the CPU the journaling
 took (recorder + journal commits only, thread CPU time) per second of run, in % of a core.
 `--live SECONDS` runs the same loop in real time instead, with the journal's own writer
 thread committing every FLUSH_S, and prints the whole process's CPU (simulated run,
@@ -137,6 +137,7 @@ def simulate(hours: float, path: Path, gpus: int = 8, *, live: bool = False) -> 
         "hours": hours,
         "writes": journal.writes,
         "writes_per_hour": round(journal.writes / hours),
+        "commits_per_hour": round(journal.commits / hours),
         "bytes": size,
         "bytes_per_day": round(size * 24 / hours),
         "journal_cpu_s": round(cpu, 3),
@@ -164,7 +165,8 @@ def main() -> int:
         print(f"live {args.live:g} s at 1 Hz: whole process CPU {figures['journal_cpu_pct_of_core']:.3f} % of a core "
               f"({figures['journal_cpu_s']:.2f} s of CPU), {figures['writes']} journal writes")
     else:
-        print(f"{figures['hours']:g} h at 1 Hz: {figures['writes_per_hour']:,} journal writes/hour, "
+        print(f"{figures['hours']:g} h at 1 Hz: {figures['writes_per_hour']:,} journal writes/hour "
+              f"in {figures['commits_per_hour']:,} commits, "
               f"{figures['bytes_per_day'] / 1e6:.2f} MB/day, journaling CPU {figures['journal_cpu_pct_of_core']:.3f} % of a core "
               f"({figures['journal_cpu_s']:.2f} s of CPU for {figures['hours']:g} h)")
     return 0

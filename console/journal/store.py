@@ -176,6 +176,8 @@ class Journal:
         """True while this writer holds the lease (journals observations, fires alerts)."""
         self.writes = 0
         """Rows inserted or updated so far (for the figures in scripts/bench_journal.py)."""
+        self.commits = 0
+        """Transactions committed so far (each flush with something to write is one)."""
         self._conn = _connect(self.path)
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
@@ -274,6 +276,7 @@ class Journal:
                 conn.execute("ROLLBACK")
                 self._requeue(entries, changed)
                 raise
+        self.commits += 1
         if release:
             self.leader = False
         written = len(entries) + len(open_minutes)
