@@ -15,7 +15,7 @@ import pytest
 
 from console.config import Config, RunConfig, TargetConfig
 from console.diagnose import Verdict
-from console.journal.recorder import HIGH_WATER_STEP_MIB, JournalRecorder, restore
+from console.journal.recorder import HIGH_WATER_STEP_MIB, PROBLEM_TEXT_CHARS, JournalRecorder, restore
 from console.journal.store import FLUSH_S, LEASE_S, Journal, journal_path
 from console.model import ConnectionState, ConnectionStatus, GpuReading, LogLine, Sample
 from console.observe.lines import classify_line
@@ -62,10 +62,12 @@ def test_a_run_state_becomes_rows_of_every_kind(journal, clock):
     state = RunState(clock=clock)
     recorder = JournalRecorder(journal, state, wall=clock)
     oom = (FIXTURES / "oom.txt").read_text().splitlines()
+    hung = (FIXTURES / "hung.log").read_text().splitlines()[1:]
     state.set_connection(ConnectionState(ConnectionStatus.CONNECTED))
     state.add_sample(Sample(clock.now, gpus=(gpu(0, 1000), gpu(1, 2000))))
     state.add_lines([line(1, "step 1 | loss 2.5 | 14.2K tok/s", clock.now), line(2, "step 2 | loss 2.3 | 13.8K tok/s", clock.now + 1)])
-    state.add_lines([line(3 + i, text, clock.now + 2) for i, text in enumerate(oom)])
+    state.add_lines([line(3 + i, text, clock.now + 2) for i, text in enumerate(hung)])
+    state.add_lines([line(100 + i, text, clock.now + 3) for i, text in enumerate(oom)])  # a second problem, later
     recorder.observe()
     recorder.verdict(Verdict("oom", "the run ran out of GPU memory", ["GPU 0: CUDA out of memory"], "warm up one GPU at a time", "w"))
     recorder.verdict(Verdict("oom", "the run ran out of GPU memory", [], "", "w"))  # unchanged: not journaled again
@@ -81,9 +83,13 @@ def test_a_run_state_becomes_rows_of_every_kind(journal, clock):
     entries = journal.entries()
     kinds = [e.kind for e in entries]
     assert kinds.count("verdict") == 1
-    problems = [e for e in entries if e.kind == "problem"]
-    assert [p.data["problem"] for p in problems] == [classify_line(t).kind.value for t in oom if classify_line(t).kind.value != "normal"]
-    assert problems and problems[0].data["line"] >= 3
+    # The first line of each problem, and a line of a kind that problem had not shown yet.
+    problems = [(e.data["problem"], e.data["line"], e.text) for e in entries if e.kind == "problem"]
+    assert problems == [
+        ("traceback", 3, "Exception in thread TargetForwardLoop:"),
+        ("traceback", 100, oom[0]),
+        ("oom", 102, oom[2][:PROBLEM_TEXT_CHARS]),
+    ]
     connection = [e.text for e in entries if e.kind == "connection"]
     assert connection == ["connected", "connection lost: Connection lost", "reconnected after a 42 s gap"]
     high = [(e.data["gpu"], e.data["used_mib"]) for e in entries if e.kind == "gpu_memory"]

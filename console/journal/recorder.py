@@ -19,6 +19,10 @@ from console.state import RATE_METRICS, Point, RunState
 HIGH_WATER_STEP_MIB = 1024
 #: How many evidence lines a verdict entry keeps.
 EVIDENCE_LINES = 5
+#: Problem lines this close to the previous one belong to the same problem (a traceback's frames between).
+PROBLEM_SPAN_LINES = 40
+#: How much of a problem line is kept.
+PROBLEM_TEXT_CHARS = 300
 #: Series a journal keeps per minute.
 METRICS = (*RATE_METRICS, "loss")
 
@@ -44,6 +48,8 @@ class JournalRecorder:
         self.verdict_name: str | None = None
         self._last_event: Event | None = state.events[-1] if state.events else None
         self._last_line = state.lines_received
+        self._problem_at = -PROBLEM_SPAN_LINES - 1
+        self._problem_kinds: set[str] = set()
         self._taken_until = {name: (points[-1].time if points else float("-inf")) for name, points in state.series.items()}
         self._connection = state.connection.status
         self._lost_at: float | None = None
@@ -84,14 +90,23 @@ class JournalRecorder:
                 self.journal.add("log", event.text, {k: v for k, v in event.data.items() if k != "ev"}, at=self.to_wall(event.time))
 
     def _problems(self) -> None:
+        """The first line of each problem; a line of a new kind within the same problem too
+        (a traceback's first line names nothing, its last says OOM or CUDA error)."""
         for line in self.state.problems:
-            if line.number > self._last_line:
-                self.journal.add(
-                    "problem",
-                    line.text[:300],
-                    {"problem": line.info.kind.value, "line": line.number, "log": self.state.log_path},
-                    at=self.to_wall(line.time),
-                )
+            if line.number <= self._last_line:
+                continue
+            kind = line.info.kind.value
+            same_problem = line.number - self._problem_at <= PROBLEM_SPAN_LINES
+            self._problem_at = line.number
+            if same_problem and kind in self._problem_kinds:
+                continue
+            self._problem_kinds = self._problem_kinds | {kind} if same_problem else {kind}
+            self.journal.add(
+                "problem",
+                line.text[:PROBLEM_TEXT_CHARS],
+                {"problem": kind, "line": line.number, "log": self.state.log_path},
+                at=self.to_wall(line.time),
+            )
         self._last_line = self.state.lines_received
 
     def _series(self) -> None:

@@ -170,9 +170,10 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
         out += ["", "## GPU memory high-water", ""]
         out += [f"- GPU {gpu}: {e.data['used_mib']:,} MiB" + (f" of {e.data['total_mib']:,}" if e.data.get("total_mib") else "")
                 + f" ({clock_text(e.time)})" for gpu, e in sorted(high.items())]
-    if alerts:
+    delivered = [e for e in alerts if "sink" in e.data]
+    if delivered:
         out += ["", "## Alert deliveries", ""]
-        out += [f"- {clock_text(e.time)} {_cell(e.text)}" for e in alerts if "sink" in e.data]
+        out += [f"- {clock_text(e.time)} {_cell(e.text)}" for e in delivered]
     return "\n".join(out) + "\n"
 
 
