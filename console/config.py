@@ -462,7 +462,7 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
 
 
 #: Keys the console binds itself; custom actions may not take them.
-_RESERVED_KEYS = frozenset("?qtfnNdpRwl/[]")
+_RESERVED_KEYS = frozenset("?qtfnNdpRwlh/[]")
 
 
 def load_config(path: str | Path) -> Config:

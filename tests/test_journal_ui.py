@@ -52,3 +52,37 @@ async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(
         assert second.throughput_view().rates == tuple(m.median for m in minutes)
         assert [e.kind for e in second.state.events] == ["verdict"]
         await pilot.press("q")
+
+
+async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_there(tmp_path):
+    from textual.widgets import OptionList
+
+    from console.ui.timeline_screen import TimelinePlot, TimelineScreen
+
+    config = make_config()
+    path = tmp_path / "run.sqlite3"
+    clock = FakeClock()
+    seen = build_state("hang", clock)
+    state = RunState(clock=clock)
+    app = console(config, state, path, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        state.add_lines(seen.lines)
+        app.watch.observe()
+        app.flush_log()
+        app.watch.journal.flush()
+        await pilot.press("h")
+        await app.workers.wait_for_complete()  # the journal is read in a thread
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen)
+        problems = [i for i, e in enumerate(screen.window.entries) if e.kind == "problem"]
+        assert problems
+        first = screen.window.entries[problems[0]]
+        assert screen.query_one(TimelinePlot).plt  # drawn by plotext
+        events = screen.query_one(OptionList)
+        events.highlighted = problems[0]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]
+        assert app.log_pane.current_problem == first.data["line"]
+        assert not app.log_pane.following

@@ -22,7 +22,7 @@ import time
 
 from console.config import Config
 from console.journal.report import Window, journal_json, journal_lines, parse_since, report_markdown
-from console.journal.store import JournalError, journal_path, open_for_reading, read_entries, read_minutes
+from console.journal.store import JournalError, journal_path, open_for_reading, read_window
 
 EXIT_OK = 0
 EXIT_BAD = 2
@@ -102,13 +102,7 @@ def _window(config: Config, since: str):
     conn = open_for_reading(path)
     try:
         end = time.time()
-        start = end - seconds
-        # The verdict in force when the window opens is the last change before it.
-        before = conn.execute("SELECT time FROM entries WHERE kind = 'verdict' AND time < ? ORDER BY time DESC LIMIT 1", (start,)).fetchone()
-        entries = read_entries(conn, start)
-        if before is not None:
-            entries = [e for e in read_entries(conn, before[0], ("verdict",)) if e.time < start][-1:] + entries
-        return path, Window(start, end, entries, read_minutes(conn, start))
+        return path, Window(end - seconds, end, *read_window(conn, end - seconds))
     finally:
         conn.close()
 

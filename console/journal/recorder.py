@@ -104,7 +104,8 @@ class JournalRecorder:
             self.journal.add(
                 "problem",
                 line.text[:PROBLEM_TEXT_CHARS],
-                {"problem": kind, "line": line.number, "log": self.state.log_path},
+                # Line numbers count this console's lines: `console` says whose they are.
+                {"problem": kind, "line": line.number, "log": self.state.log_path, "console": self.journal.holder},
                 at=self.to_wall(line.time),
             )
         self._last_line = self.state.lines_received

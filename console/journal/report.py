@@ -181,3 +181,36 @@ def _cell(text: str, *, code: bool = False) -> str:
     """Text from a log or a target, safe in a Markdown table cell."""
     text = text.replace("|", "\\|").replace("\n", " ")
     return text.replace("`", "'")[:200] if code else text[:300]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineView:
+    """What the timeline screen draws: hours before `end` on the x axis (0 is now)."""
+
+    rate_metric: str | None
+    rate: tuple[tuple[float, ...], tuple[float, ...]]
+    """(hours, per-minute medians) of the throughput metric."""
+    loss: tuple[tuple[float, ...], tuple[float, ...]]
+    bands: tuple[tuple[str, float, float], ...]
+    """(verdict, from, to) in hours, problem verdicts only."""
+    restarts: tuple[float, ...]
+    problems: tuple[float, ...]
+
+
+def timeline_view(window: Window) -> TimelineView:
+    """The plot's data for `window`: per-minute rate and loss, problem verdicts, restarts and problems."""
+    hours = lambda at: round((at - window.end) / 3600, 4)  # noqa: E731
+    metric = window.rate_metric
+
+    def series(name: str | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        rows = [m for m in window.minutes if m.metric == name]
+        return tuple(hours(m.minute * 60 + 30) for m in rows), tuple(m.median for m in rows)
+
+    return TimelineView(
+        rate_metric=metric,
+        rate=series(metric),
+        loss=series("loss"),
+        bands=tuple((name, hours(start), hours(end)) for name, start, end in verdict_spans(window) if name != "healthy"),
+        restarts=tuple(hours(e.time) for e in window.of("action") if e.data.get("action") in ("restart", "fleet restart")),
+        problems=tuple(hours(e.time) for e in window.of("problem")),
+    )

@@ -357,6 +357,10 @@ class Journal:
         """Committed minutes from `since` on, oldest first."""
         return read_minutes(self._conn, since, self._db_lock)
 
+    def window(self, start: float) -> tuple[list[Entry], list[Minute]]:
+        """What `read_window` reads, from this journal's committed rows."""
+        return read_window(self._conn, start, self._db_lock)
+
 
 def open_for_reading(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A connection for `pulse journal` / `pulse report`: JournalError when there is no journal."""
@@ -390,3 +394,17 @@ def read_minutes(conn: sqlite3.Connection, since: float | None = None, lock: thr
             (int((since or 0.0) // 60),),
         ).fetchall()
     return [Minute(*row) for row in rows]
+
+
+def read_window(conn: sqlite3.Connection, start: float, lock: threading.Lock | None = None) -> tuple[list[Entry], list[Minute]]:
+    """Entries and minutes from `start` on; the entries open with the verdict in force at `start`
+    (the last change before it), so a window always says what state the run was in."""
+    entries = read_entries(conn, start, None, lock)
+    with lock or threading.Lock():
+        before = conn.execute(
+            "SELECT time, kind, text, data FROM entries WHERE kind = 'verdict' AND time < ? ORDER BY time DESC, id DESC LIMIT 1",
+            (start,),
+        ).fetchone()
+    if before is not None:
+        entries.insert(0, Entry(before[0], before[1], before[2], json.loads(before[3])))
+    return entries, read_minutes(conn, start, lock)

@@ -87,6 +87,14 @@ class DumpReady(Message):
         self.dump = dump
 
 
+class TimelineReady(Message):
+    """The journal's window for the timeline screen was read."""
+
+    def __init__(self, window) -> None:
+        super().__init__()
+        self.window = window
+
+
 class VerdictReady(Message):
     """A diagnosis finished; `show` opens the diagnosis screen (a key press asked for it)."""
 
@@ -378,6 +386,33 @@ class PulseApp(ThemedApp):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
+
+    def action_timeline(self) -> None:
+        if self.watch is None:
+            self.notify("no journal for this console: the timeline needs one", severity="warning", timeout=4)
+            return
+        self.load_timeline()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="timeline")
+    def load_timeline(self) -> None:
+        """Read the journal's whole window in a thread (the file may hold weeks) and post it."""
+        from console.journal.report import Window
+        from console.journal.store import MAX_AGE_S
+
+        end = time.time()
+        self.post_message(TimelineReady(Window(end - MAX_AGE_S, end, *self.watch.journal.window(end - MAX_AGE_S))))
+
+    @on(TimelineReady)
+    def _timeline_ready(self, message: TimelineReady) -> None:
+        from console.ui.timeline_screen import TimelineScreen
+
+        def jump(number: int | None) -> None:
+            if number is not None and self.log_pane.jump_to(number) is None:
+                self.notify("that line has left the log pane", severity="information", timeout=3)
+            self._refresh_log_titles()
+
+        held = frozenset(line.number for line in self.state.problems)
+        self.push_screen(TimelineScreen(message.window, held_lines=held, console_id=self.watch.journal.holder), callback=jump)
 
     def action_toggle_follow(self) -> None:
         following = self.log_pane.toggle_follow()

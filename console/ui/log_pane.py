@@ -248,13 +248,24 @@ class LogPane(ScrollView, can_focus=True):
         for index in indices:
             line = self._shown[index]
             if line.info.kind in PROBLEM_KINDS:
-                self._current = line.number
-                self.pause()
-                self._set_scroll_y(max(0, index - self.scrollable_content_region.height // 3))
-                self._cache.clear()
-                self.refresh()
-                return line
+                return self._show_index(index)
         return None
+
+    def jump_to(self, number: int) -> LogLine | None:
+        """Pause on line `number` (the timeline's jump); None when the pane no longer shows it."""
+        for index, line in enumerate(self._shown):
+            if line.number == number:
+                return self._show_index(index)
+        return None
+
+    def _show_index(self, index: int) -> LogLine:
+        line = self._shown[index]
+        self._current = line.number
+        self.pause()
+        self._set_scroll_y(max(0, index - self.scrollable_content_region.height // 3))
+        self._cache.clear()
+        self.refresh()
+        return line
 
     @property
     def current_problem(self) -> int | None:
