@@ -400,7 +400,10 @@ class PulseApp(ThemedApp):
         from console.journal.store import MAX_AGE_S
 
         end = time.time()
-        self.post_message(TimelineReady(Window(end - MAX_AGE_S, end, *self.watch.journal.window(end - MAX_AGE_S))))
+        entries, minutes = self.watch.journal.window(end - MAX_AGE_S)
+        # The window starts where the journal does, not 30 days back.
+        start = min([e.time for e in entries[:1]] + [m.minute * 60 for m in minutes[:1]], default=end)
+        self.post_message(TimelineReady(Window(start, end, entries, minutes)))
 
     @on(TimelineReady)
     def _timeline_ready(self, message: TimelineReady) -> None:
