@@ -40,7 +40,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View"),
     ActionSpec("cycle_theme", "t", "t", "Theme", "Switch to the next Pulse theme (all themes: palette → Change theme)", "View"),
     ActionSpec("command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False),
-    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View"),
+    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View", footer=False),
     ActionSpec("toggle_follow", "f", "f", "Follow", "Pause or resume following the end of the log", "Log"),
     ActionSpec("next_problem", "n,right_square_bracket", "n", "Next problem", "Jump to the next OOM / NaN / traceback / NCCL / CUDA / killed line", "Log"),
     ActionSpec("previous_problem", "N,left_square_bracket", "N", "Prev problem", "Jump to the previous problem line", "Log", footer=False),
