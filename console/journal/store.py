@@ -55,6 +55,8 @@ BUSY_TIMEOUT_MS = 5000
 MAX_AGE_S = 30 * 86400.0
 MAX_BYTES = 64 * 1024 * 1024
 PRUNE_EVERY_S = 600.0
+#: Entries held while commits fail; past it new ones are dropped (and counted), memory stays bounded.
+MAX_QUEUED = 100_000
 #: Values kept per open minute and metric for its median (a log printing faster is sampled).
 MINUTE_VALUES = 6000
 
@@ -178,6 +180,8 @@ class Journal:
         """Rows inserted or updated so far (for the figures in scripts/bench_journal.py)."""
         self.commits = 0
         """Transactions committed so far (each flush with something to write is one)."""
+        self.dropped = 0
+        """Entries dropped because MAX_QUEUED were waiting for a file that would not take them."""
         self._conn = _connect(self.path)
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
@@ -196,6 +200,9 @@ class Journal:
         """Queue an entry (committed within flush_s by the writer thread)."""
         row = (self.clock() if at is None else at, kind, text, json.dumps(data or {}, default=str, ensure_ascii=False))
         with self._pending_lock:
+            if len(self._entries) >= MAX_QUEUED:
+                self.dropped += 1  # the file has refused commits for a long while (disk full, held lock)
+                return
             self._entries.append(row)
 
     def add_values(self, metric: str, values: Iterable[tuple[float, float]]) -> None:
@@ -301,9 +308,13 @@ class Journal:
             self._lease_until = 0.0  # ask again next flush: the holder may have gone
 
     def take_lease(self) -> bool:
-        """Try for the lease now (at start, so the first observations are not dropped)."""
+        """Try for the lease now (at start, so the first observations are not dropped); a file
+        locked past the busy timeout leaves it to the next flush."""
         with self._db_lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error:
+                return False
             try:
                 self._renew_lease(self._conn, self.clock(), False)
                 self._conn.execute("COMMIT")
