@@ -19,13 +19,16 @@ def console(config, state: RunState, path, **kwargs) -> PulseApp:
     return app
 
 
-async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(tmp_path):
-    config = make_config()
-    path = tmp_path / "run.sqlite3"
+def hung_run_console(path) -> tuple[PulseApp, RunState]:
+    """A console on an empty state, and the state of a hung run (its lines, samples) to feed it."""
     clock = FakeClock()
-    seen = build_state("hang", clock)
-    state = RunState(clock=clock)
-    first = console(config, state, path, clock=clock)
+    return console(make_config(), RunState(clock=clock), path, clock=clock), build_state("hang", clock)
+
+
+async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(tmp_path):
+    path = tmp_path / "run.sqlite3"
+    first, seen = hung_run_console(path)
+    state = first.state
     async with first.run_test(size=SIZE) as pilot:
         # What a monitor would have fed it since the console opened.
         state.add_lines(seen.lines)
@@ -46,7 +49,7 @@ async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(
     assert problems and all(p.data["problem"] for p in problems)
     assert minutes and min(m.min for m in minutes) == min(seen_rates) and max(m.max for m in minutes) == max(seen_rates)
 
-    second = console(config, RunState(), path)  # nothing sampled yet: all it shows comes from the journal
+    second = console(first.config, RunState(), path)  # nothing sampled yet: all it shows comes from the journal
     async with second.run_test(size=SIZE) as pilot:
         assert second.verdict.name == "hung"
         assert second.throughput_view().rates == tuple(m.median for m in minutes)
@@ -59,14 +62,9 @@ async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_th
 
     from console.ui.timeline_screen import TimelinePlot, TimelineScreen
 
-    config = make_config()
-    path = tmp_path / "run.sqlite3"
-    clock = FakeClock()
-    seen = build_state("hang", clock)
-    state = RunState(clock=clock)
-    app = console(config, state, path, clock=clock)
+    app, seen = hung_run_console(tmp_path / "run.sqlite3")
     async with app.run_test(size=SIZE) as pilot:
-        state.add_lines(seen.lines)
+        app.state.add_lines(seen.lines)
         app.watch.observe()
         app.flush_log()
         app.watch.journal.flush()
