@@ -169,7 +169,8 @@ def restore(state: RunState, journal: Journal, *, since_s: float, wall: Callable
     since = now_wall - since_s
     for minute in journal.minutes(since):
         if minute.metric in state.series:
-            state.series[minute.metric].append(Point(now - (now_wall - (minute.minute * 60 + 30)), minute.median))
+            middle = min(minute.minute * 60 + 30, now_wall)  # the open minute's middle may be ahead
+            state.series[minute.metric].append(Point(now - (now_wall - middle), minute.median))
     last = None
     for entry in journal.entries(since, kinds=("verdict",)):
         state.events.append(Event(now - (now_wall - entry.time), "verdict", entry.text, {"from_journal": True}))
