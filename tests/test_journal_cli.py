@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -41,21 +42,34 @@ def env(tmp_path) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")}
 
 
-def test_watch_journals_a_slow_run_alerts_once_and_stops_cleanly_on_sigterm(tmp_path, pid_namespace, env):
-    tag = f"pulse-watch-{os.getpid()}"
-    alert = tmp_path / "alert.json"
-    config = write_config(tmp_path, tag, command=f"cat > {alert}")
-    inside = [str(PCT), "exec", pid_namespace.id, "--"]
+def start_watch(tmp_path: Path, namespace, env: dict, config: Path, tag: str) -> tuple[subprocess.Popen, int]:
+    """A slow run (5,000 tok/s against 14,200) and `pulse watch` on it, both inside `namespace`;
+    (the watch's launcher, the watch's PID on this side)."""
+    inside = [str(PCT), "exec", namespace.id, "--"]
     with open(tmp_path / "train.log", "w") as log:
         subprocess.Popen([*inside, sys.executable, "-u", str(HEALTHY), "--tok-s", "5000", "--interval", "0.2", "--tag", tag],
                          stdout=log, stderr=subprocess.STDOUT)
     launcher = subprocess.Popen([*inside, "env", f"XDG_STATE_HOME={env['XDG_STATE_HOME']}", f"PYTHONPATH={ROOT}",
                                  sys.executable, "-m", "console.cli", "watch", str(config)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while not (alert.exists() and alert.stat().st_size) and time.monotonic() < deadline and launcher.poll() is None:
+    deadline = time.monotonic() + 30
+    while not Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return launcher, int(Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()[0])
+
+
+def wait_until(done, limit_s: float = 90) -> None:
+    deadline = time.monotonic() + limit_s
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.2)
-    watch_pid = int(Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()[0])
+
+
+def test_watch_journals_a_slow_run_alerts_once_and_stops_cleanly_on_sigterm(tmp_path, pid_namespace, env):
+    tag = f"pulse-watch-{os.getpid()}"
+    alert = tmp_path / "alert.json"
+    config = write_config(tmp_path, tag, command=f"cat > {alert}")
+    launcher, watch_pid = start_watch(tmp_path, pid_namespace, env, config, tag)
+    wait_until(lambda: alert.exists() and alert.stat().st_size or launcher.poll() is not None)
     os.kill(watch_pid, signal.SIGTERM)  # the watch nsenter started: ours, inside the namespace
     out, err = launcher.communicate(timeout=60)
 
@@ -75,6 +89,41 @@ def test_watch_journals_a_slow_run_alerts_once_and_stops_cleanly_on_sigterm(tmp_
     assert report.returncode == 0
     assert report.stdout.startswith("# Pulse report: train on this machine")
     assert "## Last problem verdict: slow" in report.stdout
+
+
+def test_watch_killed_mid_run_leaves_a_journal_that_reads_back(tmp_path, pid_namespace, env):
+    tag = f"pulse-watch-kill-{os.getpid()}"
+    config = write_config(tmp_path, tag)
+    launcher, watch_pid = start_watch(tmp_path, pid_namespace, env, config, tag)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_STATE_HOME", env["XDG_STATE_HOME"])
+        path = journal_path(load_config(config))
+
+    def committed() -> bool:
+        """A verdict is in the file (not just printed: the print comes before the commit)."""
+        if not path.exists():
+            return False
+        conn = sqlite3.connect(path)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM entries WHERE kind = 'verdict'").fetchone()[0] > 0
+        except sqlite3.OperationalError:  # the watch has not made its tables yet
+            return False
+        finally:
+            conn.close()
+
+    wait_until(lambda: committed() or launcher.poll() is not None)
+    os.kill(watch_pid, signal.SIGKILL)  # no clean-up at all: what was committed must stay
+    launcher.wait(timeout=30)
+
+    shown = pulse("journal", str(config), "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    history = json.loads(shown.stdout)
+    kinds = [e["kind"] for e in history["entries"]]
+    assert kinds[0] == "watch" and "verdict" in kinds and kinds.count("watch") == 1  # started, never stopped
+    assert any(m["metric"] == "tokens_per_s" for m in history["minutes"])
+    conn = sqlite3.connect(history["journal"])
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
 
 
 def fast_forward_journal(path: Path, hours: int) -> None:
