@@ -2,7 +2,8 @@
 
 --mode healthy       trains on; tqdm's bar and the logged dicts go wherever stdout/stderr go.
 --mode worker_hang   with --workers 2, every DataLoader worker blocks forever in
-                     Dataset.__getitem__ once the wall clock passes $HANG_AT (unix seconds).
+                     Dataset.__getitem__ once the wall clock passes $HANG_AT (unix seconds);
+                     under torchrun, --hang-rank N limits that to the workers of rank N.
 --mode nan           an inf is written into the final layer norm at step 300: the loss turns NaN.
                      --nan-filter keeps the Trainer's default logging_nan_inf_filter (the logged
                      loss stays finite, grad_norm shows the NaN); without it the loss logs as nan.
@@ -23,8 +24,10 @@ parser.add_argument("--mode", choices=("healthy", "worker_hang", "nan", "oom"), 
 parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--nan-filter", action="store_true")
 parser.add_argument("--fault-step", type=int, default=300)
+parser.add_argument("--hang-rank", type=int, default=-1, help="only this rank's workers hang (-1: every rank's)")
 cli = parser.parse_args()
 HANG_AT = float(os.environ.get("HANG_AT", "0"))
+HANGS_HERE = cli.hang_rank < 0 or int(os.environ.get("RANK", "0")) == cli.hang_rank
 
 
 class RandomTokens(Dataset):
@@ -58,7 +61,7 @@ class OomTrainer(Trainer):
 
 config = GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=2048, n_positions=128)
 model = GPT2LMHeadModel(config)
-dataset = RandomTokens(200_000, 128, config.vocab_size, HANG_AT if cli.mode == "worker_hang" else 0.0)
+dataset = RandomTokens(200_000, 128, config.vocab_size, HANG_AT if cli.mode == "worker_hang" and HANGS_HERE else 0.0)
 training = TrainingArguments(
     output_dir=f"/tmp/hf_trainer_{cli.mode}_{os.getpid()}",
     max_steps=100_000,
