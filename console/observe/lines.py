@@ -57,8 +57,9 @@ _KIND_RULES = (
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating"
         # Triton's autotuner: a kernel that asks for more shared memory than the GPU has
         r"|out of resource: shared memory|defaultcpuallocator: can't allocate memory"
-        # the kernel's OOM killer also says "out of memory": that is a kill, below
-        r"|(?<!avoid )(?<!prevent )\bout of memory\b(?!: killed process)",
+        # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
+        # allocator says it when a retry may still succeed ("this is not a failure"): a warning
+        r"|(?<!avoid )(?<!prevent )\bout of memory\b(?!: killed process)(?!.{0,300}?not a failure)",
         lower=True,
     ),
     _KindRule(
@@ -97,12 +98,12 @@ _KIND_RULES = (
     ),
     _KindRule(
         LineKind.KILLED,
-        ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "core dumped", "aborted",
-         "oom_reaper", "已杀死"),
+        ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
+         "aborted", "oom_reaper", "已杀死"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
-        r"|\bKilling (?:subprocess|process)\b|OOMKilled|Segmentation fault|\(core dumped\)|^Aborted\b|已杀死",
+        r"|\bKilling (?:subprocess|process)\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)|^Aborted\b|已杀死",
         lower=False,
     ),
     _KindRule(
@@ -115,7 +116,7 @@ _KIND_RULES = (
     _KindRule(
         LineKind.WARNING,
         ("warn", "[w", "w0", "w1", "overflow", ": w "),  # w0, w1: glog's `W1023 10:15:43.123 ...`
-        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|^[\d-]+ [\d:.]+: W "
+        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|\d: W [\w/.-]+:\d+\]"  # ...: TensorFlow's `<time>: W path.cc:12]`
         # fp16 loss scaling skipped a step and halved the scale: routine early in training
         r"|OVERFLOW!|[Gg]radient overflow",
         lower=False,
