@@ -68,7 +68,7 @@ _KIND_RULES = (
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
         r"|illegal instruction|cublas_status_(?!success)\w+|cudnn_status_(?!success)\w+|\bxid\b|fallen off the bus"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
-        r"|thcudacheck fail|exception raised from c10_cuda_check"
+        r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
         # the driver's kernel log: an adapter that fails to start or stops answering
         r"|\bnvrm: .{0,120}?(?:\bfail|cannot|not responding)",
         lower=True,
@@ -99,24 +99,30 @@ _KIND_RULES = (
     _KindRule(
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
-         "aborted", "oom_reaper", "已杀死"),
+         "aborted", "oom_reaper", "sh: ", "已杀死"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
-        r"|\bKilling (?:subprocess|process)\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)|^Aborted\b|已杀死",
+        r"|\bKilling (?:subprocess|process)\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
+        # the shell's report of a job that a signal ended ("已杀死" is "Killed" in a zh_CN locale)
+        r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死",
         lower=False,
     ),
     _KindRule(
         LineKind.TRACEBACK,
         ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python"),
-        r"Traceback \(most recent call last\)|Exception in thread\b|^terminate called\b|Fatal Python error"
-        r"|^[\s>]*(?:\[(?:default|rank)\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Failed)(?::|$)",
+        r"Traceback \(most recent call last\)|Exception in thread\b|\bterminate called (?:after|without)\b"
+        r"|Fatal Python error"
+        # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog time
+        r"|^[\s>]*(?:[A-Z][a-z]{2} +\d+ [\d:]+ +)?(?:\[(?:default|rank)\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
+        r"(?:Error|Exception|Interrupt|Failed)(?::|$)",
         lower=False,
     ),
     _KindRule(
         LineKind.WARNING,
         ("warn", "[w", "w0", "w1", "overflow", ": w "),  # w0, w1: glog's `W1023 10:15:43.123 ...`
-        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|\d: W [\w/.-]+:\d+\]"  # ...: TensorFlow's `<time>: W path.cc:12]`
+        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d"
+        r"|\d: W [\w/.-]+:\d+\]"  # TensorFlow's `<time>: W path.cc:12]`
         # fp16 loss scaling skipped a step and halved the scale: routine early in training
         r"|OVERFLOW!|[Gg]radient overflow",
         lower=False,
