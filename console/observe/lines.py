@@ -58,8 +58,9 @@ _KIND_RULES = (
         # Triton's autotuner: a kernel that asks for more shared memory than the GPU has
         r"|out of resource: shared memory|defaultcpuallocator: can't allocate memory"
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
-        # allocator says it when a retry may still succeed ("this is not a failure"): a warning
-        r"|(?<!avoid )(?<!prevent )\bout of memory\b(?!: killed process)(?!.{0,300}?not a failure)",
+        # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
+        # advice names it too ("to avoid out of memory", "address the out of memory issue")
+        r"|(?<!avoid )(?<!prevent )(?<!the )\bout of memory\b(?!: killed process)(?!.{0,300}?not a failure)",
         lower=True,
     ),
     _KindRule(
@@ -103,7 +104,7 @@ _KIND_RULES = (
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
-        r"|\bKilling (?:subprocess|process)\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
+        r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
         # the shell's report of a job that a signal ended ("已杀死" is "Killed" in a zh_CN locale)
         r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死",
         lower=False,
