@@ -103,7 +103,7 @@ _KIND_RULES = (
          "aborted", "oom_reaper", "sh: ", "已杀死"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
-        r"|(?:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
+        r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
         r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
         # the shell's report of a job that a signal ended ("已杀死" is "Killed" in a zh_CN locale)
         r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死",
@@ -116,7 +116,7 @@ _KIND_RULES = (
         r"|Fatal Python error"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog time
         r"|^[\s>]*(?:[A-Z][a-z]{2} +\d+ [\d:]+ +)?(?:\[(?:default|rank)\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
-        r"(?:Error|Exception|Interrupt|Failed)(?::|$)",
+        r"(?:Error|Exception|Interrupt|Failed)(?: \(see above for traceback\))?(?::|$)",  # TF1 points up
         lower=False,
     ),
     _KindRule(
