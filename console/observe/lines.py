@@ -52,9 +52,9 @@ _KIND_RULES = (
         # each alternative below holds one of these, so the gate skips nothing the regex finds;
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
-         "oom when allocating", "can't allocate memory"),
+         "oom when allocating", "can't allocate memory", "error_outofmemory"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
-        r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating"
+        r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         # Triton's autotuner: a kernel that asks for more shared memory than the GPU has
         r"|out of resource: shared memory|defaultcpuallocator: can't allocate memory"
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
