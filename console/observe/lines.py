@@ -55,8 +55,9 @@ _KIND_RULES = (
          "oom when allocating", "can't allocate memory", "error_outofmemory"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
-        # Triton's autotuner: a kernel that asks for more shared memory than the GPU has
-        r"|out of resource: shared memory|defaultcpuallocator: can't allocate memory"
+        # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
+        # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
+        r"|outofresources: out of resource|defaultcpuallocator: can't allocate memory"
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
         # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
         # advice names it too ("to avoid out of memory", "address the out of memory issue")
@@ -113,7 +114,7 @@ _KIND_RULES = (
         LineKind.TRACEBACK,
         ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python"),
         r"Traceback \(most recent call last\)|Exception in thread\b|\bterminate called (?:after|without)\b"
-        r"|Fatal Python error"
+        r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog time
         r"|^[\s>]*(?:[A-Z][a-z]{2} +\d+ [\d:]+ +)?(?:\[(?:default|rank)\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
         r"(?:Error|Exception|Interrupt|Failed)(?: \(see above for traceback\))?(?::|$)",  # TF1 points up
