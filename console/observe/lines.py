@@ -105,7 +105,8 @@ _KIND_RULES = (
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
-        r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
+        r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled"
+        r"|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
         # the shell's report of a job that a signal ended ("已杀死" is "Killed" in a zh_CN locale)
         r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死",
         lower=False,
@@ -115,16 +116,17 @@ _KIND_RULES = (
         ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python"),
         r"Traceback \(most recent call last\)|Exception in thread\b|\bterminate called (?:after|without)\b"
         r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
-        # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog time
+        # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
+        # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
         r"|^[\s>]*(?:[A-Z][a-z]{2} +\d+ [\d:]+ +)?(?:\[(?:default|rank)\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
-        r"(?:Error|Exception|Interrupt|Failed)(?: \(see above for traceback\))?(?::|$)",  # TF1 points up
+        r"(?:Error|Exception|Interrupt|Failed)(?: \(see above for traceback\))?(?::|$)",
         lower=False,
     ),
     _KindRule(
         LineKind.WARNING,
         ("warn", "[w", "w0", "w1", "overflow", ": w "),  # w0, w1: glog's `W1023 10:15:43.123 ...`
-        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d"
-        r"|\d: W [\w/.-]+:\d+\]"  # TensorFlow's `<time>: W path.cc:12]`
+        # TensorFlow's C++ log writes `<time>: W path.cc:12] ...`
+        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|\d: W [\w/.-]+:\d+\]"
         # fp16 loss scaling skipped a step and halved the scale: routine early in training
         r"|OVERFLOW!|[Gg]radient overflow",
         lower=False,
