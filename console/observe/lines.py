@@ -52,27 +52,33 @@ _KIND_RULES = (
         # each alternative below holds one of these, so the gate skips nothing the regex finds;
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
-         "oom when allocating", "can't allocate memory", "error_outofmemory"),
+         "oom when allocating", "defaultcpuallocator", "error_outofmemory"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
-        r"|outofresources: out of resource|defaultcpuallocator: can't allocate memory"
+        r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
         # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
-        # advice names it too ("to avoid out of memory", "address the out of memory issue")
-        r"|(?<!avoid )(?<!prevent )(?<!the )\bout of memory\b(?!: killed process)(?!.{0,300}?not a failure)",
+        # advice and forecasts name it too ("to avoid out of memory", "the out of memory issue", "running out of")
+        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )\bout of memory\b"
+        r"(?!: killed process)(?!.{0,300}?not a failure)",
         lower=True,
     ),
     _KindRule(
         LineKind.CUDA_ERROR,
-        ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image"),
+        ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image",
+         "nvidia driver"),
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
         r"|illegal instruction|cublas_status_(?!success)\w+|cudnn_status_(?!success)\w+|\bxid\b|fallen off the bus"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
         r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
-        # the driver's kernel log: an adapter that fails to start or stops answering
-        r"|\bnvrm: .{0,120}?(?:\bfail|cannot|not responding)",
+        # no usable GPU: a driver too old, missing or failing to start
+        r"|cuda driver (?:version is insufficient|initialization failed)|no cuda gpus are available"
+        r"|found no nvidia driver|nvidia driver on your system is too old"
+        # the driver's kernel log: an adapter that fails to start or stops answering (atomic: only the
+        # first "nvrm: " is tried, so a line full of them stays linear)
+        r"|\A(?>.*?\bnvrm: ).{0,120}?(?:\bfail|cannot|not responding)",
         lower=True,
     ),
     _KindRule(
@@ -92,7 +98,7 @@ _KIND_RULES = (
         rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?{_NONFINITE}|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite)?)\b"
-        r"|(?<![\w])(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
+        r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
         # fp16 loss scaling gave up: every step overflowed down to the smallest scale (fatal, unlike one skip)
         r"|minimum loss scale reached|loss scale already at minimum",
         lower=True,
@@ -101,14 +107,16 @@ _KIND_RULES = (
     _KindRule(
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
-         "aborted", "oom_reaper", "sh: ", "已杀死"),
+         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
         r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled"
         r"|[Ss]egmentation fault|\b[Bb]us error\b|\(core dumped\)"
         # the shell's report of a job that a signal ended ("已杀死" is "Killed" in a zh_CN locale)
-        r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死",
+        r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死"
+        # Slurm ending a job or step (time limit, preemption, scancel)
+        r"|\*\*\* (?:JOB|STEP) [\d.]+ (?:ON \S+ )?CANCELLED AT\b",
         lower=False,
     ),
     _KindRule(
