@@ -155,7 +155,8 @@ def test_nanogpt_log() -> None:
 
 def test_deepspeed_log() -> None:
     lines = read_lines(LOGS / "deepspeed.log")
-    assert kinds(LOGS / "deepspeed.log") == ["normal", "warning", "normal", "normal", "normal", "normal", "killed", "killed"]
+    # the OVERFLOW line skips one step: a warning, not a problem
+    assert kinds(LOGS / "deepspeed.log") == ["normal", "warning", "warning", "normal", "normal", "normal", "killed", "killed"]
     assert metrics(lines[2]) == {}  # OVERFLOW ... Attempted loss scale: a loss scale, not a loss
     assert metrics(lines[3]) == {"step": 10}
     assert metrics(lines[4]) == {"samples_per_s": pytest.approx(25.704280480541442), "step": 10}
