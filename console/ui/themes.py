@@ -22,6 +22,7 @@ from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from console import paths
+from console.crash import report_crash
 from console.model import LineKind
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
@@ -180,15 +181,20 @@ class ThemedApp(App[int]):
 
 
 def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
-    """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme."""
+    """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme,
+    EXIT_CRASH (the traceback saved) when the app crashed."""
     try:
         themes = load_themes()
         theme = choose_theme(getattr(args, "theme", None), themes)
     except ThemeError as exc:
         print(f"pulse: {exc}", file=sys.stderr)
         return 2
-    result = make_app(theme, themes).run()
-    return result if isinstance(result, int) else 0
+    app = make_app(theme, themes)
+    result = app.run()
+    # Textual keeps an unhandled exception here, prints it and returns as if the user had quit.
+    if app._exception is not None:
+        return report_crash(app._exception)
+    return result if isinstance(result, int) else app.return_code or 0
 
 
 def _table(data: dict, key: str, fail) -> dict:
