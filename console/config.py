@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from console.paths import audit_log_path
 from console.remote.shell import Container
 
 
@@ -118,7 +119,7 @@ class CustomAction:
     description: str = ""
 
 
-DEFAULT_AUDIT_LOG = "~/.local/state/pulse/audit.jsonl"
+DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
 
 
 @dataclass(frozen=True, slots=True)
