@@ -1,4 +1,5 @@
-"""Theme files: TOML shipped in the package (the repository's themes/) and in ~/.config/pulse/themes/, turned into Textual themes.
+"""Theme files turned into Textual themes: TOML shipped in the package (the repository's themes/)
+and the operator's own in ~/.config/pulse/themes/.
 
 A theme file has three tables: `[colors]` (Textual's base colours), `[lines]` (one colour
 per kind of log line, exposed to CSS as `$line-oom`, `$line-nan`, ...) and `[thresholds]`
