@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pulse: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _dispatch(command, args)
+        status = _dispatch(command, args)
+        sys.stdout.flush()  # a reader gone by now shows here, not in the interpreter's last flush
+        return status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -125,15 +125,16 @@ def test_completion_covers_every_command():
     assert list(commands.choices) == list(COMMANDS)
 
 
-def test_a_closed_pipe_ends_quietly(tmp_path):
+@pytest.mark.parametrize(
+    "argv", [["check", "--log", "train.log", "--match", "no-such-run-[0-9a-f]{12}"], ["classify", "train.log"]], ids=lambda a: a[0]
+)
+def test_a_closed_pipe_ends_quietly(tmp_path, argv):
     """`pulse check … | head` once head has gone: no BrokenPipeError traceback, SIGPIPE's status."""
-    log = tmp_path / "train.log"
-    log.write_text("step 1 tokens/s: 1000.0\n")
+    (tmp_path / "train.log").write_text("step 1 tokens/s: 1000.0\n")
     reader, writer = os.pipe()
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(tmp_path / "state")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "check", "--log", str(log), "--match", "no-such-run-[0-9a-f]{12}"],
-        stdout=writer, stderr=subprocess.PIPE, env=env, cwd=tmp_path,
+        [sys.executable, "-m", "console.cli", *argv], stdout=writer, stderr=subprocess.PIPE, env=env, cwd=tmp_path
     )
     os.close(writer)
     os.close(reader)  # the reader leaves before pulse writes a line
