@@ -170,3 +170,13 @@ def test_an_operators_theme_in_the_config_folder_is_loaded(xdg):
     themes = load_themes()
     assert themes["mine"].path == paths.user_themes_dir() / "mine.toml"
     assert "pulse-dark" in themes
+
+
+def test_a_local_run_uses_the_py_spy_installed_with_pulse_when_none_is_on_path(tmp_path, monkeypatch):
+    installed = Path(sys.executable).with_name("py-spy")
+    if not installed.is_file():
+        pytest.skip("py-spy is not installed next to this Python (scripts/setup)")
+    monkeypatch.setenv("PATH", str(tmp_path))  # as under pipx: only `pulse` on PATH
+    assert load_from_args(argparse.Namespace(config=None)).target.py_spy == str(installed)
+    remote = argparse.Namespace(config=None, host="gpu-box")
+    assert load_from_args(remote).target.py_spy == "py-spy"  # the target's own, looked up there
