@@ -2,28 +2,40 @@
 
 The plan is pure data: which processes (found by the sampling agent's selection, never by
 a second pattern match), their process groups and start times, the GPU memory each holds,
-and the exact launch command line. Executing it:
+and the exact launch command line. It guards the operator: a plan whose targets include
+PID 1, Pulse or its ancestors (on the target: the shell chain that runs Pulse's commands),
+a program Pulse runs, sshd or a login shell, whose match selects everything (it matches the
+empty string), whose pidfile is not a regular file or holds no usable PID, or whose match
+found several unrelated process trees the operator did not choose between, is refused
+(PlanRefused, with what was found); --force does not override it. Executing it:
 
-1. stop: SIGTERM to each planned process group (only a group whose leader is a planned
-   process; any other planned process alone), each PID re-verified by its start time right
-   before the signal so a reused PID is never hit; SIGKILL what is left after the grace.
-   A process in D state (stuck in the kernel) or a zombie is reported, not waited on.
+1. stop: SIGTERM to each planned process group (only a group whose leader is planned, whose
+   every member is planned, and that holds neither Pulse nor an ancestor of it; any other
+   planned process alone), each PID re-verified by its start time right before the signal
+   so a reused PID is never hit; SIGKILL what is left after the grace. A process in D state
+   (stuck in the kernel) or a zombie is reported, not waited on.
 2. gpu: wait until the old PIDs no longer hold GPU memory; refuse to launch if they still
    do after the timeout, unless forced.
-3. launch: a command of its own (never the same shell line as the stop), in a new session,
+3. alive: no process of the run, by match or by pidfile, may be left; else nothing is launched.
+4. launch: a command of its own (never the same shell line as the stop), in a new session,
    stdout and stderr appended to a fresh log, PID written to the pidfile. If the link drops
    here the launch state is unknown: it is checked, and never retried.
-4. verify: the new PID is alive after a few seconds and its log grows.
+5. verify: the new PID (or, when the launch daemonized, new processes matching the run) is
+   alive after a few seconds and the log grows; a failed verify shows the log's last lines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
+import os
 import re
 import shlex
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from console.actions.audit import (
     ActionRefused,
@@ -36,8 +48,11 @@ from console.actions.audit import (
 )
 from console.actions.custom import env_assignments, fill_placeholders, shell_path
 from console.config import Config
-from console.model import Sample
+from console.model import ProcessReading, Sample
+from console.observe.agent import PULSE_PROGRAM_MARK, SHELLS
+from console.observe.follow import log_pattern
 from console.observe.sampler import sample_once
+from console.observe.textsafe import sanitize
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
@@ -56,6 +71,40 @@ sig() { local line f
   if kill -$1 -- $4 2>/dev/null; then echo "$2 sent"; else echo "$2 gone"; fi
 }
 """
+
+#: Bash functions the plan runs on the target (see _Probe). `who KIND PID…` prints
+#: `KIND PID STATE PPID PGID SID START PULSE COMM ARGV` (argv words joined by \x01, at most
+#: 512 bytes, newlines made '?'); `chain` lists the probing shell and its ancestors;
+#: `members PGID…` prints `member PID PGID` for every process in those groups; `pidfile PATH`
+#: reads at most 64 bytes of a regular file and never opens anything else.
+_PLAN_FUNCTIONS = r"""
+who() { local kind=$1 pid line f comm argv mark; shift; for pid in "$@"; do
+  { read -r line < /proc/$pid/stat; } 2>/dev/null || continue
+  read -r -a f <<< "${line##*) }"
+  comm=${line#*(}; comm=${comm%)*}
+  argv=$(head -c 512 /proc/$pid/cmdline 2>/dev/null | tr '\000\n\r' '\001??')
+  mark=-; grep -qaF -- "$MARK" /proc/$pid/cmdline 2>/dev/null && mark=pulse
+  echo "$kind $pid ${f[0]} ${f[1]} ${f[2]} ${f[3]} ${f[19]} $mark ${comm//[^[:alnum:]._-]/_} $argv"
+done; }
+chain() { local pid=$$ line f; while [ "${pid:-0}" -gt 0 ] 2>/dev/null; do echo "$pid"
+  { read -r line < /proc/$pid/stat; } 2>/dev/null || break
+  read -r -a f <<< "${line##*) }"; pid=${f[1]}
+done; }
+members() { local g line f stat; declare -A want; for g in "$@"; do want[$g]=1; done
+  for stat in /proc/[0-9]*/stat; do { read -r line < "$stat"; } 2>/dev/null || continue
+    read -r -a f <<< "${line##*) }"; [ -n "${want[${f[2]}]}" ] && echo "member ${line%% *} ${f[2]}"
+  done; return 0; }
+pidfile() { local text
+  if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "pidfile missing"; return; fi
+  if [ ! -f "$1" ]; then echo "pidfile notregular"; return; fi
+  text=$(timeout 5 head -c 64 -- "$1" | tr -c '[:print:]' ' ')
+  echo "pidfile text $text"
+  [[ $text =~ ^\ *([0-9]{1,9})\ *$ ]] && who named "${BASH_REMATCH[1]}"
+  return 0; }
+"""
+
+#: Programs that are never a run's process: killing them cuts the operator off.
+_SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
 
 PROBE_TIMEOUT_S = 15.0
 
@@ -103,6 +152,12 @@ class RestartPlan:
     """False when the target gave no GPU readings: memory release cannot be checked."""
     notes: tuple[str, ...] = ()
     """What the operator should know before confirming (e.g. GPU PIDs are host PIDs)."""
+    trees: tuple[str, ...] = ()
+    """One line per unrelated process tree the match found (when it found more than one)."""
+    left_alone: tuple[int, ...] = ()
+    """Matching processes the operator chose not to stop (the other trees when --root names one)."""
+    refusals: tuple[str, ...] = ()
+    """Why this plan must not run; a plan with refusals is never executed, --force or not."""
 
     def as_json(self) -> dict:
         return {
@@ -122,6 +177,9 @@ class RestartPlan:
             "grace_s": self.grace_s,
             "gpus_read": self.gpus_read,
             "notes": list(self.notes),
+            "trees": list(self.trees),
+            "left_alone": list(self.left_alone),
+            "refusals": list(self.refusals),
         }
 
     def describe(self) -> list[str]:
@@ -135,6 +193,11 @@ class RestartPlan:
             lines.append("  signals to: " + " ".join(s.dest for s in self.signals))
         else:
             lines.append("stop: no run process found; nothing to stop")
+        if self.trees:
+            lines.append(f"the match found {len(self.trees)} unrelated process trees:")
+            lines += [f"  {tree}" for tree in self.trees]
+        if self.left_alone:
+            lines.append("left alone (not the run, as chosen): " + " ".join(map(str, self.left_alone)))
         if self.held_gpu_pids:
             lines.append("wait until GPU memory of PIDs " + " ".join(map(str, self.held_gpu_pids)) + " is released")
         lines.append(f"launch: {self.launch}")
@@ -144,7 +207,120 @@ class RestartPlan:
         if self.pidfile:
             lines.append(f"  pid -> {self.pidfile}")
         lines += [f"note: {note}" for note in self.notes]
+        lines += [f"REFUSED: {why}" for why in self.refusals]
         return lines
+
+
+class PlanRefused(ActionRefused):
+    """A plan the guards refuse: the message gives the reasons, `lines` the plan that shows them."""
+
+    def __init__(self, plan: RestartPlan) -> None:
+        super().__init__("refused: " + "; ".join(plan.refusals) + " (--force does not override this)")
+        self.lines = plan.describe()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcFacts:
+    """One process on the target as the plan's probe read it from /proc."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+    pulse: bool
+    """Its command line carries the mark of a program Pulse runs (its sampling agent)."""
+    comm: str
+    argv: tuple[str, ...]
+
+    def label(self) -> str:
+        return f"PID {self.pid} ({sanitize(' '.join(self.argv) or self.comm, 80)[0]})"
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What the plan learned on the target besides the sample."""
+
+    own: tuple[ProcFacts, ...]
+    """The shell that ran the probe and its ancestors: locally Pulse and its own ancestors,
+    remotely the SSH session's chain (sshd, the session shell)."""
+    procs: dict[int, ProcFacts]
+    group_members: dict[int, tuple[int, ...]]
+    pidfile: str | None
+    """'missing', 'notregular', 'text' or None (no pidfile configured)."""
+    pidfile_text: str = ""
+    named: ProcFacts | None = None
+    """The running process the pidfile names."""
+
+
+def parse_probe(text: str) -> Probe:
+    """A Probe from the _PLAN_FUNCTIONS output; lines of any other shape are ignored."""
+    own, procs, members, named = [], {}, {}, None
+    pidfile, pidfile_text = None, ""
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "pidfile":
+            pidfile, _, pidfile_text = rest.partition(" ")
+            continue
+        words = rest.split(" ", 8)
+        try:
+            if kind == "member" and len(words) == 2:
+                members.setdefault(int(words[1]), []).append(int(words[0]))
+                continue
+            if len(words) < 8:
+                continue
+            pid, ppid, pgid, sid, start = (int(words[i]) for i in (0, 2, 3, 4, 5))
+        except ValueError:
+            continue
+        argv = tuple(words[8].rstrip("\x01").split("\x01")) if len(words) > 8 and words[8] else ()
+        facts = ProcFacts(pid, words[1], ppid, pgid, sid, start, words[6] == "pulse", words[7], argv)
+        if kind == "self":
+            own.append(facts)
+        elif kind == "proc":
+            procs[pid] = facts
+        elif kind == "named":
+            named = facts
+    return Probe(tuple(own), procs, {g: tuple(m) for g, m in members.items()}, pidfile, pidfile_text, named)
+
+
+def is_login_shell(facts: ProcFacts) -> bool:
+    """A shell started as a login shell: argv[0] begins with '-', or -l / --login among its options."""
+    if facts.argv and facts.argv[0].startswith("-"):
+        return True
+    names = {facts.comm, os.path.basename(facts.argv[0]) if facts.argv else ""}
+    if not names & SHELLS:
+        return False
+    for word in facts.argv[1:]:
+        if word == "--login" or (word.startswith("-") and not word.startswith("--") and "l" in word[1:]):
+            return True
+        if not word.startswith("-"):
+            break
+    return False
+
+
+def protected_reason(facts: ProcFacts, own_pids: set[int]) -> str | None:
+    """Why `facts` must never be signalled by a restart; None when nothing forbids it."""
+    if facts.pid == 1:
+        return "PID 1 (the init of the machine or container)"
+    if facts.pid in own_pids:
+        return "Pulse itself or one of its ancestors (the session Pulse acts through)"
+    if facts.pulse:
+        return "a program Pulse runs (its sampling agent)"
+    first = facts.argv[0].split()[0] if facts.argv and facts.argv[0].split() else ""
+    if facts.comm in _SSHD_NAMES or os.path.basename(first).rstrip(":") in _SSHD_NAMES:
+        return "sshd (the operator's way in)"
+    if is_login_shell(facts):
+        return "a login shell (an operator's session)"
+    return None
+
+
+def matches_empty(pattern: str) -> bool:
+    """True when `pattern` matches the empty string, so it would select every process."""
+    try:
+        return re.search(pattern, "") is not None
+    except re.error:
+        return False  # the agent reports the invalid pattern itself
 
 
 def timestamp(at: float) -> str:
@@ -163,14 +339,28 @@ def is_simple_command(command: str) -> bool:
     return "\n" not in command and not any(token and set(token) <= set(";&|()<>") for token in tokens)
 
 
+#: `NAME=value` words in front of a command (quoted values included), as bash reads them.
+_LEADING_ASSIGNMENTS = re.compile(r"""\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")*\s+)*""")
+
+
+def exec_body(launch: str) -> str:
+    """What the launch's bash runs: a simple command replaces the bash (`exec`) so the recorded
+    PID is the run itself; environment assignments in front of it stay in front of `exec`."""
+    if not is_simple_command(launch):
+        return launch
+    assignments = _LEADING_ASSIGNMENTS.match(launch)
+    command = launch[assignments.end():]
+    return f"{launch[:assignments.end()]}exec {command}" if command else launch
+
+
 def launch_script(launch: str, *, cwd: str | None, env: dict[str, str], log: str, pidfile: str | None) -> str:
     """The launch as bash: new session, unbuffered, appended to `log`, PID to `pidfile` and stdout.
 
     Each line is its own command: `cd X && setsid … &` would put the whole `&&` list in a
-    background subshell, and `$!` would then be that subshell, not the run.
+    background subshell, and `$!` would then be that subshell, not the run. The pidfile is
+    written beside it and renamed into place: a FIFO put there since the plan never blocks it.
     """
-    # A simple command replaces the bash so the recorded PID is the run itself.
-    body = f"exec {launch}" if is_simple_command(launch) else launch
+    body = exec_body(launch)
     env_words = env_assignments({"PYTHONUNBUFFERED": "1", **env})
     log_word = shell_path(log)
     lines = []
@@ -179,21 +369,33 @@ def launch_script(launch: str, *, cwd: str | None, env: dict[str, str], log: str
     lines.append(f'mkdir -p -- "$(dirname -- {log_word})" || exit 1')
     lines.append(f"setsid nohup env {env_words} bash -c {quote(body)} </dev/null >>{log_word} 2>&1 &")
     if pidfile:
-        lines.append(f"echo $! > {shell_path(pidfile)}")
+        written = shell_path(pidfile + ".pulse-new")
+        lines.append(f"echo $! > {written} && mv -f -- {written} {shell_path(pidfile)}")
     lines.append("echo $!")
     return "\n".join(lines)
 
 
-def _signal_targets(processes: list[PlannedProcess]) -> list[SignalTarget]:
+def signal_targets(
+    processes: Iterable[PlannedProcess], group_members: dict[int, tuple[int, ...]], own_groups: set[int]
+) -> list[SignalTarget]:
+    """One signal per whole group of planned processes, one per PID for the rest.
+
+    A group is signalled only when its leader is planned, every member is planned, and
+    neither Pulse nor an ancestor of it is in it: otherwise the signal would reach a
+    launcher shell, an operator's session or Pulse itself, so each planned process goes alone.
+    """
     planned = {p.pid: p for p in processes}
+    whole = {
+        pgid
+        for pgid, members in group_members.items()
+        if pgid in planned and pgid not in own_groups and set(members) <= set(planned)
+    }
     targets = []
-    for p in processes:
-        leader = planned.get(p.pgid)
-        if leader is p:
-            targets.append(SignalTarget(p.pid, p.start_ticks, f"-{p.pgid}"))
-        elif leader is None:
-            # Its group is led by something that is not the run (a launcher shell, an operator's
-            # session): signalling the group would hit that too, so this process goes alone.
+    for p in planned.values():
+        if p.pgid in whole:
+            if p.pid == p.pgid:
+                targets.append(SignalTarget(p.pid, p.start_ticks, f"-{p.pgid}"))
+        else:
             targets.append(SignalTarget(p.pid, p.start_ticks, str(p.pid)))
     return targets
 
@@ -211,6 +413,55 @@ async def _proc_info(target: Target, pids: list[int]) -> dict[int, tuple[str, in
     return found
 
 
+async def _probe(target: Target, pids: list[int], pidfile: str | None) -> Probe:
+    """The probing shell's ancestry, the facts of `pids`, their groups' members and the pidfile."""
+    calls = [f"MARK={quote(PULSE_PROGRAM_MARK)}", "who self $(chain)", "who proc " + " ".join(map(str, pids))]
+    calls.append("members " + " ".join(map(str, pids)))
+    if pidfile:
+        calls.append(f"pidfile {shell_path(pidfile)}")
+    result = await target.run(_PLAN_FUNCTIONS + "\n".join(calls), PROBE_TIMEOUT_S, login=False)
+    probe = parse_probe(result.stdout)
+    if not probe.own or (pidfile and probe.pidfile is None):
+        said = (result.stderr or result.stdout).strip().splitlines()
+        raise TargetError(f"the plan's probe gave no answer: {said[-1] if said else f'exit {result.exit_status}'}")
+    return probe
+
+
+def _trees(processes: Iterable[ProcessReading]) -> dict[int, list[ProcessReading]]:
+    """Root PID → the processes of its tree, for the selected processes whose parent is not selected."""
+    by_pid = {p.pid: p for p in processes}
+    trees: dict[int, list[ProcessReading]] = {}
+    for p in by_pid.values():
+        root = p
+        seen = {p.pid}
+        while root.ppid in by_pid and root.ppid not in seen:
+            seen.add(root.ppid)
+            root = by_pid[root.ppid]
+        trees.setdefault(root.pid, []).append(p)
+    return {r: [by_pid[r]] + [p for p in tree if p.pid != r] for r, tree in trees.items()}
+
+
+def _tree_line(tree: list[ProcessReading], gpu_mib: dict[int, int | None], log_glob: str, pidfile_pid: int | None,
+               is_run: bool) -> str:
+    root = tree[0]
+    evidence = _run_evidence(tree, gpu_mib, log_glob, pidfile_pid)
+    marks = "".join(f"; {e}" for e in evidence) + ("  <- the run" if is_run else "")
+    return f"root PID {root.pid} ({root.cmdline[:80]}): {len(tree)} process(es){marks}"
+
+
+def _run_evidence(tree: list[ProcessReading], gpu_mib: dict[int, int | None], log_glob: str,
+                  pidfile_pid: int | None) -> list[str]:
+    """What marks a tree as the run: GPU memory, stdout into the run's log, the pidfile's PID."""
+    evidence = []
+    if any(p.pid in gpu_mib for p in tree):
+        evidence.append("holds GPU memory")
+    if log_glob and any(p.stdout and fnmatchcase(p.stdout, log_glob) for p in tree):
+        evidence.append("writes the run's log")
+    if pidfile_pid is not None and any(p.pid == pidfile_pid for p in tree):
+        evidence.append("named by the pidfile")
+    return evidence
+
+
 def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
     held: dict[int, int | None] = {}
     for gpu in sample.gpus:
@@ -224,11 +475,19 @@ def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
 
 
 async def plan_restart(
-    target: Target, config: Config, *, read_only: bool = False, window_s: float = 0.2
+    target: Target,
+    config: Config,
+    *,
+    read_only: bool = False,
+    window_s: float = 0.2,
+    root: int | None = None,
+    all_roots: bool = False,
 ) -> RestartPlan:
     """Find the run (the agent's selection), read groups, start times and GPU memory; build the launch.
 
-    ActionRefused when the restart cannot be planned as configured.
+    `root` names the run when the match found several unrelated process trees (the others
+    are left alone); `all_roots` says to stop every tree. ActionRefused when the restart
+    cannot be planned as configured; PlanRefused when the guards refuse what was found.
     """
     refuse_if_read_only("restart", read_only)
     run = config.run
@@ -238,23 +497,58 @@ async def plan_restart(
         raise ActionRefused(f"{config.source}: set [run] match or pidfile so restart can find the run to stop")
     if not run.log:
         raise ActionRefused(f"{config.source}: set [run] log: restart appends the new run's output to it")
+    if run.match and matches_empty(run.match):
+        raise ActionRefused(
+            f"refused: [run] match {run.match!r} matches the empty string, so it selects every process;"
+            " match the run's script name (--force does not override this)"
+        )
     try:
         _, sample = await sample_once(target, config, window_s)
+        probe = await _probe(target, [p.pid for p in sample.processes], run.pidfile)
     except TargetError as exc:
         raise ActionRefused(f"cannot read the run's processes: {exc}") from None
     notes = []
     if sample.process_error:
         notes.append(sample.process_error)
-    try:
-        info = await _proc_info(target, [p.pid for p in sample.processes])
-    except TargetError as exc:
-        raise ActionRefused(f"cannot read the run's process groups: {exc}") from None
+    refusals: list[str] = []
     gpu_mib = _gpu_mib_by_pid(sample)
-    processes = [
-        PlannedProcess(p.pid, info[p.pid][1], info[p.pid][2], info[p.pid][0], p.cmdline, gpu_mib.get(p.pid))
-        for p in sample.processes
-        if p.pid in info
-    ]
+    log_glob = log_pattern(run.log)
+    log_glob = "*/" + log_glob[2:] if log_glob.startswith("~/") else log_glob
+    pidfile_pid = probe.named.pid if probe.named is not None else None
+    own_pids = {p.pid for p in probe.own}
+
+    trees = _trees(sample.processes)
+    chosen = dict(trees)
+    tree_lines: list[str] = []
+    if len(trees) > 1 or root is not None:
+        likely = [r for r, tree in trees.items() if _run_evidence(tree, gpu_mib, log_glob, pidfile_pid)]
+        run_root = root if root is not None else (likely[0] if len(likely) == 1 else None)
+        tree_lines = [_tree_line(tree, gpu_mib, log_glob, pidfile_pid, r == run_root) for r, tree in trees.items()]
+        roots = " ".join(map(str, trees))
+        if root is not None and root not in trees:
+            refusals.append(f"--root {root} is not the root of a tree the match found (roots: {roots})")
+        elif root is not None:
+            chosen = {root: trees[root]}
+        elif not all_roots:
+            which = f"PID {run_root} looks like the run" if run_root else "which one is the run cannot be told"
+            refusals.append(
+                f"the match found {len(trees)} unrelated process trees (roots {roots}); {which}:"
+                " name it with --root PID, or pass --all-roots to stop every tree"
+            )
+    kept = {p.pid for tree in chosen.values() for p in tree}
+    left_alone = tuple(sorted(p.pid for p in sample.processes if p.pid not in kept))
+
+    processes = []
+    for p in sample.processes:
+        facts = probe.procs.get(p.pid)
+        if p.pid not in kept or facts is None:
+            continue
+        why = protected_reason(facts, own_pids)
+        if why:
+            refusals.append(f"{facts.label()} is {why}")
+        processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
+    refusals += _pidfile_refusals(run.pidfile, probe, own_pids, notes)
+
     if sample.in_pid_namespace and gpu_mib:
         # The driver lists host PIDs, which never equal the container's: wait for every context seen now.
         held = sorted(gpu_mib)
@@ -270,9 +564,9 @@ async def plan_restart(
     if re.search(r"[*?\[]", log):
         raise ActionRefused(f"{config.source}: [run] log {run.log!r} is a glob; use {{started}} to name each run's log")
     script = launch_script(run.launch, cwd=run.cwd, env=dict(run.env), log=log, pidfile=run.pidfile)
-    return RestartPlan(
+    plan = RestartPlan(
         processes=tuple(processes),
-        signals=tuple(_signal_targets(processes)),
+        signals=tuple(signal_targets(processes, probe.group_members, {p.pgid for p in probe.own})),
         held_gpu_pids=tuple(held),
         launch=run.launch,
         cwd=run.cwd,
@@ -283,7 +577,35 @@ async def plan_restart(
         grace_s=run.grace_s,
         gpus_read=bool(sample.gpus),
         notes=tuple(notes),
+        trees=tuple(tree_lines),
+        left_alone=left_alone,
+        refusals=tuple(refusals),
     )
+    if refusals:
+        raise PlanRefused(plan)
+    return plan
+
+
+def _pidfile_refusals(pidfile: str | None, probe: Probe, own_pids: set[int], notes: list[str]) -> list[str]:
+    """Why the pidfile makes the plan unsafe (a note when it is merely absent or stale)."""
+    if not pidfile:
+        return []
+    if probe.pidfile == "missing":
+        notes.append(f"pidfile {pidfile} does not exist")
+        return []
+    if probe.pidfile == "notregular":
+        return [f"pidfile {pidfile} is not a regular file (a FIFO, device, directory or a link to one):"
+                " reading or writing it could block; point [run] pidfile at a plain file"]
+    text = probe.pidfile_text.strip()
+    if not text.isdigit():
+        held = f"holds {text[:40]!r}" if text else "is empty"
+        return [f"pidfile {pidfile} {held}, not a PID: whether the run is alive cannot be told;"
+                " remove it once no run is alive"]
+    if probe.named is None:
+        notes.append(f"pidfile {pidfile} names PID {int(text)}, which is not running (stale)")
+        return []
+    why = protected_reason(probe.named, own_pids)
+    return [f"pidfile {pidfile} names {probe.named.label()}, which is {why}"] if why else []
 
 
 @dataclass
@@ -403,11 +725,61 @@ async def _log_size(target: Target, log: str) -> int | None:
     return int(result.stdout) if result.ok and result.stdout.strip().isdigit() else None
 
 
+#: How much of the new log a failed verify shows (and the audit keeps).
+LOG_TAIL_LINES = 20
+
+
+def _by_match(config: Config) -> Config:
+    """`config` finding the run by its match alone (the agent lets a pidfile win over the match)."""
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, pidfile=None))
+
+
+async def _run_processes(target: Target, config: Config) -> list[ProcessReading]:
+    """The processes matching the run now (none without a match), zombies left out."""
+    if not config.run.match:
+        return []
+    _, sample = await sample_once(target, _by_match(config), 0.0)
+    return [p for p in sample.processes if p.state not in ("Z", "X")]
+
+
+def _names(processes: Iterable[ProcessReading]) -> str:
+    return ", ".join(f"PID {p.pid} ({p.cmdline[:60]})" for p in processes)
+
+
+async def _still_alive(
+    target: Target, config: Config, plan: RestartPlan, force: bool
+) -> AsyncGenerator[StepEvent, None]:
+    """The check before the launch: no process of the run, by match or by pidfile, may be left."""
+    step = "alive"
+    left_alone = set(plan.left_alone)
+    alive = [p for p in await _run_processes(target, config) if p.pid not in left_alone]
+    named = None
+    if plan.pidfile:
+        probe = await _probe(target, [], plan.pidfile)
+        if probe.pidfile == "notregular":
+            yield StepEvent(step, StepStatus.FAILED, f"pidfile {plan.pidfile} is no longer a regular file; not launching")
+            return
+        named = probe.named if probe.named is not None and probe.named.state not in ("Z", "X") else None
+    described = [_names(alive)] if alive else []
+    if named is not None and named.pid not in {p.pid for p in alive}:
+        described.append(f"{named.label()} named by the pidfile")
+    if not described:
+        yield StepEvent(step, StepStatus.OK, "no process of the run is left")
+        return
+    states = [p.state for p in alive] + ([named.state] if named is not None else [])
+    if force and all(state == "D" for state in states):
+        yield StepEvent(step, StepStatus.WARNING,
+                        f"still there, stuck in D state: {'; '.join(described)}; launching anyway (--force)")
+        return
+    yield StepEvent(step, StepStatus.FAILED, f"still alive: {'; '.join(described)}; not launching a second run",
+                    {"pids": [p.pid for p in alive] + ([named.pid] if named is not None else [])})
+
+
 async def _after_unknown_launch(target: Target, config: Config, plan: RestartPlan) -> StepEvent:
     """What can be learned about a launch whose result never came back (never launches again)."""
     step = "check"
     try:
-        _, sample = await sample_once(target, config, 0.0)
+        _, sample = await sample_once(target, _by_match(config) if config.run.match else config, 0.0)
     except TargetError as exc:
         return StepEvent(step, StepStatus.FAILED, f"cannot check ({exc}); look for the run before launching again")
     old = {p.pid for p in plan.processes}
@@ -420,10 +792,64 @@ async def _after_unknown_launch(target: Target, config: Config, plan: RestartPla
                      "no new run process found yet; the launch may still start: check before launching again")
 
 
+async def _log_tail(target: Target, log: str) -> list[str]:
+    """The log's last lines (from at most its last 16 KiB), made safe for a terminal."""
+    script = f"tail -c 16384 -- {shell_path(log)} 2>/dev/null | tail -n {LOG_TAIL_LINES}"
+    try:
+        result = await target.run(script, PROBE_TIMEOUT_S, login=False)
+    except TargetError:
+        return []
+    return [sanitize(line, 300)[0] for line in result.stdout.splitlines()]
+
+
+async def _verify(
+    target: Target, config: Config, plan: RestartPlan, pid: int, t: _Timing
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    step = "verify"
+    data = {"pid": pid, "log": plan.log, "pidfile": plan.pidfile}
+    yield StepEvent(step, StepStatus.RUNNING, f"checking PID {pid} in {t.verify_after_s:g} s", data)
+    try:
+        size_at_launch = await _log_size(target, plan.log)
+        await asyncio.sleep(t.verify_after_s)
+        info = await _proc_info(target, [pid])
+        size_now = await _log_size(target, plan.log)
+        grew = size_now is not None and size_now > (size_at_launch or 0)
+        gone = info.get(pid, ("gone",))[0] in ("gone", "Z", "X")
+        old = {p.pid for p in plan.processes}
+        # A launch that daemonizes: its first PID exits, the run lives on in new processes.
+        daemons = [p for p in await _run_processes(target, config) if p.pid not in old and p.pid != pid] if gone else []
+    except TargetError as exc:
+        yield StepEvent(step, StepStatus.FAILED, f"cannot check PID {pid}: {exc}", data)
+        return
+    if gone and daemons:
+        data = {**data, "pid": daemons[0].pid, "launcher_pid": pid, "pids": [p.pid for p in daemons]}
+        growth = "log grows" if grew else f"log {plan.log} has not grown yet"
+        yield StepEvent(step, StepStatus.OK, f"launcher PID {pid} exited; the run daemonized: {_names(daemons)} alive, "
+                        f"{growth}; log {plan.log}", data)
+        return
+    if gone:
+        tail = await _log_tail(target, plan.log)
+        for line in tail:
+            yield OutputLine(step, line)
+        data = {**data, "log_tail": tail}
+        if grew:
+            yield StepEvent(step, StepStatus.WARNING,
+                            f"PID {pid} exited but {plan.log} grew: the run may have daemonized under a name"
+                            " [run] match does not find; check before launching again", data)
+        else:
+            yield StepEvent(step, StepStatus.FAILED,
+                            f"PID {pid} exited within {t.verify_after_s:g} s; last lines of {plan.log} above", data)
+        return
+    if not grew:
+        yield StepEvent(step, StepStatus.WARNING,
+                        f"log {plan.log} has not grown in {t.verify_after_s:g} s (slow start or buffered output)", data)
+    yield StepEvent(step, StepStatus.OK, f"new run PID {pid} alive, log {plan.log}", data)
+
+
 async def _restart(
     target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    stopped_ok = gpu_ok = True
+    stopped_ok = gpu_ok = alive_ok = True
     phase = "stop"
     try:
         async for event in _stop(target, plan, t):
@@ -433,12 +859,17 @@ async def _restart(
         async for event in _gpu_release(target, config, plan, t, force):
             gpu_ok = gpu_ok and event.status is not StepStatus.FAILED
             yield event
+        phase = "alive"
+        async for event in _still_alive(target, config, plan, force):
+            alive_ok = alive_ok and event.status is not StepStatus.FAILED
+            yield event
     except TargetError as exc:
         yield StepEvent(phase, StepStatus.FAILED, f"{exc}; nothing launched")
         yield StepEvent("launch", StepStatus.SKIPPED, "not launched: the target could not be checked")
         return
-    if not (stopped_ok or force) or not gpu_ok:
-        why = "old processes still running" if not stopped_ok else "GPU memory still held"
+    if not (stopped_ok or force) or not gpu_ok or not alive_ok:
+        why = ("old processes still running" if not stopped_ok else
+               "GPU memory still held" if not gpu_ok else "a process of the run is still alive")
         yield StepEvent("launch", StepStatus.SKIPPED, f"not launched: {why}")
         return
 
@@ -457,26 +888,17 @@ async def _restart(
         yield StepEvent("launch", StepStatus.FAILED, f"exit {result.exit_status}: {said[-1] if said else 'no output'}")
         return
     pid = int(words[-1])
-    data = {"pid": pid, "log": plan.log, "pidfile": plan.pidfile}
-    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", data)
+    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", {"pid": pid, "log": plan.log,
+                                                                            "pidfile": plan.pidfile})
+    async for event in _verify(target, config, plan, pid, t):
+        yield event
 
-    yield StepEvent("verify", StepStatus.RUNNING, f"checking PID {pid} in {t.verify_after_s:g} s")
-    try:
-        size_at_launch = await _log_size(target, plan.log)
-        await asyncio.sleep(t.verify_after_s)
-        info = await _proc_info(target, [pid])
-        size_now = await _log_size(target, plan.log)
-    except TargetError as exc:
-        yield StepEvent("verify", StepStatus.FAILED, f"cannot check PID {pid}: {exc}", data)
-        return
-    state = info.get(pid, ("gone",))[0]
-    if state in ("gone", "Z", "X"):
-        yield StepEvent("verify", StepStatus.FAILED, f"PID {pid} exited within {t.verify_after_s:g} s; see {plan.log}", data)
-        return
-    if size_now is None or size_now <= (size_at_launch or 0):
-        yield StepEvent("verify", StepStatus.WARNING,
-                        f"log {plan.log} has not grown in {t.verify_after_s:g} s (slow start or buffered output)", data)
-    yield StepEvent("verify", StepStatus.OK, f"new run PID {pid} alive, log {plan.log}", data)
+
+def _checked_seconds(name: str, value: float) -> float:
+    """`value` when it is a finite number of seconds ≥ 0; ActionRefused otherwise."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ActionRefused(f"restart: {name} must be a finite number of seconds ≥ 0, not {value!r}")
+    return float(value)
 
 
 def execute_restart(
@@ -491,23 +913,29 @@ def execute_restart(
     verify_after_s: float = 5.0,
     poll_s: float = 0.25,
     launch_timeout_s: float = 30.0,
+    audit: bool = True,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Stop, wait for GPU memory, launch once, verify: step events as they happen; audited.
+    """Stop, wait for GPU memory, check nothing of the run is left, launch once, verify: step events
+    as they happen; audited ("started" before the first signal) unless `audit` is False (--no-audit).
 
     `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
-    processes or their GPU memory remain. Stop iterating to cancel between steps.
+    processes' GPU memory remains, or processes stuck in D state. Stop iterating to cancel
+    between steps. ActionRefused at once for a plan the guards refused or a time that is
+    not a finite number of seconds ≥ 0.
     """
+    if plan.refusals:
+        raise PlanRefused(plan)
     timing = _Timing(
-        grace_s=plan.grace_s if grace_s is None else grace_s,
-        kill_wait_s=kill_wait_s,
-        gpu_timeout_s=gpu_timeout_s,
-        verify_after_s=verify_after_s,
-        poll_s=poll_s,
-        launch_timeout_s=launch_timeout_s,
+        grace_s=_checked_seconds("grace", plan.grace_s if grace_s is None else grace_s),
+        kill_wait_s=_checked_seconds("kill wait", kill_wait_s),
+        gpu_timeout_s=_checked_seconds("GPU timeout", gpu_timeout_s),
+        verify_after_s=_checked_seconds("verify wait", verify_after_s),
+        poll_s=_checked_seconds("poll interval", poll_s),
+        launch_timeout_s=_checked_seconds("launch timeout", launch_timeout_s),
     )
     return audited(
         _restart(target, config, plan, timing, force),
-        log=AuditLog(config.audit_log),
+        log=AuditLog(config.audit_log) if audit else None,
         action="restart",
         target=target,
         plan=plan.as_json(),
