@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import socket
 import stat
@@ -71,6 +72,14 @@ class OutputLine:
 
 class ActionRefused(Exception):
     """The action will not run at all (read-only, nothing configured, nothing to act on): one line."""
+
+
+def checked_seconds(what: str, value: float) -> float:
+    """`value` when it is a finite number of seconds ≥ 0; ActionRefused naming `what` otherwise
+    (a NaN or infinite grace would never end its wait)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ActionRefused(f"{what} must be a finite number of seconds ≥ 0, not {value!r}")
+    return float(value)
 
 
 def refuse_if_read_only(action: str, read_only: bool) -> None:

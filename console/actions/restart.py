@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import os
 import re
 import shlex
@@ -44,6 +43,7 @@ from console.actions.audit import (
     StepEvent,
     StepStatus,
     audited,
+    checked_seconds,
     refuse_if_read_only,
 )
 from console.actions.custom import env_assignments, fill_placeholders, shell_path
@@ -894,13 +894,6 @@ async def _restart(
         yield event
 
 
-def _checked_seconds(name: str, value: float) -> float:
-    """`value` when it is a finite number of seconds ≥ 0; ActionRefused otherwise."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise ActionRefused(f"restart: {name} must be a finite number of seconds ≥ 0, not {value!r}")
-    return float(value)
-
-
 def execute_restart(
     target: Target,
     config: Config,
@@ -926,12 +919,12 @@ def execute_restart(
     if plan.refusals:
         raise PlanRefused(plan)
     timing = _Timing(
-        grace_s=_checked_seconds("grace", plan.grace_s if grace_s is None else grace_s),
-        kill_wait_s=_checked_seconds("kill wait", kill_wait_s),
-        gpu_timeout_s=_checked_seconds("GPU timeout", gpu_timeout_s),
-        verify_after_s=_checked_seconds("verify wait", verify_after_s),
-        poll_s=_checked_seconds("poll interval", poll_s),
-        launch_timeout_s=_checked_seconds("launch timeout", launch_timeout_s),
+        grace_s=checked_seconds("the grace", plan.grace_s if grace_s is None else grace_s),
+        kill_wait_s=checked_seconds("the kill wait", kill_wait_s),
+        gpu_timeout_s=checked_seconds("the GPU timeout", gpu_timeout_s),
+        verify_after_s=checked_seconds("the verify wait", verify_after_s),
+        poll_s=checked_seconds("the poll interval", poll_s),
+        launch_timeout_s=checked_seconds("the launch timeout", launch_timeout_s),
     )
     return audited(
         _restart(target, config, plan, timing, force),
