@@ -504,7 +504,12 @@ async def plan_restart(
         )
     try:
         _, sample = await sample_once(target, config, window_s)
-        probe = await _probe(target, [p.pid for p in sample.processes], run.pidfile)
+        found = list(sample.processes)
+        if run.match and run.pidfile:
+            # The agent lets a pidfile win over the match: what the match finds is the run's too.
+            _, matched = await sample_once(target, _by_match(config), 0.0)
+            found += [p for p in matched.processes if p.pid not in {f.pid for f in found}]
+        probe = await _probe(target, [p.pid for p in found], run.pidfile)
     except TargetError as exc:
         raise ActionRefused(f"cannot read the run's processes: {exc}") from None
     notes = []
@@ -517,7 +522,7 @@ async def plan_restart(
     pidfile_pid = probe.named.pid if probe.named is not None else None
     own_pids = {p.pid for p in probe.own}
 
-    trees = _trees(sample.processes)
+    trees = _trees(found)
     chosen = dict(trees)
     tree_lines: list[str] = []
     if len(trees) > 1 or root is not None:
@@ -536,10 +541,10 @@ async def plan_restart(
                 " name it with --root PID, or pass --all-roots to stop every tree"
             )
     kept = {p.pid for tree in chosen.values() for p in tree}
-    left_alone = tuple(sorted(p.pid for p in sample.processes if p.pid not in kept))
+    left_alone = tuple(sorted(p.pid for p in found if p.pid not in kept))
 
     processes = []
-    for p in sample.processes:
+    for p in found:
         facts = probe.procs.get(p.pid)
         if p.pid not in kept or facts is None:
             continue
@@ -591,8 +596,7 @@ def _pidfile_refusals(pidfile: str | None, probe: Probe, own_pids: set[int], not
     if not pidfile:
         return []
     if probe.pidfile == "missing":
-        notes.append(f"pidfile {pidfile} does not exist")
-        return []
+        return []  # the agent's own note says so
     if probe.pidfile == "notregular":
         return [f"pidfile {pidfile} is not a regular file (a FIFO, device, directory or a link to one):"
                 " reading or writing it could block; point [run] pidfile at a plain file"]
