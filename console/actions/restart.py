@@ -76,7 +76,7 @@ sig() { local line f
 #: `KIND PID STATE PPID PGID SID START PULSE COMM ARGV` (argv words joined by \x01, at most
 #: 512 bytes, newlines made '?'); `chain` lists the probing shell and its ancestors;
 #: `members PGID…` prints `member PID PGID` for every process in those groups; `pidfile PATH`
-#: reads at most 64 bytes of a regular file and never opens anything else.
+#: reads a regular file of at most 64 bytes and never opens anything else.
 _PLAN_FUNCTIONS = r"""
 who() { local kind=$1 pid line f comm argv mark; shift; for pid in "$@"; do
   { read -r line < /proc/$pid/stat; } 2>/dev/null || continue
@@ -94,9 +94,10 @@ members() { local g line f stat; declare -A want; for g in "$@"; do want[$g]=1; 
   for stat in /proc/[0-9]*/stat; do { read -r line < "$stat"; } 2>/dev/null || continue
     read -r -a f <<< "${line##*) }"; [ -n "${want[${f[2]}]}" ] && echo "member ${line%% *} ${f[2]}"
   done; return 0; }
-pidfile() { local text
+pidfile() { local text size
   if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "pidfile missing"; return; fi
   if [ ! -f "$1" ]; then echo "pidfile notregular"; return; fi
+  size=$(stat -L -c %s -- "$1"); [ "${size:-0}" -gt 64 ] && { echo "pidfile toolarge $size"; return; }
   text=$(timeout 5 head -c 64 -- "$1" | tr -c '[:print:]' ' ')
   echo "pidfile text $text"
   [[ $text =~ ^\ *([0-9]{1,9})\ *$ ]] && who named "${BASH_REMATCH[1]}"
@@ -248,7 +249,7 @@ class Probe:
     procs: dict[int, ProcFacts]
     group_members: dict[int, tuple[int, ...]]
     pidfile: str | None
-    """'missing', 'notregular', 'text' or None (no pidfile configured)."""
+    """'missing', 'notregular', 'toolarge' (then pidfile_text is its size), 'text' or None (no pidfile configured)."""
     pidfile_text: str = ""
     named: ProcFacts | None = None
     """The running process the pidfile names."""
@@ -600,6 +601,9 @@ def _pidfile_refusals(pidfile: str | None, probe: Probe, own_pids: set[int], not
     if probe.pidfile == "notregular":
         return [f"pidfile {pidfile} is not a regular file (a FIFO, device, directory or a link to one):"
                 " reading or writing it could block; point [run] pidfile at a plain file"]
+    if probe.pidfile == "toolarge":
+        return [f"pidfile {pidfile} is {probe.pidfile_text} bytes, not a pidfile (one PID is a few bytes);"
+                " point [run] pidfile at the file the launch writes"]
     text = probe.pidfile_text.strip()
     if not text.isdigit():
         held = f"holds {text[:40]!r}" if text else "is empty"
@@ -836,13 +840,9 @@ async def _verify(
         for line in tail:
             yield OutputLine(step, line)
         data = {**data, "log_tail": tail}
-        if grew:
-            yield StepEvent(step, StepStatus.WARNING,
-                            f"PID {pid} exited but {plan.log} grew: the run may have daemonized under a name"
-                            " [run] match does not find; check before launching again", data)
-        else:
-            yield StepEvent(step, StepStatus.FAILED,
-                            f"PID {pid} exited within {t.verify_after_s:g} s; last lines of {plan.log} above", data)
+        unseen = "" if config.run.match else " (without [run] match a run that daemonized cannot be found)"
+        yield StepEvent(step, StepStatus.FAILED, f"PID {pid} exited within {t.verify_after_s:g} s and no new process"
+                        f" of the run is alive{unseen}; last lines of {plan.log} above", data)
         return
     if not grew:
         yield StepEvent(step, StepStatus.WARNING,
