@@ -133,20 +133,33 @@ class AuditLog:
             os.close(fd)
         return entry
 
-    def _open(self) -> int:
+    def _open(self, create: bool = True) -> int:
         """The log opened for appending; OSError when it cannot be, or is not a regular file."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         # O_NONBLOCK: a FIFO in the log's place fails (ENXIO) or is refused below instead of blocking.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | (os.O_CREAT if create else 0)
+        fd = os.open(self.path, flags, 0o600)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(0, "not a regular file")
         return fd
 
     def unwritable(self) -> str | None:
-        """Why an entry cannot be appended now, in a few words; None when it can."""
+        """Why an entry cannot be appended now, in a few words; None when it can. Creates nothing."""
         try:
-            os.close(self._open())
+            if os.path.lexists(self.path):
+                os.close(self._open(create=False))
+                return None
+            folder = self.path.parent
+            while not os.path.lexists(folder):
+                folder = folder.parent
+            if not folder.is_dir():
+                return f"{folder} is not a folder"
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:
+                return "Read-only file system"
+            if not os.access(folder, os.W_OK | os.X_OK):
+                return "Permission denied"
         except OSError as exc:
             return exc.strerror or str(exc)
         return None
@@ -167,7 +180,8 @@ def outcome_of(events: list[StepEvent], finished: bool, why: str = "") -> str:
         return f"failed: {failed[0].step}: {failed[0].detail}"
     if not finished:
         last = events[-1].step if events else "start"
-        return f"interrupted at step {last}" + (f" ({why})" if why else "")
+        at = last if last.startswith("step ") else f"step {last}"  # warmup's steps are named "step N/M"
+        return f"interrupted at {at}" + (f" ({why})" if why else "")
     warnings = sum(event.status is StepStatus.WARNING for event in events)
     done = final_steps(events)
     detail = done[-1].detail if done else ""
