@@ -9,6 +9,7 @@ ancestors are outside it.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -186,3 +187,74 @@ def test_a_pidfile_naming_a_protected_pid_or_no_pid_is_an_error_not_a_second_run
     assert seen["run_alive"] and len(seen["runs"]) == 1 and seen["new_logs"] == []
     if PIDFILE_CASES[case][1] is None:
         assert seen["pidfile"] == seen["pidfile_before"]  # not overwritten
+
+
+# -- the remote side: Pulse's own processes on the target are its SSH session and its agent -------
+
+
+def scene_remote_pidfile(folder: str, names: str) -> dict:
+    import asyncio
+    import dataclasses
+
+    from console.actions.restart import plan_restart
+    from console.config import load_from_args
+    from console.cli import build_command_parser
+    from console.observe.agent import PULSE_PROGRAM_MARK
+    from console.observe.sampler import Sampler
+    from console.remote.connect import make_target
+    from tests.sshd import start_sshd
+
+    scene = Scene(folder)
+    run = scene.start_run()
+    (scene.folder / "sshd").mkdir()
+    server = start_sshd(scene.folder / "sshd")
+    args = build_command_parser("restart").parse_args(scene.flags())
+    config = load_from_args(args)
+    config = dataclasses.replace(config, target=server.target_config(), audit_log=str(scene.audit_path))
+
+    async def plan_while_observed() -> str:
+        target = make_target(config.target)
+        samples = Sampler(target, config).stream()
+        await samples.__anext__()  # the console's long-lived agent now runs on the target
+        try:
+            if names == "the agent":
+                [pid] = [p for p in _pids_holding(PULSE_PROGRAM_MARK) if p != os.getpid()]
+            else:
+                pid = server.connection_pids()[0]  # the sshd process serving Pulse's connection
+            scene.pidfile.write_text(f"{pid}\n")
+            try:
+                await plan_restart(target, config)
+            except Exception as exc:
+                return f"{type(exc).__name__}: {exc}"
+            return "planned"
+        finally:
+            await samples.aclose()
+            await target.close()
+
+    try:
+        said = asyncio.run(plan_while_observed())
+    finally:
+        server.stop()
+    return {"said": said, "run_alive": alive(run.pid)}
+
+
+def _pids_holding(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if text.encode() in cmdline.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("names", ["the agent", "the SSH session"])
+def test_over_ssh_a_pidfile_naming_pulses_own_processes_on_the_target_is_refused(names, tmp_path):
+    seen = in_namespace(scene_remote_pidfile, folder=str(tmp_path), names=names)
+    assert seen["said"].startswith("PlanRefused: refused: "), seen
+    why = "a program Pulse runs" if names == "the agent" else "Pulse itself or one of its ancestors"
+    assert re.search(rf"pidfile \S+ names PID \d+ \(.*\), which is {why}", seen["said"]), seen["said"]
+    assert seen["run_alive"]
