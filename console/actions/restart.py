@@ -442,12 +442,32 @@ def _trees(processes: Iterable[ProcessReading]) -> dict[int, list[ProcessReading
     return {r: [by_pid[r]] + [p for p in tree if p.pid != r] for r, tree in trees.items()}
 
 
-def _tree_line(tree: list[ProcessReading], gpu_mib: dict[int, int | None], log_glob: str, pidfile_pid: int | None,
-               is_run: bool) -> str:
-    root = tree[0]
-    evidence = _run_evidence(tree, gpu_mib, log_glob, pidfile_pid)
-    marks = "".join(f"; {e}" for e in evidence) + ("  <- the run" if is_run else "")
-    return f"root PID {root.pid} ({root.cmdline[:80]}): {len(tree)} process(es){marks}"
+def _choose_tree(
+    trees: dict[int, list[ProcessReading]], evidence: dict[int, list[str]], root: int | None, all_roots: bool
+) -> tuple[dict[int, list[ProcessReading]], list[str], list[str]]:
+    """Among several process trees: (the trees to stop, a line per tree for the plan, refusals).
+
+    The operator names the run with `root` or says to stop every tree with `all_roots`;
+    otherwise the plan is refused, saying which tree looks like the run when one alone does.
+    """
+    likely = [r for r in trees if evidence[r]]
+    run_root = root if root is not None else (likely[0] if len(likely) == 1 else None)
+    lines = []
+    for r, tree in trees.items():
+        marks = "".join(f"; {e}" for e in evidence[r]) + ("  <- the run" if r == run_root else "")
+        lines.append(f"root PID {r} ({tree[0].cmdline[:80]}): {len(tree)} process(es){marks}")
+    roots = " ".join(map(str, trees))
+    if root is not None and root not in trees:
+        return trees, lines, [f"--root {root} is not the root of a tree the match found (roots: {roots})"]
+    if root is not None:
+        return {root: trees[root]}, lines, []
+    if all_roots:
+        return trees, lines, []
+    which = f"PID {run_root} looks like the run" if run_root else "which one is the run cannot be told"
+    return trees, lines, [
+        f"the match found {len(trees)} unrelated process trees (roots {roots}); {which}:"
+        " name it with --root PID, or pass --all-roots to stop every tree"
+    ]
 
 
 def _run_evidence(tree: list[ProcessReading], gpu_mib: dict[int, int | None], log_glob: str,
@@ -524,23 +544,11 @@ async def plan_restart(
     own_pids = {p.pid for p in probe.own}
 
     trees = _trees(found)
-    chosen = dict(trees)
-    tree_lines: list[str] = []
+    chosen, tree_lines = trees, []
     if len(trees) > 1 or root is not None:
-        likely = [r for r, tree in trees.items() if _run_evidence(tree, gpu_mib, log_glob, pidfile_pid)]
-        run_root = root if root is not None else (likely[0] if len(likely) == 1 else None)
-        tree_lines = [_tree_line(tree, gpu_mib, log_glob, pidfile_pid, r == run_root) for r, tree in trees.items()]
-        roots = " ".join(map(str, trees))
-        if root is not None and root not in trees:
-            refusals.append(f"--root {root} is not the root of a tree the match found (roots: {roots})")
-        elif root is not None:
-            chosen = {root: trees[root]}
-        elif not all_roots:
-            which = f"PID {run_root} looks like the run" if run_root else "which one is the run cannot be told"
-            refusals.append(
-                f"the match found {len(trees)} unrelated process trees (roots {roots}); {which}:"
-                " name it with --root PID, or pass --all-roots to stop every tree"
-            )
+        evidence = {r: _run_evidence(tree, gpu_mib, log_glob, pidfile_pid) for r, tree in trees.items()}
+        chosen, tree_lines, refused = _choose_tree(trees, evidence, root, all_roots)
+        refusals += refused
     kept = {p.pid for tree in chosen.values() for p in tree}
     left_alone = tuple(sorted(p.pid for p in found if p.pid not in kept))
 

@@ -13,9 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from console.actions.audit import AuditLog
+from tests.test_restart import _pids_with, alive, wait_for  # noqa: F401  (alive and wait_for are for scenes)
 
 REPO = Path(__file__).resolve().parents[2]
 PROCS = REPO / "tests" / "procs"
@@ -49,38 +51,9 @@ def in_namespace(scene: Callable[..., dict], **kwargs) -> dict:
     raise AssertionError(f"the scene {scene.__name__} gave no result (exit {result.returncode}):\n{result.stderr[-4000:]}")
 
 
-def alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state != "Z"
-
-
 def pids_with(tag: str) -> list[int]:
     """Live Python processes whose argv holds `tag` as a word (the run and its copies, not shells)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if tag.encode() in argv and Path(argv[0].decode()).name.startswith("python") and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return sorted(found)
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout: float = 10.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return sorted(pid for pid in _pids_with(tag) if alive(pid))
 
 
 class Scene:
@@ -91,6 +64,8 @@ class Scene:
         self.tag = tag
         self.pidfile = self.folder / "run.pid"
         self.audit_path = self.folder / ".local" / "state" / "pulse" / "audit.jsonl"
+        # Pulse run in the scene itself (not only the CLI it starts) keeps its audit log here too.
+        os.environ["HOME"] = str(self.folder)
 
     def start(self, argv: list[str], **popen) -> subprocess.Popen:
         popen.setdefault("stdin", subprocess.DEVNULL)
@@ -137,11 +112,7 @@ class Scene:
         return {"rc": process.returncode, "out": out, "err": err, "pid": process.pid}
 
     def audit(self) -> list[dict]:
-        try:
-            text = self.audit_path.read_text()
-        except OSError:
-            return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return AuditLog(self.audit_path).entries()
 
     def new_logs(self) -> list[str]:
         return sorted(p.name for p in self.folder.glob(f"{self.tag}_*.log") if p != self.old_log)

@@ -65,6 +65,41 @@ def test_the_launch_never_blocks_on_a_fifo_in_the_pidfiles_place(tmp_path):
     assert seen["regular"] and seen["pidfile"] == f"{seen['pid']}\n"
 
 
+# -- rows 8, 14: nothing is launched while a process of the run is alive -------------------------
+
+
+def scene_copy_appears_after_the_plan(folder: str) -> dict:
+    from console.actions.restart import plan_restart
+    from console.cli import build_command_parser
+    from console.config import load_from_args
+
+    scene = Scene(folder)
+    run = scene.start_run()
+    config = load_from_args(build_command_parser("restart").parse_args(scene.flags(pidfile=None)))
+
+    async def restart() -> list:
+        target = LocalTarget()
+        plan = await plan_restart(target, config)
+        # A copy of the run that the plan never saw (a supervisor's respawn, a second operator's launch).
+        copy = scene.start([sys.executable, "-u", str(HEALTHY), "--tag", scene.tag])
+        events = [e async for e in execute_restart(target, config, plan, verify_after_s=0.5, poll_s=0.05)]
+        return [copy.pid, [[e.step, e.status.value, e.detail] for e in events if hasattr(e, "status")]]
+
+    copy, events = asyncio.run(restart())
+    return {"run": run.pid, "copy": copy, "events": events, "run_alive": alive(run.pid), "runs": pids_with(scene.tag),
+            "new_logs": scene.new_logs()}
+
+
+def test_a_run_process_still_alive_after_the_stop_blocks_the_launch(tmp_path):
+    seen = in_namespace(scene_copy_appears_after_the_plan, folder=str(tmp_path))
+    final = {step: (status, detail) for step, status, detail in seen["events"] if status != "running"}
+    assert final["stop"][0] == "ok" and not seen["run_alive"]
+    status, detail = final["alive"]
+    assert status == "failed" and f"still alive: PID {seen['copy']} (" in detail, detail
+    assert final["launch"] == ("skipped", "not launched: a process of the run is still alive")
+    assert seen["runs"] == [seen["copy"]] and seen["new_logs"] == []
+
+
 # -- row 10: the launch runs what the operator typed -------------------------------------------
 
 
