@@ -99,6 +99,20 @@ def test_the_plan_says_which_tree_is_the_run_and_root_restarts_only_that_one(tmp
     assert len(seen["runs"]) == 1 and seen["runs"] != [seen["run"]]
 
 
+def scene_started_twice(folder: str) -> dict:
+    scene = Scene(folder)
+    runs = [scene.start_run(), scene.start_run()]  # the run started twice by mistake: two trees
+    result = scene.pulse("restart", *scene.flags(), "--yes", "--all-roots")
+    return {**result, "old_alive": [alive(r.pid) for r in runs], "runs": pids_with(scene.tag)}
+
+
+def test_all_roots_says_to_stop_every_tree_and_one_run_is_launched(tmp_path):
+    seen = in_namespace(scene_started_twice, folder=str(tmp_path))
+    assert seen["rc"] == 0, seen
+    assert "the match found 2 unrelated process trees:" in seen["out"] and "[ ok ] stop: 2 of 2 stopped" in seen["out"]
+    assert seen["old_alive"] == [False, False] and len(seen["runs"]) == 1
+
+
 # -- row 7: Pulse in the run's process group ------------------------------------------------------
 
 
