@@ -166,8 +166,10 @@ def matches_empty(pattern: str) -> bool:
 
 async def probe_target(target: Target, pids: list[int], pidfile: str | None) -> Probe:
     """The probing shell's ancestry, the facts of `pids`, their groups' members and the pidfile."""
-    calls = [f"MARK={quote(PULSE_PROGRAM_MARK)}", "who self $(chain)", "who proc " + " ".join(map(str, pids))]
-    calls.append("members " + " ".join(map(str, pids)))
+    calls = [f"MARK={quote(PULSE_PROGRAM_MARK)}", "who self $(chain)"]
+    if pids:
+        words = " ".join(map(str, pids))
+        calls += [f"who proc {words}", f"members {words}"]  # members reads every /proc/PID/stat: only when needed
     if pidfile:
         calls.append(f"pidfile {shell_path(pidfile)}")
     result = await target.run(_PLAN_FUNCTIONS + "\n".join(calls), PROBE_TIMEOUT_S, login=False)
