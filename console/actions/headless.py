@@ -22,7 +22,15 @@ from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import replace
 from typing import TextIO
 
-from console.actions.audit import ActionRefused, AuditLog, OutputLine, StepEvent, StepStatus, audit_refusal
+from console.actions.audit import (
+    ActionRefused,
+    AuditLog,
+    OutputLine,
+    StepEvent,
+    StepStatus,
+    audit_refusal,
+    checked_seconds,
+)
 from console.actions.pyspy import DumpError, dump_tree
 from console.actions.restart import PlanRefused, execute_restart, plan_restart
 from console.actions.warmup import execute_warmup, plan_warmup
@@ -166,6 +174,8 @@ def restart(config: Config, args: argparse.Namespace) -> int:
     """`pulse restart`: plan, confirm, stop, wait for GPU memory, launch, verify; 0 only when verified alive."""
 
     async def plan_and_run(target: Target) -> int:
+        if getattr(args, "grace", None) is not None:
+            checked_seconds("--grace", args.grace)  # before the plan is shown and confirmed
         plan = await plan_restart(
             target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
         )

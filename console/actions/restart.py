@@ -314,6 +314,7 @@ async def plan_restart(
         raise ActionRefused(f"{config.source}: set [run] match or pidfile so restart can find the run to stop")
     if not run.log:
         raise ActionRefused(f"{config.source}: set [run] log: restart appends the new run's output to it")
+    checked_seconds("[run] grace_s", run.grace_s)
     if run.match and matches_empty(run.match):
         raise ActionRefused(
             f"refused: [run] match {run.match!r} matches the empty string, so it selects every process;"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from console.actions.audit import ActionRefused
-from console.actions.restart import RestartPlan, execute_restart, launch_script
-from console.config import Config
+from console.actions.restart import RestartPlan, execute_restart, launch_script, plan_restart
+from console.config import Config, RunConfig
 from console.remote.target import LocalTarget
 from tests.safety.namespace import HEALTHY, PROCS, Scene, alive, in_namespace, pids_with
 
@@ -169,7 +169,15 @@ def test_a_grace_that_never_ends_is_refused_before_the_stop(grace, tmp_path):
     seen = in_namespace(scene_endless_grace, folder=str(tmp_path), grace=grace)
     assert seen["rc"] == 2, seen
     assert grace in seen["err"] and len(seen["err"].splitlines()) == 1
+    assert seen["out"] == ""  # refused before a plan was shown
     assert seen["run_alive"] and seen["audit"] == [] and seen["new_logs"] == []
+
+
+@pytest.mark.parametrize("grace", [math.nan, math.inf, -5.0])
+async def test_a_configured_grace_that_never_ends_is_refused_by_the_plan(grace, tmp_path):
+    config = Config(run=RunConfig(launch="true", match="train_pulse_safety", log=str(tmp_path / "log"), grace_s=grace))
+    with pytest.raises(ActionRefused, match=r"^\[run\] grace_s must be a finite number of seconds ≥ 0, not "):
+        await plan_restart(LocalTarget(), config)
 
 
 @pytest.mark.parametrize("name", ["grace_s", "kill_wait_s", "gpu_timeout_s", "verify_after_s", "poll_s",
