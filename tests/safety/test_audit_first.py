@@ -93,3 +93,25 @@ def test_an_unwritable_audit_log_refuses_up_front_and_only_no_audit_runs(how, tm
     assert unaudited["rc"] == 0, unaudited
     assert "[WARN] audit: no audit record of this restart (--no-audit)" in unaudited["out"].splitlines()
     assert not seen["run_alive"] and len(seen["runs"]) == 1
+
+
+def scene_unwritable_audit_warmup(folder: str) -> dict:
+    scene = Scene(folder)
+    marker = scene.folder / "warmed"
+    config = scene.folder / "warmup.toml"
+    config.write_text(f'[warmup]\ncommand = "echo {{gpu}} {{seq_len}} >> {marker}"\ngpus = [0]\nseq_lens = [8]\n')
+    scene.audit_path.mkdir(parents=True)
+    refused = scene.pulse("warmup", str(config), "--yes")
+    ran_when_refused = marker.exists()
+    unaudited = scene.pulse("warmup", str(config), "--yes", "--no-audit")
+    return {"refused": refused, "ran_when_refused": ran_when_refused, "unaudited": unaudited,
+            "warmed": marker.read_text() if marker.exists() else ""}
+
+
+def test_warmup_too_is_refused_up_front_and_runs_only_with_no_audit(tmp_path):
+    seen = in_namespace(scene_unwritable_audit_warmup, folder=str(tmp_path))
+    assert seen["refused"]["rc"] == 2 and not seen["ran_when_refused"]
+    assert seen["refused"]["err"].startswith("warmup: audit log ") and "warmup refused" in seen["refused"]["err"]
+    assert seen["unaudited"]["rc"] == 0, seen["unaudited"]
+    assert "[WARN] audit: no audit record of this warmup (--no-audit)" in seen["unaudited"]["out"]
+    assert seen["warmed"] == "0 8\n"
