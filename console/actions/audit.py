@@ -164,13 +164,17 @@ class AuditLog:
             return exc.strerror or str(exc)
         return None
 
-    def entries(self) -> list[dict]:
-        """Every entry so far, oldest first (an absent file has none)."""
+    def records(self) -> list[dict]:
+        """Every record so far, "started" ones included, oldest first (an absent file has none)."""
         try:
             text = self.path.read_text()
         except FileNotFoundError:
             return []
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def entries(self) -> list[dict]:
+        """How each action ended (its "finished" or "interrupted" record), oldest first."""
+        return [record for record in self.records() if record.get("record") != "started"]
 
 
 def outcome_of(events: list[StepEvent], finished: bool, why: str = "") -> str:

@@ -112,7 +112,8 @@ class Scene:
         return {"rc": process.returncode, "out": out, "err": err, "pid": process.pid}
 
     def audit(self) -> list[dict]:
-        return AuditLog(self.audit_path).entries()
+        """Every audit record, "started" ones included."""
+        return AuditLog(self.audit_path).records()
 
     def new_logs(self) -> list[str]:
         return sorted(p.name for p in self.folder.glob(f"{self.tag}_*.log") if p != self.old_log)
