@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from console.actions.audit import AuditLog
-from tests.test_restart import _pids_with, alive, wait_for  # noqa: F401  (alive and wait_for are for scenes)
+from tests.test_restart import _pids_with, alive, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PROCS = REPO / "tests" / "procs"
@@ -97,17 +98,22 @@ class Scene:
         }
         return [word for name, value in flags.items() if value is not None for word in (name, value)]
 
-    def pulse_process(self, *argv: str, **popen) -> subprocess.Popen:
+    def pulse_process(self, *argv: str, shell: str | None = None, **popen) -> subprocess.Popen:
+        """`pulse ARGV` started (output piped); with `shell`, inside `bash -c SHELL`, where `{pulse}`
+        in it is that command and `{pidfile}` the scene's pidfile."""
+        command = [*PULSE, *argv]
+        if shell is not None:
+            command = ["bash", "-c", shell.format(pulse=shlex.join(command), pidfile=shlex.quote(str(self.pidfile)))]
         popen.setdefault("stdout", subprocess.PIPE)
         popen.setdefault("stderr", subprocess.PIPE)
         popen.setdefault("text", True)
         popen.setdefault("start_new_session", False)
         env = {**os.environ, "HOME": str(self.folder), "PYTHONPATH": str(REPO)}
-        return self.start([*PULSE, *argv], env=env, cwd=REPO, **popen)
+        return self.start(command, env=env, cwd=REPO, **popen)
 
-    def pulse(self, *argv: str, **popen) -> dict:
-        """Run `pulse ARGV` to its end: exit code, stdout and stderr."""
-        process = self.pulse_process(*argv, **popen)
+    def pulse(self, *argv: str, shell: str | None = None, **popen) -> dict:
+        """Run `pulse ARGV` (see pulse_process) to its end: exit code, stdout and stderr."""
+        process = self.pulse_process(*argv, shell=shell, **popen)
         out, err = process.communicate(timeout=SCENE_LIMIT_S - 10)
         return {"rc": process.returncode, "out": out, "err": err, "pid": process.pid}
 

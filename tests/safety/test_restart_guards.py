@@ -8,13 +8,22 @@ ancestors are outside it.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import re
 import sys
 
 import pytest
 
-from tests.safety.namespace import Scene, alive, in_namespace, pids_with, wait_for
+from console.actions.restart import plan_restart
+from console.cli import build_command_parser
+from console.config import load_from_args
+from console.observe.agent import PULSE_PROGRAM_MARK
+from console.observe.sampler import Sampler
+from console.remote.connect import make_target
+from tests.safety.namespace import Scene, alive, in_namespace, pids_with
+from tests.sshd import start_sshd
 
 # -- row 5: a pattern that matches the empty string --------------------------------------------
 
@@ -139,15 +148,10 @@ def test_pulse_in_the_runs_group_signals_pids_not_its_own_group(tmp_path):
 
 # -- row 8: a pidfile naming what must never be signalled, or no PID at all -------------------------
 
-#: How each case puts its PID in the pidfile and starts Pulse: (pidfile text or None, shell around Pulse).
-PIDFILE_CASES = {
-    "PID 1": ("1\n", None),
-    "Pulse's parent shell": (None, "echo $$ > {pidfile}; {pulse}; exit $?"),
-    "Pulse itself": (None, "echo $$ > {pidfile}; exec {pulse}"),
-    "garbage": ("hello\n", None),
-    "nothing": ("", None),
-    "a login shell": ("login-shell", None),
-    "sshd": ("sshd", None),
+#: Cases where the shell around Pulse writes its own PID ($$) to the pidfile, then starts Pulse.
+AROUND_PULSE = {
+    "Pulse's parent shell": "echo $$ > {pidfile}; {pulse}; exit $?",
+    "Pulse itself": "echo $$ > {pidfile}; exec {pulse}",
 }
 PIDFILE_REASONS = {
     "PID 1": "PID 1 (the init of the machine or container)",
@@ -160,46 +164,37 @@ PIDFILE_REASONS = {
 }
 
 
+def _pidfile_text(scene: Scene, case: str) -> str:
+    """What the pidfile holds for `case` (a process it names is started here first)."""
+    if case == "a login shell":
+        return f"{scene.start(['-bash', '-c', 'sleep 300; true'], executable='/bin/bash').pid}\n"
+    if case == "sshd":  # as an sshd session process shows itself
+        return f"{scene.start(['sshd: root@pts/0', '300'], executable='sleep').pid}\n"
+    return {"PID 1": "1\n", "garbage": "hello\n", "nothing": ""}[case]
+
+
 def scene_pidfile_names(folder: str, case: str) -> dict:
-    import shlex
-
-    from tests.safety.namespace import PULSE
-
     scene = Scene(folder)
     run = scene.start_run()
-    text, shell = PIDFILE_CASES[case]
-    if text == "login-shell":
-        text = f"{scene.start(['-bash', '-c', 'sleep 300; true'], executable='/bin/bash').pid}\n"
-    elif text == "sshd":
-        text = f"{scene.start(['sshd: root@pts/0', '300'], executable='sleep').pid}\n"
     argv = ["restart", *scene.flags(), "--yes", "--force"]
-    if shell is None:
+    if case in AROUND_PULSE:
+        text = None
+        result = scene.pulse(*argv, shell=AROUND_PULSE[case])
+    else:
+        text = _pidfile_text(scene, case)
         scene.pidfile.write_text(text)
         result = scene.pulse(*argv)
-    else:
-        pulse = shlex.join([*PULSE, *argv])
-        result = _through_shell(scene, shell.format(pidfile=shlex.quote(str(scene.pidfile)), pulse=pulse))
     return {**result, "run_alive": alive(run.pid), "runs": pids_with(scene.tag), "new_logs": scene.new_logs(),
             "pidfile_before": text, "pidfile": scene.pidfile.read_text()}
 
 
-def _through_shell(scene: Scene, script: str) -> dict:
-    import subprocess
-
-    from tests.safety.namespace import REPO
-
-    env = {**os.environ, "HOME": str(scene.folder), "PYTHONPATH": str(REPO)}
-    done = subprocess.run(["bash", "-c", script], env=env, cwd=REPO, capture_output=True, text=True, timeout=50)
-    return {"rc": done.returncode, "out": done.stdout, "err": done.stderr}
-
-
-@pytest.mark.parametrize("case", list(PIDFILE_CASES))
+@pytest.mark.parametrize("case", list(PIDFILE_REASONS))
 def test_a_pidfile_naming_a_protected_pid_or_no_pid_is_an_error_not_a_second_run(case, tmp_path):
     seen = in_namespace(scene_pidfile_names, folder=str(tmp_path), case=case)
     assert seen["rc"] == 2, seen
     assert PIDFILE_REASONS[case] in seen["err"] and "--force does not override" in seen["err"], seen["err"]
     assert seen["run_alive"] and len(seen["runs"]) == 1 and seen["new_logs"] == []
-    if PIDFILE_CASES[case][1] is None:
+    if seen["pidfile_before"] is not None:
         assert seen["pidfile"] == seen["pidfile_before"]  # not overwritten
 
 
@@ -207,17 +202,6 @@ def test_a_pidfile_naming_a_protected_pid_or_no_pid_is_an_error_not_a_second_run
 
 
 def scene_remote_pidfile(folder: str, names: str) -> dict:
-    import asyncio
-    import dataclasses
-
-    from console.actions.restart import plan_restart
-    from console.config import load_from_args
-    from console.cli import build_command_parser
-    from console.observe.agent import PULSE_PROGRAM_MARK
-    from console.observe.sampler import Sampler
-    from console.remote.connect import make_target
-    from tests.sshd import start_sshd
-
     scene = Scene(folder)
     run = scene.start_run()
     (scene.folder / "sshd").mkdir()
