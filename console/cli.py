@@ -148,8 +148,12 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--yes", action="store_true", help="do not ask")
         parser.add_argument("--grace", type=float, metavar="SECONDS", help="wait this long after SIGTERM before SIGKILL")
         parser.add_argument("--force", action="store_true", help="launch even if old PIDs still hold GPU memory")
+        parser.add_argument("--root", type=int, metavar="PID", help="the run, when the match finds several process trees")
+        parser.add_argument("--all-roots", action="store_true", help="stop every process tree the match finds")
     elif command == "warmup":
         parser.add_argument("--yes", action="store_true", help="do not ask")
+    if command in ("restart", "warmup"):
+        parser.add_argument("--no-audit", action="store_true", help="run even when the audit log cannot be written")
     return parser
 
 

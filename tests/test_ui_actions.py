@@ -125,4 +125,4 @@ async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
         assert any("warmed gpu 1 len 1216" in line for line in screen.query_one("#output").lines)
         await pilot.press("escape")
         assert app.screen is app.screen_stack[0]
-    assert (tmp_path / "audit.jsonl").read_text().count('"action": "warmup"') == 1
+    assert (tmp_path / "audit.jsonl").read_text().count('"action": "warmup"') == 2  # started, finished
