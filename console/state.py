@@ -92,9 +92,12 @@ class RunState:
             if info.kind in PROBLEM_KINDS:
                 self.problems.append(line)
             self._add_metrics(info, line.time)
-            if self.step is None and self.progress is None:
+            if self.step is None and self.progress is None and self.terminal_only_progress is None:
                 # Only until progress first shows: a start-up banner names the progress display.
-                self.terminal_only_progress = terminal_only_progress(line.text) or self.terminal_only_progress
+                self.terminal_only_progress = terminal_only_progress(line.text)
+                if self.terminal_only_progress is not None:
+                    hidden = self.terminal_only_progress
+                    self.add_event("log", f"no progress will reach the log: {hidden.framework}: {hidden.advice}")
             self.last_line_at = line.time
 
     def _add_metrics(self, info: LineInfo, written: float) -> None:
