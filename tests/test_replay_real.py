@@ -103,7 +103,8 @@ def pause_inside_a_bar(name: str, after: int) -> int:
     data = (REAL / name / "run.log").read_bytes()
     for line in (REAL / name / "write_times.jsonl").read_text().splitlines():
         offset = json.loads(line)["offset"]
-        if offset > after and data.rfind(b"\r", 0, offset) > data.rfind(b"\n", 0, offset) and data[offset - 1 : offset] == b"]":
+        in_a_bar = data.rfind(b"\r", 0, offset) > data.rfind(b"\n", 0, offset)
+        if offset > after and in_a_bar and data[offset - 1 : offset] == b"]":
             return offset
     raise AssertionError(f"{name}: no write ends inside a bar after {after} bytes")
 

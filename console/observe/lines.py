@@ -188,7 +188,9 @@ _STEP = re.compile(
 )
 # mmcv/mmengine, DINO, timm: `Epoch [1][1200/7517]`, `Epoch(train) [1][10/90]`, `Iter(train) [1520/2046]`,
 # `Epoch: [0/100]  [2240/2502]`, `Train: 0 [  50/10009 (  0%)]`: the step within the epoch (or run) and its total.
-_BRACKET_STEP = re.compile(r"(?:epoch|iter|train: \d+)(?:\(train\))?:?\s*(?:\[\s*\d+(?:/\d+)?\]\s*)?\[\s*(?P<s>\d+)/(?P<t>\d+)(?:\]| \()")
+_BRACKET_STEP = re.compile(
+    r"(?:epoch|iter|train: \d+)(?:\(train\))?:?\s*(?:\[\s*\d+(?:/\d+)?\]\s*)?\[\s*(?P<s>\d+)/(?P<t>\d+)(?:\]| \()"
+)
 # JAX/flax examples write metrics through clu: `logging_writer.py:35] [1000] steps_per_second=…`.
 _CLU_STEP = re.compile(r"logging_writer\.py:\d+\] \[(?P<s>\d+)\]")
 _FAIRSEQ_UPDATES = re.compile(r"num_updates['\"]?\s*[:=\s]\s*['\"]?(?P<s>\d+)")
@@ -260,7 +262,9 @@ def _metrics(text: str, low: str) -> dict | None:
             seconds = _number(match["t"])
             if seconds > 0:
                 found["it_per_s"] = 1.0 / seconds
-    if "it_per_s" not in found and ("/" in low or "tim" in low or "steps_per_second" in low or "ups" in low or "dt:" in low or "seconds:" in low):
+    if "it_per_s" not in found and (
+        "/" in low or "tim" in low or "steps_per_second" in low or "ups" in low or "dt:" in low or "seconds:" in low
+    ):
         iterations = _iterations_per_s(low)
         if iterations is not None:
             found["it_per_s"] = iterations
