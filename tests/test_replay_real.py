@@ -51,14 +51,17 @@ print('done', flush=True)
 class Replay:
     """A capture written again by a real process, followed by a real LogFollower into a RunState."""
 
-    def __init__(self, target: Target, name: str, log: Path, pause: int) -> None:
-        self.name, self.log, self.pause = name, log, pause
+    def __init__(
+        self, target: Target, name: str, folder: Path, *, pause: int | None = None, bar_after: int = 0
+    ) -> None:
+        """Pause at `pause` bytes, or where the file first ends inside a bar after `bar_after` bytes."""
+        self.name, self.log = name, folder / "train.log"
+        self.pause = pause if pause is not None else pause_inside_a_bar(name, bar_after)
         self.state = RunState()
         self.lines: list[LogLine] = []
         self.reports: list[ProgressLine | None] = []
-        self.follower = LogFollower(
-            target, Config(run=RunConfig(log=str(log))), self._lines, on_progress=self._progress, max_line_bytes=16384
-        )
+        config = Config(run=RunConfig(log=str(self.log)))
+        self.follower = LogFollower(target, config, self._lines, on_progress=self._progress, max_line_bytes=16384)
 
     def _lines(self, lines: list[LogLine]) -> None:
         self.lines.extend(lines)
@@ -83,6 +86,13 @@ class Replay:
         assert await asyncio.wait_for(self.writer.stdout.readline(), WAIT_S) == said
         await until(lambda: self.follower.offset + self.follower.pending_bytes == size, f"{size} bytes read")
         await asyncio.sleep(0.1)  # the last chunk's report is made right after its lines
+
+    async def live_bar_at_the_pause(self) -> ProgressLine:
+        """The bar reported once the writer paused inside it: its latest redraw."""
+        await self.until_written(self.pause, b"paused\n")
+        live = self.reports[-1]
+        assert live is not None and live.text == last_redraw(self.name, self.pause)
+        return live
 
     async def resume(self) -> None:
         self.writer.stdin.write(b"go\n")
@@ -117,11 +127,8 @@ def last_redraw(name: str, size: int) -> str:
 
 async def test_hf_trainer_bar_is_live_and_its_dicts_keep_the_step(target: Target, tmp_path: Path) -> None:
     name = "hf_healthy"
-    pause = pause_inside_a_bar(name, 20_000)
-    async with Replay(target, name, tmp_path / "train.log", pause) as replay:
-        await replay.until_written(pause, b"paused\n")
-        live = replay.reports[-1]
-        assert live is not None and live.text == last_redraw(name, pause)
+    async with Replay(target, name, tmp_path, bar_after=20_000) as replay:
+        live = await replay.live_bar_at_the_pause()
         assert live.info.total_steps == 100_000 and live.rate_unit == "it/s" and live.rate == live.info.it_per_s
         assert replay.follower.pending_bytes <= 16384
         # the state and the panes read the live bar: step, total, its rate in it/s, its ETA
@@ -148,12 +155,8 @@ async def test_hf_trainer_bar_is_live_and_its_dicts_keep_the_step(target: Target
 
 
 async def test_lightning_tqdm_bar_gives_its_postfix_loss(tmp_path: Path) -> None:
-    name = "lightning_tqdm"
-    pause = pause_inside_a_bar(name, 100_000)
-    async with Replay(LocalTarget(), name, tmp_path / "train.log", pause) as replay:
-        await replay.until_written(pause, b"paused\n")
-        live = replay.reports[-1]
-        assert live is not None and live.text == last_redraw(name, pause)
+    async with Replay(LocalTarget(), "lightning_tqdm", tmp_path, bar_after=100_000) as replay:
+        live = await replay.live_bar_at_the_pause()
         assert live.text.startswith("Epoch ") and live.info.total_steps == 1000
         postfix = dict(live.postfix)
         assert float(postfix["train_loss"]) == live.info.loss
@@ -162,12 +165,9 @@ async def test_lightning_tqdm_bar_gives_its_postfix_loss(tmp_path: Path) -> None
 
 
 async def test_accelerate_bar_and_the_line_glued_to_it(tmp_path: Path) -> None:
-    name = "accelerate_tqdm"
-    pause = pause_inside_a_bar(name, 20_000)
-    async with Replay(LocalTarget(), name, tmp_path / "train.log", pause) as replay:
-        await replay.until_written(pause, b"paused\n")
-        live = replay.reports[-1]
-        assert live is not None and live.text.startswith("train:") and live.info.total_steps == 100_000
+    async with Replay(LocalTarget(), "accelerate_tqdm", tmp_path, bar_after=20_000) as replay:
+        live = await replay.live_bar_at_the_pause()
+        assert live.text.startswith("train:") and live.info.total_steps == 100_000
         assert live.info.loss is not None and dict(live.postfix)["loss"] == f"{live.info.loss:.4f}"
         await replay.resume()
         # SIGTERM's warning was written right after the last redraw: the line kept holds both
@@ -180,7 +180,7 @@ async def test_lightning_rich_bar_is_known_to_draw_only_on_a_terminal(tmp_path: 
     name = "lightning_rich"
     data = (REAL / name / "run.log").read_bytes()
     pause = data.index(b"[rank: 0] Received SIGTERM")  # before SIGTERM makes rich print its last frame
-    async with Replay(LocalTarget(), name, tmp_path / "train.log", pause) as replay:
+    async with Replay(LocalTarget(), name, tmp_path, pause=pause) as replay:
         await replay.until_written(pause, b"paused\n")
         assert replay.reports == []
         assert replay.state.terminal_only_progress is LIGHTNING_RICH
