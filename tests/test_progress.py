@@ -15,10 +15,12 @@ import pytest
 from console.config import Config, MetricsConfig, RunConfig
 from console.model import LogLine, ProgressLine
 from console.observe.follow import LogFollower
-from console.observe.progress import bar_fields, is_redraw, progress_line
+from console.observe.progress import LIGHTNING_RICH, bar_fields, is_redraw, progress_line
 from console.remote.target import Target
 from console.state import RunState
+from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.run_view import progress_bar_view, throughput_view
+from tests.snapshot_apps.scenarios import make_app
 from tests.test_follow import WAIT_S, append, target, until  # noqa: F401  (target: the local/ssh fixture)
 
 # A real tqdm bar in a file, as HF Trainer draws it: redraws after `\r`, a dict printed through
@@ -178,3 +180,19 @@ def test_bar_fields(text: str, rate, unit, elapsed, eta, postfix) -> None:
 @pytest.mark.parametrize("text", ["{'loss': '8.996', 'grad_norm': '0.111'}", "Saving model checkpoint to out/", ""])
 def test_other_output_is_not_a_redraw(text: str) -> None:
     assert not is_redraw(text)
+
+
+async def test_the_progress_row_shows_the_bar_then_why_the_log_has_none() -> None:
+    app = make_app("bar")
+    async with app.run_test(size=(120, 40)) as pilot:
+        row = app.query_one(ProgressBarLine)
+        assert row.has_class("-shown") and str(row.render()).startswith("▸ 2%|")
+        app.state.set_progress(None)
+        app.state.terminal_only_progress = LIGHTNING_RICH
+        app.flush_log()
+        await pilot.pause()
+        assert row.has_class("-terminal-only") and "TQDMProgressBar" in str(row.render())
+        app.state.terminal_only_progress = None
+        app.flush_log()
+        await pilot.pause()
+        assert not row.has_class("-shown")
