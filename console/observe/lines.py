@@ -177,6 +177,8 @@ _LOSS = re.compile(
     rf"loss(?:/train/total)?['\"]?\s*(?:[:=]\s*|\s+(?:is\s+)?)['\"]?(?:tensor\()?(?P<v>{_NUMBER}|{_NONFINITE})"
 )
 _LOSS_PREFIXES = ("lm_", "train_", "train/", "avg_", "total_")
+# What makes `loss` part of another key unless a prefix above allows it (`eval_loss`, `val.loss`).
+_NOT_BEFORE_LOSS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./")
 # The value after a key found by `str.find` (a literal scan, far cheaper than a regex search
 # for a key without a literal prefix): `lr: 3e-4`, `'learning_rate': '4.9e-05'`, `lr=[5e-05]`.
 _KEYED_VALUE = re.compile(rf"['\"]?\s*(?:[:=]\s*|\s+)['\"]?\[?(?P<v>{_NUMBER})")
@@ -440,6 +442,11 @@ def _iterations_per_s(low: str) -> float | None:
 
 def _loss(low: str) -> float | None:
     """The training loss: `loss 2.31`, `'loss': 2.31`, `lm loss: 2.3E+00`, `train_loss=2.31`, not `eval_loss`."""
+    at = low.find("loss")
+    if at == 0 or low[at - 1] not in _NOT_BEFORE_LOSS or low.endswith(_LOSS_PREFIXES, 0, at):
+        plain = _plain_value_after(low, at + 4)  # the common `loss 2.31`, without a regex
+        if plain is not None:
+            return plain
     end = 0
     for _ in range(_MAX_TRIES):
         match = _LOSS.search(low, end)
@@ -464,16 +471,22 @@ def _keyed(low: str, key: str, prefixes: tuple[str, ...] = (), *, alone: bool = 
             return None
         if (alone and (at == 0 or low[at - 1] not in _WORD_CHARS)) or low.endswith(prefixes, 0, at):
             end = at + len(key)
-            rest = low[end : end + _VALUE_REACH]
-            value = rest.lstrip(" :=")
-            if 0 < len(rest) - len(value) <= 3:
-                plain = _plain_float(value.partition(" ")[0].rstrip(",;|)]}"))
-                if plain is not None:
-                    return plain
+            plain = _plain_value_after(low, end)
+            if plain is not None:
+                return plain
             match = _KEYED_VALUE.match(low, end)
             if match:
                 return _number(match["v"])
         at = low.find(key, at + 1)
+    return None
+
+
+def _plain_value_after(low: str, end: int) -> float | None:
+    """A plain number right after a key ending at `end` (`: 2.31`, `=3e-4`, ` 1.5`, `': '8.996'`), or None."""
+    rest = low[end : end + _VALUE_REACH]
+    value = rest.lstrip(" :='\"")
+    if 0 < len(rest) - len(value) <= 4:
+        return _plain_float(value.partition(" ")[0].rstrip(",;|)]}'\""))
     return None
 
 
