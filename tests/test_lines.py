@@ -271,6 +271,7 @@ def test_false_positives_are_normal(line: str) -> None:
         ("1234 tok/s/gpu", {"tokens_per_s": 1234.0}),  # a per-GPU rate is the rate the log gives
         ("lr 3.0e-04 | grad_norm 1.10 | mfu 41.2%", {"lr": 3e-4, "grad_norm": 1.1, "mfu": 41.2}),
         ("base_lr: 2.0e-03 lrm: 1.00", {}),  # the schedule's peak and a multiplier, not the lr
+        ("1e999 tok/s | lr 1e400 | grad_norm: -1e999", {}),  # too large to be a reading
         ("'learning_rate': '4.9e-05'", {"lr": 4.9e-05}),
         ("64.0 samples/s", {"samples_per_s": 64.0}),
         ("12.3it/s", {"it_per_s": 12.3}),
@@ -351,7 +352,7 @@ def test_parse_metric_value() -> None:
 @given(st.text(max_size=400))
 def test_any_text_gives_a_line_info_with_finite_metrics(text: str) -> None:
     info = classify_line(text)
-    for value in (info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss):
+    for value in (info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss, info.lr, info.grad_norm, info.mfu):
         assert value is None or math.isfinite(value)
 
 

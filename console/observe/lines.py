@@ -296,6 +296,9 @@ def _metrics(text: str, low: str) -> dict | None:
         found["step"] = int(step[0].replace(",", ""))
         if step[1]:
             found["total_steps"] = int(step[1].replace(",", ""))
+    total = sum(found.values())
+    if total - total != 0:  # inf: `1e999 tok/s`, a number too large to be a reading
+        found = {name: value for name, value in found.items() if math.isfinite(value)}
     return found or None
 
 
