@@ -67,6 +67,26 @@ class LineInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ProgressLine:
+    """The redraw a progress bar (tqdm, Lightning, accelerate, Keras) shows now, before its newline."""
+
+    text: str
+    info: LineInfo
+    """What classify_line reads from the redraw: step, total, rate, postfix loss."""
+    time: float
+    """Local monotonic time the redraw was written, as LogLine.time: the follower dates what it
+    reads by the file's mtime then (a backlog read at start-up is history, not news)."""
+    rate: float | None = None
+    rate_unit: str | None = None
+    """The rate as the bar prints it: `6.59` `it/s`, `1.31` `s/it`, `2.1K` `examples/s`."""
+    elapsed_s: float | None = None
+    eta_s: float | None = None
+    """Seconds left by the bar's own estimate, as of `time`."""
+    postfix: tuple[tuple[str, str], ...] = ()
+    """`loss=1.2, lr=3e-05` after the rate, as (name, value) pairs."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogLine:
     """One received log line, already made safe for a terminal."""
 
@@ -77,27 +97,6 @@ class LogLine:
     cut: bool = False
     """True when the line was longer than the bound and its tail was dropped."""
     time: float = 0.0
-    """Local monotonic time the line was written, as near as the follower can tell: the file's
-    mtime when it was read (a backlog read at start-up is history, not news)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressLine:
-    """The redraw a progress bar (tqdm, Lightning, accelerate, Keras) shows now, before its newline."""
-
-    text: str
-    info: LineInfo
-    """What classify_line reads from the redraw: step, total, rate, postfix loss."""
-    time: float
-    """Local monotonic time the redraw was written (as LogLine.time)."""
-    rate: float | None = None
-    rate_unit: str | None = None
-    """The rate as the bar prints it: `6.59` `it/s`, `1.31` `s/it`, `2.1K` `examples/s`."""
-    elapsed_s: float | None = None
-    eta_s: float | None = None
-    """Seconds left by the bar's own estimate, as of `time`."""
-    postfix: tuple[tuple[str, str], ...] = ()
-    """`loss=1.2, lr=3e-05` after the rate, as (name, value) pairs."""
 
 
 @dataclass(frozen=True, slots=True)

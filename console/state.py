@@ -67,16 +67,16 @@ class RunState:
         self.lines_received = 0
         self.last_line_at: float | None = None
         self.last_rate_at: float | None = None
-        """When the last rate was written (not read): a backlog's rates are history."""
+        self.last_sample_at: float | None = None
+        self.connection = ConnectionState(ConnectionStatus.CONNECTING)
+        self.log_path: str | None = None
+        # Lines, and last_rate_at, are dated by when they were written: a backlog's rates are history.
         self.progress: ProgressLine | None = None
         """The progress bar's current redraw (the log's unfinished last line), if one is drawing."""
         self.terminal_only_progress: TerminalOnlyProgress | None = None
         """Set when the log shows a framework starting whose progress display draws only on a
         terminal (so a silent log is not a stall by itself); cleared once progress reaches the log."""
         self._progress_point_at: float | None = None
-        self.last_sample_at: float | None = None
-        self.connection = ConnectionState(ConnectionStatus.CONNECTING)
-        self.log_path: str | None = None
 
     # -- writers -------------------------------------------------------------
 
@@ -91,16 +91,22 @@ class RunState:
             info = line.info
             if info.kind in PROBLEM_KINDS:
                 self.problems.append(line)
-            self._add_metrics(info, line.time)
             if self.step is None and self.progress is None and self.terminal_only_progress is None:
-                # Only until progress first shows: a start-up banner names the progress display.
-                self.terminal_only_progress = terminal_only_progress(line.text)
-                if self.terminal_only_progress is not None:
-                    hidden = self.terminal_only_progress
-                    self.add_event("log", f"no progress will reach the log: {hidden.framework}: {hidden.advice}")
+                self._look_for_terminal_only_progress(line.text)
+            self._add_series(info, line.time)
+            if info.step is not None:
+                self.step = info.step
+            if info.total_steps is not None:
+                self.total_steps = info.total_steps
             self.last_line_at = line.time
 
-    def _add_metrics(self, info: LineInfo, written: float) -> None:
+    def _look_for_terminal_only_progress(self, text: str) -> None:
+        """Until progress first shows, a start-up banner may name a progress display the log never sees."""
+        hidden = self.terminal_only_progress = terminal_only_progress(text)
+        if hidden is not None:
+            self.add_event("log", f"no progress will reach the log: {hidden.framework}: {hidden.advice}")
+
+    def _add_series(self, info: LineInfo, written: float) -> None:
         for name in RATE_METRICS:
             value = getattr(info, name)
             if value is not None:
@@ -111,10 +117,7 @@ class RunState:
             if value is not None:
                 self.series[name].append(Point(written, value))
         if info.step is not None:
-            self.step = info.step
-            self.terminal_only_progress = None
-        if info.total_steps is not None:
-            self.total_steps = info.total_steps
+            self.terminal_only_progress = None  # progress reaches the log after all
 
     def set_progress(self, progress: ProgressLine | None) -> None:
         """The bar's latest redraw (None: its line was finished); its figures join the series
@@ -125,9 +128,11 @@ class RunState:
         self.terminal_only_progress = None
         if self._progress_point_at is None or abs(progress.time - self._progress_point_at) >= PROGRESS_POINT_S:
             self._progress_point_at = progress.time
-            self._add_metrics(progress.info, progress.time)
-        elif progress.info.step is not None:
+            self._add_series(progress.info, progress.time)
+        if progress.info.step is not None:
             self.step = progress.info.step
+        if progress.info.total_steps is not None:
+            self.total_steps = progress.info.total_steps
 
     def set_connection(self, state: ConnectionState) -> None:
         if state != self.connection:
@@ -141,11 +146,11 @@ class RunState:
         """The run was relaunched onto a new log: forget the old run's problems and rates."""
         self.log_path = path
         self.problems.clear()
+        self.progress = self.terminal_only_progress = self._progress_point_at = None
         for points in self.series.values():
             points.clear()
         self.step = self.total_steps = None
         self.last_rate_at = None
-        self.progress = self.terminal_only_progress = self._progress_point_at = None
         self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 
     # -- readers -------------------------------------------------------------

@@ -17,9 +17,8 @@ from pathlib import Path
 
 from console.config import Config
 from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine
-from console.observe import follow_agent
+from console.observe import follow_agent, progress
 from console.observe.lines import classify_line
-from console.observe.progress import progress_line
 from console.observe.textsafe import sanitize, split_lines
 from console.remote.program import open_program
 from console.remote.target import Channel, Target, TargetError
@@ -325,6 +324,19 @@ class LogFollower:
         self._partial.clear()
         self._skipping = True
 
+    def _report_progress(self, written: float) -> None:
+        """Hand on the bar's latest redraw, or None when the line that held one is finished."""
+        if self.on_progress is None:
+            return
+        redraw = None
+        if not self._skipping and b"\r" in self._partial:
+            text = sanitize(bytes(self._partial), self.max_line_bytes)[0]
+            if text.strip():
+                redraw = progress.progress_line(text, written, self.config.metrics.patterns)
+        if redraw is not None or self._showing_progress:
+            self._showing_progress = redraw is not None
+            self.on_progress(redraw)
+
     async def _deliver(self, raws: list[tuple[bytes, bool]], written: float) -> None:
         """Make lines of `raws`, written at `written`, and hand them on: one batch, or one per SLICE_S
         of work so the loop stays responsive."""
@@ -340,24 +352,11 @@ class LogFollower:
         if batch:
             self.on_lines(batch)
 
-    def _line(self, raw: bytes, written: float, *, cut: bool = False) -> LogLine:
+    def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
         text, shortened = sanitize(raw, self.max_line_bytes)
         info: LineInfo = classify_line(text, self.config.metrics.patterns)
         self._number += 1
-        return LogLine(self._number, text, info, cut or shortened, written)
-
-    def _report_progress(self, written: float) -> None:
-        """Hand on the bar's latest redraw, or None when the line that held one is finished."""
-        if self.on_progress is None:
-            return
-        redraw = None
-        if not self._skipping and b"\r" in self._partial:
-            text = sanitize(bytes(self._partial), self.max_line_bytes)[0]
-            if text.strip():
-                redraw = progress_line(text, written, self.config.metrics.patterns)
-        if redraw is not None or self._showing_progress:
-            self._showing_progress = redraw is not None
-            self.on_progress(redraw)
+        return LogLine(self._number, text, info, cut or shortened, now)
 
     def _emit(self, text: str, data: dict) -> None:
         if self.on_event is not None:
