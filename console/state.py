@@ -24,13 +24,13 @@ from console.model import (
 from console.observe.progress import TerminalOnlyProgress, terminal_only_progress
 from console.observe.textsafe import sanitize
 
-#: Metrics a log can give for throughput, best first: the console shows the first one seen.
-RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
-RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s", "it_per_s": "it/s"}
 #: Other series a log can give, shown beside the rate.
 TRAINING_METRICS = ("loss", "lr", "grad_norm", "mfu")
 #: A bar redraws up to ten times a second: its figures join the series at most this often.
 PROGRESS_POINT_S = 1.0
+#: Metrics a log can give for throughput, best first: the console shows the first one seen.
+RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
+RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s", "it_per_s": "it/s"}
 
 
 @dataclass(frozen=True, slots=True)
