@@ -23,9 +23,8 @@ from console.model import (
     ProgressLine,
     Sample,
 )
+from console.observe import progress, textsafe
 from console.observe.lines import classify_line
-from console.observe.progress import progress_line
-from console.observe.textsafe import sanitize
 from console.remote.shell import Container
 from console.state import RunState
 
@@ -165,9 +164,9 @@ def hf_trainer_lines(now: float) -> tuple[list[tuple[float, str]], ProgressLine]
     """The real HF Trainer capture's lines over its 75 s, and its bar's last complete redraw, drawn just now."""
     raw = HF_TRAINER_LOG.read_bytes()
     complete, _, partial = raw.rpartition(b"\n")
-    lines = [sanitize(line)[0] for line in complete.split(b"\n")]
+    lines = [textsafe.sanitize(line)[0] for line in complete.split(b"\n")]
     timed = [(now - 75 + 75 * n / len(lines), text) for n, text in enumerate(lines)]
-    return timed, progress_line(sanitize(partial[: partial.rfind(b"\r")])[0], now - 0.1)
+    return timed, progress.progress_line(textsafe.sanitize(partial[: partial.rfind(b"\r")])[0], now - 0.1)
 
 
 def healthy_rate(n: int) -> float:
