@@ -129,6 +129,8 @@ _VALUE_REACH = 40
 # `tgs (tokens/gpu/second)=491.55`, the `": "8.996"` of a JSON dict.
 _VALUE_AFTER = re.compile(rf"['\")]?\s*(?:[:=]\s*|\s+)['\"]?{_VALUE}")
 _KEY_FOLLOWS = re.compile(r"['\")]?\s*[:=]")
+# What may follow a unit whose value comes before it (`14.2k tok/s |`), not a key's (`tok/s: 14,200`).
+_UNIT_ENDS = frozenset(("", " ", "|", ",", ")", "]", ";"))
 
 # Rates: (gate, unit regex) where a number comes before the unit or a value after it.
 # Per-device rates (`Tokens/s/device:`, `tokens/gpu/sec`, `tokens_per_second_per_gpu:`) are
@@ -317,9 +319,9 @@ def _step(text: str, low: str) -> tuple[str, str | None] | None:
         if match:
             return match["s"], None
     if "step" in low or "iter" in low:
-        match = _step_word(low)
-        if match:
-            return match["s"], match["t"]
+        found = _step_word(low)
+        if found:
+            return found
     if "/" in text:
         match = _PROGRESS_BAR.search(text)
         if match:
@@ -334,6 +336,11 @@ def _tokens_per_s(low: str) -> float | None:
             return _number(match["v"])
         if any(prefill in low for prefill in _PREFILL_ONLY):
             return None
+    at = low.find("tok/s")
+    if at > 0 and low[at + 5 : at + 6] in _UNIT_ENDS:  # the common `13.7k tok/s |`, without a regex
+        plain = _plain_number_at_end(low[max(0, at - _VALUE_REACH - 1) : at], whole_line=at <= _VALUE_REACH)
+        if plain is not None:
+            return plain
     return _rate(_TOKEN_UNITS, low)
 
 
@@ -493,16 +500,26 @@ def _plain_value_after(low: str, end: int) -> float | None:
     return None
 
 
-def _step_word(low: str) -> re.Match | None:
-    """`_STEP`'s first match; tried first where the line's first `step` or `iter` starts, which is
-    where it matches on almost every line (an anchored match costs far less than a search)."""
+def _step_word(low: str) -> tuple[str, str | None] | None:
+    """`_STEP`'s first match (step, total); tried first where the line's first `step` or `iter`
+    starts, which is where it matches on almost every line, and there a plain `step 5/100` is read
+    without a regex."""
     step, iteration = low.find("step"), low.find("iter")
     at = step if iteration < 0 or 0 <= step < iteration else iteration
     if at >= 0:
-        match = _STEP.match(low, at - 7 if low.endswith("global_", 0, at) else at)
+        start = at - 7 if low.endswith("global_", 0, at) else at
+        if start == 0 or low[start - 1] not in _WORD_CHARS:
+            rest = low[at + 4 : at + _VALUE_REACH]
+            value = rest.lstrip(" :='\"")
+            if 0 < len(rest) - len(value) <= 4:
+                done, _, total = value.partition(" ")[0].rstrip(",;|:)]}'\"").partition("/")
+                if done.isdigit() and done.isascii() and (not total or total.isdigit() and total.isascii()):
+                    return done, total or None
+        match = _STEP.match(low, start)
         if match:
-            return match
-    return _STEP.search(low)
+            return match["s"], match["t"]
+    match = _STEP.search(low)
+    return (match["s"], match["t"]) if match else None
 
 
 def _number(text: str) -> float:
