@@ -267,6 +267,6 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
         app.clock.advance(95)
         app.refresh_panes()
         await pilot.pause()
-        assert "last line 1m 35s ago" in str(pane.query_one("#rate-line").render())
+        assert "last rate written 1m 35s ago" in str(pane.query_one("#rate-line").render())
         assert "no rate now" in str(pane.query_one("#baseline-line").render())
         assert pane.has_class("-stale")

@@ -34,6 +34,10 @@ class TestScenarios:
         """The remaining verdicts' screens at 120×40."""
         assert snap_compare(make_app(scenario), terminal_size=LARGE)
 
+    def test_live_progress_bar(self, snap_compare):
+        """A real HF Trainer log: its tqdm bar live under the log, the throughput pane reading it."""
+        assert snap_compare(make_app("bar"), terminal_size=LARGE)
+
 
 class TestThemes:
     """The healthy run in each shipped theme (pulse-dark, the default, is TestScenarios.test_large)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from console.observe.progress import is_redraw
+
 #: The longest line kept, in characters; the rest is dropped and flagged.
 MAX_LINE_CHARS = 4096
 
@@ -79,11 +81,16 @@ def strip_escape_sequences(text: str) -> str:
 
 
 def _last_redraw(text: str) -> str:
-    """The text after the last carriage return that is followed by something visible."""
-    for segment in reversed(text.split("\r")):
-        if segment.strip():
-            return segment
-    return ""
+    """The text after the last carriage return that is followed by something visible; when that
+    is not itself a progress bar's redraw (tqdm.write clears the bar, prints, draws it again), the
+    bar's last redraw before it comes first, so its step and rate stay with the line."""
+    visible = [segment for segment in text.split("\r") if segment.strip()]
+    if not visible:
+        return ""
+    last = visible[-1]
+    if len(visible) > 1 and is_redraw(visible[-2]) and not is_redraw(last):
+        return f"{visible[-2].rstrip()} {last.lstrip()}"
+    return last
 
 
 def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:

@@ -36,9 +36,17 @@ from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
-from console.ui.run_view import LOG_FLUSH_S, RATE_WINDOW_S, compose_run_panes, own_pids, throughput_view
+from console.ui.run_view import (
+    LOG_FLUSH_S,
+    RATE_WINDOW_S,
+    compose_run_panes,
+    own_pids,
+    progress_bar_view,
+    throughput_view,
+)
 from console.ui.status_bar import StatusBar, StatusView
 from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
+from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
@@ -161,6 +169,7 @@ class PulseApp(ThemedApp):
         self.process_pane = query(ProcessPane)
         self.throughput_pane = query(ThroughputPane)
         self.log_pane = query(LogPane)
+        self.progress_line = query(ProgressBarLine)
         self.search_input = query("#search", Input)
         self.gpus_box, self.processes_box, self.log_box = query("#gpus-box"), query("#processes-box"), query("#log-box")
         query("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
@@ -230,6 +239,7 @@ class PulseApp(ThemedApp):
         lines = self.state.lines_after(pane.last_number)
         if lines:
             pane.append(lines)
+        self.progress_line.show(progress_bar_view(self.state, self.clock()))
 
     def refresh_panes(self, force: bool = True) -> None:
         """Repaint from the state: the status line always (ages move), the rest when it changed."""
