@@ -40,7 +40,7 @@ async def test_help_opens_and_closes_and_q_quits():
         console = Console(width=120, record=True, file=io.StringIO())
         console.print(app.screen.query_one("Static").content)
         shown = console.export_text()
-        assert "Jump to the next OOM" in shown and "Pause or resume following" in shown
+        assert "Next OOM" in shown and "Pause or resume following" in shown and "PgUp PgDn" in shown
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("q")
@@ -102,26 +102,26 @@ async def test_n_and_N_jump_between_problem_lines():
         assert [line.info.kind.value for line in problems] == ["traceback", "oom"]
         await pilot.press("home")
         await pilot.press("n")
-        assert log.current_problem == problems[0].number
+        assert log.current_line == problems[0].number
         assert not log.following
         await pilot.press("n")
-        assert log.current_problem == problems[1].number
+        assert log.current_line == problems[1].number
         await pilot.press("n")  # none below: stays, says so
-        assert log.current_problem == problems[1].number
+        assert log.current_line == problems[1].number
         assert any("no problem line below" in n.message for n in app._notifications)
         await pilot.press("N")
-        assert log.current_problem == problems[0].number
+        assert log.current_line == problems[0].number
         first_visible = int(log.scroll_y)
         visible = [line.number for line in log.shown_lines[first_visible : first_visible + log.size.height]]
         assert problems[0].number in visible
 
 
-async def test_slash_filters_lines_and_escape_clears():
+async def test_backslash_filters_lines_and_escape_clears_and_follows():
     app = make_app("nan")
     async with app.run_test(size=SIZE) as pilot:
         log = app.query_one(LogPane)
         total = log.line_count
-        await pilot.press("slash")
+        await pilot.press("backslash")
         search = app.query_one("#search", Input)
         search.cursor_blink = False
         assert search.has_focus
@@ -132,8 +132,11 @@ async def test_slash_filters_lines_and_escape_clears():
         assert "filter" in app.query_one("#log-box").border_subtitle
         await pilot.press("enter")
         assert log.has_focus and log.line_count == 1
+        await pilot.press("f")
+        assert not log.following
         await pilot.press("escape")
         assert log.filter_text == "" and log.line_count == total
+        assert log.following and log.scroll_y == log.max_scroll_y
 
 
 async def test_t_cycles_all_three_themes_and_textual_themes_still_render():
@@ -270,3 +273,103 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
         assert "last line 1m 35s ago" in str(pane.query_one("#rate-line").render())
         assert "no rate now" in str(pane.query_one("#baseline-line").render())
         assert pane.has_class("-stale")
+
+
+async def test_N_while_following_finds_the_problem_line_on_screen():
+    """The hung run's traceback is at the end of the log: N from the end selects its last line."""
+    app = make_app("hang")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        assert log.following
+        last_problem = [line for line in log.shown_lines if line.info.kind.value == "traceback"][-1]
+        await pilot.press("N")
+        assert log.current_line == last_problem.number
+        assert not any("no problem line" in n.message for n in app._notifications)
+
+
+async def test_end_resumes_following_after_a_jump():
+    app = make_app("oom")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("home", "n")
+        assert not log.following and log.current_line is not None
+        await pilot.press("end")
+        await pilot.pause()
+        assert log.following and log.current_line is None
+        add_lines(app, ["step 1 | loss 1.0"] * 3)
+        app.flush_log()
+        await pilot.pause()
+        assert log.scroll_y == log.max_scroll_y and log.unseen == 0
+
+
+async def test_regex_search_highlights_matches_and_n_N_step_between_them():
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("slash")
+        app.query_one("#search", Input).cursor_blink = False
+        await pilot.press(*r"step 2[01][48]0/", "enter")
+        await pilot.pause()
+        matches = [line.number for line in log.shown_lines if line.text.startswith(("step 2040/", "step 2080/", "step 2140/", "step 2180/"))]
+        assert len(matches) == 4 and log.line_count > 100  # a search shows every line
+        assert log.current_line == matches[-1]  # Enter: the nearest match above the end
+        await pilot.press("N")
+        assert log.current_line == matches[-2]
+        await pilot.press("n")
+        assert log.current_line == matches[-1]
+        await pilot.press("n")
+        assert log.current_line == matches[-1]
+        assert any("no match below" in n.message for n in app._notifications)
+        row = log.shown_lines.index(next(line for line in log.shown_lines if line.number == matches[-1])) - int(log.scroll_y)
+        strip = log.render_line(row)
+        match_bg = log.get_component_rich_style("log-pane--match").bgcolor
+        highlighted = "".join(segment.text for segment in strip if segment.style and segment.style.bold and segment.style.bgcolor != log.rich_style.bgcolor)
+        assert "step 2180/" in highlighted and match_bg is not None
+        assert "search “step 2[01][48]0/” · n/N" in app.query_one("#log-box").border_subtitle
+
+
+async def test_a_pattern_that_is_not_a_regex_matches_literally_and_says_so():
+    app = make_app("nan")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("backslash")
+        app.query_one("#search", Input).cursor_blink = False
+        await pilot.press(*"nan(")
+        await pilot.pause()
+        assert log.line_count == 0
+        assert "not a regex" in app.query_one("#log-box").border_subtitle
+
+
+async def test_line_numbers_toggle_and_go_to_line():
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("number_sign")
+        assert log.line_numbers
+        first_visible = int(log.scroll_y)
+        number = log.shown_lines[first_visible].number
+        assert log.render_line(0).text.lstrip().startswith(f"{number} ")
+        await pilot.press("colon")
+        app.query_one("#search", Input).cursor_blink = False
+        await pilot.press(*"42", "enter")
+        assert log.current_line == 42 and not log.following
+        top = int(log.scroll_y)
+        assert 42 in [line.number for line in log.shown_lines[top : top + log.size.height]]
+        await pilot.press("colon", *"x1", "enter")
+        assert any("not a line number" in n.message for n in app._notifications)
+        await pilot.press("escape", "number_sign")
+        assert not log.line_numbers and log.render_line(0).text.startswith("  ")
+
+
+async def test_l_shows_the_log_at_the_newest_problem_line():
+    """Verdicts say "read the log (l)": the key exists and lands on the problem."""
+    app = make_app("nan")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        newest = [line for line in log.shown_lines if line.info.kind.value in ("nan", "traceback")][-1]
+        await pilot.press("tab")
+        await pilot.press("l")
+        assert log.has_focus and log.current_line == newest.number
+        top = int(log.scroll_y)
+        assert newest.number in [line.number for line in log.shown_lines[top : top + log.size.height]]

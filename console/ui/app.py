@@ -32,7 +32,7 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.help_screen import HelpScreen
-from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, bindings, shown_in_footer, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
@@ -47,6 +47,12 @@ REFRESH_S = 1.0
 CHEAP_DIAGNOSIS_S = 5.0
 #: The cheap diagnosis compares the latest sample with one about this old.
 CHEAP_WINDOW_S = 10.0
+#: The log input box's prompt in each of its modes.
+LOG_INPUT_PROMPTS = {
+    "search": "search (regex, any case): Enter jumps to the nearest match above · n/N next/previous · Esc clears",
+    "filter": "show only lines matching (regex, any case): Enter keeps · Esc clears",
+    "goto": "go to line number: Enter jumps · Esc closes",
+}
 
 
 class Startable(Protocol):
@@ -114,7 +120,7 @@ class PulseApp(ThemedApp):
     CSS_PATH = "pulse.tcss"
     TITLE = "Pulse"
     COMMANDS = App.COMMANDS | {PulseCommands}
-    BINDINGS = [binding(spec) for spec in ACTIONS]
+    BINDINGS = bindings(ACTIONS)
 
     def __init__(
         self,
@@ -139,10 +145,15 @@ class PulseApp(ThemedApp):
         self.action_specs: tuple[ActionSpec, ...] = wired_actions(config, has_target=target is not None)
         self._wired = {spec.action for spec in self.action_specs}
         for spec in self.action_specs:
-            if spec.action.startswith("custom("):
-                self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
+            # Custom actions come from the config; read-only hides the mutating keys from the footer
+            # (pressed anyway, they say why they are refused).
+            if spec.action.startswith("custom(") or (read_only and spec.mutating):
+                show = shown_in_footer(spec, read_only=read_only)
+                self.bind(spec.keys, spec.action, description=spec.description, show=show, key_display=spec.key_display)
         self._dirty = True
         self._painted_sample = False
+        self.log_input_mode = "filter"
+        """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
         """The latest Verdict, shown in the status line until the state changes."""
 
@@ -334,13 +345,17 @@ class PulseApp(ThemedApp):
         parts = []
         if pane.filter_text:
             parts.append(f"filter “{pane.filter_text}”: {pane.line_count} lines")
+        if pane.search_text:
+            parts.append(f"search “{pane.search_text}” · n/N")
+        if pane.filter_error or pane.search_error:
+            parts.append(pane.filter_error or pane.search_error)
         if pane.following:
             parts.append("following")
         else:
             parts.append(f"paused · {pane.unseen} new lines · f to follow" if pane.unseen else "paused · f to follow")
         problems = len(self.state.problems)
         if problems:
-            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · n/N jump")
+            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
         set_titles(box, Text(f"Log · {path}"), Text(" · ".join(parts)))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
@@ -366,51 +381,105 @@ class PulseApp(ThemedApp):
         following = self.log_pane.toggle_follow()
         self.notify("following the log" if following else "paused: f or End to follow again", timeout=2)
 
+    def action_next(self) -> None:
+        self._jump(backwards=False, match=bool(self.log_pane.search_text))
+
+    def action_previous(self) -> None:
+        self._jump(backwards=True, match=bool(self.log_pane.search_text))
+
     def action_next_problem(self) -> None:
-        self._jump(backwards=False)
+        self._jump(backwards=False, match=False)
 
     def action_previous_problem(self) -> None:
-        self._jump(backwards=True)
+        self._jump(backwards=True, match=False)
 
-    def _jump(self, *, backwards: bool) -> None:
-        line = self.log_pane.next_problem(backwards=backwards)
+    def _jump(self, *, backwards: bool, match: bool) -> None:
+        pane = self.log_pane
+        line = pane.next_match(backwards=backwards) if match else pane.next_problem(backwards=backwards)
         if line is None:
-            where = "above" if backwards else "below"
-            self.notify(f"no problem line {where}", severity="information", timeout=2)
-        else:
-            self._refresh_log_titles()
+            what = "match" if match else "problem line"
+            self.notify(f"no {what} {'above' if backwards else 'below'}", severity="information", timeout=2)
+        self._refresh_log_titles()
+
+    def action_problem_log(self) -> None:
+        """`l`, the key verdicts name: the log at its newest problem line (the end when there is none)."""
+        pane = self.log_pane
+        pane.focus()
+        if pane.filter_text:
+            self.clear_log_input()
+        if pane.last_problem() is None:
+            pane.follow()
+            self.notify("no problem line in the log held: following its end", timeout=3)
+        self._refresh_log_titles()
+
+    def action_follow(self) -> None:
+        self.log_pane.follow()
+
+    def action_toggle_line_numbers(self) -> None:
+        self.log_pane.line_numbers = not self.log_pane.line_numbers
 
     def action_search(self) -> None:
-        search = self.search_input
-        search.add_class("-visible")
-        search.value = self.log_pane.filter_text
-        search.focus()
+        self._open_log_input("search")
+
+    def action_filter(self) -> None:
+        self._open_log_input("filter")
+
+    def action_go_to_line(self) -> None:
+        self._open_log_input("goto")
+
+    def _open_log_input(self, mode: str) -> None:
+        box = self.search_input
+        self.log_input_mode = mode
+        box.placeholder = LOG_INPUT_PROMPTS[mode]
+        box.add_class("-visible")
+        box.value = {"search": self.log_pane.search_text, "filter": self.log_pane.filter_text}.get(mode, "")
+        box.focus()
 
     @on(Input.Changed, "#search")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.log_pane.filter_text = event.value
+    def _log_input_changed(self, event: Input.Changed) -> None:
+        mode = self.log_input_mode
+        if mode == "filter":
+            self.log_pane.filter_text = event.value
+        elif mode == "search":
+            self.log_pane.search_text = event.value
         self._refresh_log_titles()
 
     @on(Input.Submitted, "#search")
-    def _filter_kept(self, event: Input.Submitted) -> None:
-        if not event.value:
+    def _log_input_submitted(self, event: Input.Submitted) -> None:
+        mode = self.log_input_mode
+        pane = self.log_pane
+        if mode == "goto":
+            event.input.value = ""
+            try:
+                number = int(event.value.strip())
+            except ValueError:
+                self.notify(f"not a line number: {event.value.strip()[:40]!r}", severity="warning", timeout=3)
+                return
+            if pane.go_to_line(number) is None:
+                self.notify(f"no line {number} or later is held", severity="warning", timeout=3)
+        elif mode == "search" and event.value and pane.next_match(backwards=True) is None:
+            self.notify("no match", severity="information", timeout=2)
+        if not event.value or mode == "goto":
             event.input.remove_class("-visible")
-        self.log_pane.focus()
-
-    def clear_filter(self) -> None:
-        """Show every line again and hide the filter box."""
-        search = self.search_input
-        search.value = ""
-        search.remove_class("-visible")
-        self.log_pane.filter_text = ""
-        self.log_pane.focus()
+        pane.focus()
         self._refresh_log_titles()
 
-    def on_key(self, event) -> None:
-        if event.key == "escape" and self.screen is self.screen_stack[0]:
-            if self.log_pane.filter_text or self.search_input.has_class("-visible"):
-                self.clear_filter()
-                event.stop()
+    def clear_log_input(self) -> None:
+        """Clear the search and the filter, hide the input box."""
+        box = self.search_input
+        box.value = ""
+        box.remove_class("-visible")
+        self.log_pane.filter_text = ""
+        self.log_pane.search_text = ""
+
+    def action_clear_search(self) -> None:
+        """Esc on the main screen: clear the search and filter, and follow the end again."""
+        if self.screen is not self.screen_stack[0]:
+            return
+        self.clear_log_input()
+        self.log_pane.follow()
+        self.log_pane.focus()
+        self._refresh_log_titles()
 
     # -- actions on the run -------------------------------------------------------
 

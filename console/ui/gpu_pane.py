@@ -102,11 +102,13 @@ class GpuPane(ScrollView, can_focus=False):
         index = y + int(self.scroll_offset.y)
         if not self.gpus:
             if y == 0:
-                text = Text("no GPU readings yet", style=self._style("dim"))
-                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width)
-            return Strip.blank(width)
+                text = Text("no GPU readings yet", style=self._style("dim"), end="")
+                # Every segment needs a style: NO_COLOR's filter reads each one's colour.
+                text.stylize_before(self.rich_style)
+                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width, self.rich_style)
+            return Strip.blank(width, self.rich_style)
         if index >= len(self.gpus):
-            return Strip.blank(width)
+            return Strip.blank(width, self.rich_style)
         if index not in self._cache:
             text = self.gpu_line(self.gpus[index], width)
             text.truncate(width)
