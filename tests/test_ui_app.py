@@ -207,7 +207,7 @@ async def test_eight_gpus_fit_100x30():
         for index, line in enumerate(lines):
             assert line.lstrip().startswith(str(index))
             assert ("target" if index < 5 else "drafter") in line
-            assert "/140.4G" in line and "°C" in line
+            assert "/140.4 GiB" in line and "°C" in line
 
 
 async def test_gpu_fault_and_read_error_are_shown_not_raised():
@@ -373,3 +373,56 @@ async def test_l_shows_the_log_at_the_newest_problem_line():
         assert log.has_focus and log.current_line == newest.number
         top = int(log.scroll_y)
         assert newest.number in [line.number for line in log.shown_lines[top : top + log.size.height]]
+
+
+async def test_80x24_is_compact_one_line_per_role_and_the_log_keeps_room():
+    app = make_app("hang")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(GpuPane)
+        assert app.screen.has_class("-compact") and pane.size.height == 2
+        target, drafter = (pane.render_line(y).text for y in range(2))
+        assert target.startswith("target  0–4") and "118.5–123.4/140.4 GiB" in target and "util 0%" in target
+        assert drafter.startswith("drafter 5–7") and "74.8–76.4/140.4 GiB" in drafter
+        assert app.query_one(LogPane).size.height >= 8
+        assert app.screen.max_scroll_y == 0  # nothing overflows
+
+
+async def test_the_verdict_leads_the_header_and_read_only_is_never_cut():
+    from tests.snapshot_apps.scenarios import diagnosed
+
+    for width in (80, 120):
+        app = make_app("hang", read_only=True)
+        async with app.run_test(size=(width, 30)) as pilot:
+            diagnosed(app)
+            await pilot.pause()
+            shown = app.query_one(StatusBar).render_line(0).text
+            assert shown.startswith(" ◆ hung") and "read-only" in shown, shown
+            if width == 120:
+                assert "hung: the run is alive, idle and silent" in shown
+
+
+async def test_read_only_hides_mutating_keys_from_the_footer():
+    config = dataclasses.replace(
+        make_config(),
+        warmup=WarmupConfig(command="python3 /root/warmup.py --gpu {gpu} --seq-len {seq_len}", gpus=(0, 1), seq_lens=(770,)),
+    )
+    for read_only in (False, True):
+        app = make_app(read_only=read_only, target=LocalTarget(), config=config)
+        async with app.run_test(size=(200, 40)) as pilot:
+            await pilot.pause()
+            shown = {binding.key for _, binding, enabled, _ in app.screen.active_bindings.values() if binding.show and enabled}
+            assert {"d", "p", "l"} <= shown
+            assert ({"R", "w", "k"} & shown) == (set() if read_only else {"R", "w", "k"})
+
+
+def test_memory_is_written_in_gib_everywhere():
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+    from tests.snapshot_apps.scenarios import build_state
+
+    state = build_state("hang")
+    config = make_config()
+    verdict = diagnose(from_samples(state.samples[0], state.samples[-1], config, state, timed=False), config)
+    gpu_lines = [line for line in verdict.evidence if line.startswith("GPU")]
+    assert gpu_lines == ["GPUs 0–7 util 0%, 74.8–123.4 GiB used (pid 4127)"]  # eight alike GPUs, one line

@@ -32,7 +32,7 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.help_screen import HelpScreen
-from console.ui.keymap import ACTIONS, ActionSpec, bindings, shown_in_footer, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
@@ -47,6 +47,8 @@ REFRESH_S = 1.0
 CHEAP_DIAGNOSIS_S = 5.0
 #: The cheap diagnosis compares the latest sample with one about this old.
 CHEAP_WINDOW_S = 10.0
+#: Below either, the compact layout: one line per GPU role, so the log keeps room.
+COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 #: The log input box's prompt in each of its modes.
 LOG_INPUT_PROMPTS = {
     "search": "search (regex, any case): Enter jumps to the nearest match above · n/N next/previous · Esc clears",
@@ -145,11 +147,13 @@ class PulseApp(ThemedApp):
         self.action_specs: tuple[ActionSpec, ...] = wired_actions(config, has_target=target is not None)
         self._wired = {spec.action for spec in self.action_specs}
         for spec in self.action_specs:
-            # Custom actions come from the config; read-only hides the mutating keys from the footer
-            # (pressed anyway, they say why they are refused).
-            if spec.action.startswith("custom(") or (read_only and spec.mutating):
-                show = shown_in_footer(spec, read_only=read_only)
-                self.bind(spec.keys, spec.action, description=spec.description, show=show, key_display=spec.key_display)
+            if spec.action.startswith("custom("):
+                self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
+        # Read-only: check_action hides these keys (footer and bindings); pressed anyway, on_key
+        # runs them so the action itself says why it is refused.
+        self._refused_keys = {
+            key: spec.action for spec in self.action_specs if read_only and spec.mutating for key in spec.keys.split(",")
+        }
         self._dirty = True
         self._painted_sample = False
         self.log_input_mode = "filter"
@@ -173,6 +177,7 @@ class PulseApp(ThemedApp):
         self.throughput_pane = query(ThroughputPane)
         self.log_pane = query(LogPane)
         self.search_input = query("#search", Input)
+        self.footer = query(Footer)
         self.gpus_box, self.processes_box, self.log_box = query("#gpus-box"), query("#processes-box"), query("#log-box")
         query("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -196,12 +201,17 @@ class PulseApp(ThemedApp):
                 await stopped
 
     def on_resize(self) -> None:
-        self._size_classes()
+        if self.is_running and hasattr(self, "gpu_pane"):  # on_mount sizes the first layout
+            self._size_classes()
 
     def _size_classes(self) -> None:
         width, height = self.size
+        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
         self.screen.set_class(width < 110, "-narrow")
         self.screen.set_class(height < 34, "-short")
+        self.screen.set_class(compact, "-compact")
+        self.gpu_pane.set_compact(compact)
+        self.footer.compact = compact
 
     # -- themes ------------------------------------------------------------------
 
@@ -368,10 +378,28 @@ class PulseApp(ThemedApp):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         table_actions = {spec.action for spec in ACTIONS}
         if action == "custom":
-            return f"custom({parameters[0]})" in self._wired if parameters else False
-        if action in table_actions and action not in self._wired:
+            action = f"custom({parameters[0]})" if parameters else ""
+            if action not in self._wired:
+                return False
+        elif action in table_actions and action not in self._wired:
             return False
-        return True
+        return action not in self._refused_keys.values()
+
+    async def on_key(self, event) -> None:
+        action = self._refused_keys.get(event.key)
+        if action is not None and self.screen is self.screen_stack[0] and not isinstance(self.focused, Input):
+            event.stop()
+            await self.take_action(action)
+
+    async def take_action(self, action: str) -> None:
+        """Run a table action (the palette's way in). One that read-only hides runs all the same,
+        past check_action, so that it refuses in its own words."""
+        if action not in self._refused_keys.values():
+            await self.run_action(action)
+            return
+        name, _, argument = action.partition("(")
+        method = getattr(self, f"action_{name}")
+        method(int(argument.rstrip(")"))) if argument else method()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -499,16 +527,55 @@ class PulseApp(ThemedApp):
         if self.verdict is None or verdict.name != self.verdict.name:
             self.set_verdict(verdict)
 
-    def action_dump(self) -> None:
+    def selected_process(self):
+        """The process the operator selected (the process table's row, while it has focus), else the
+        run's main process; None when there is neither."""
         from console.evidence import main_process
 
         sample = self.state.latest
-        main = main_process(sample.processes) if sample else None
-        if main is None:
+        processes = sample.processes if sample else ()
+        pid = self.process_pane.selected_pid() if self.process_pane.has_focus else None
+        chosen = next((p for p in processes if p.pid == pid), None)
+        return chosen or main_process(processes)
+
+    def action_dump(self) -> None:
+        chosen = self.selected_process()
+        if chosen is None:
             self.notify("no process of the run to dump: is it alive?", severity="warning")
             return
-        self.notify(f"py-spy dump of pid {main.pid}…", timeout=2)
-        self.run_dump(main.pid)
+        self.notify(f"py-spy dump of pid {chosen.pid}…", timeout=2)
+        self.run_dump(chosen.pid)
+
+    def action_signal(self) -> None:
+        """`k`: choose a signal for the selected process, then the plan, a confirmation, the audit."""
+        from console.actions.signal import execute_signal, plan_signal
+        from console.ui.process_pane import script_and_args
+        from console.ui.signal_screen import SignalScreen
+
+        chosen = self.selected_process()
+        if chosen is None:
+            self.notify("no process of the run to signal: is it alive?", severity="warning")
+            return
+
+        def planned(signal: str | None) -> None:
+            if signal is None:
+                return
+
+            async def make_plan():
+                plan = await plan_signal(self.target, chosen.pid, signal, chosen.cmdline, read_only=self.read_only)
+                return PlanReady(
+                    f"Send SIG{signal}",
+                    plan.describe(),
+                    lambda: execute_signal(self.target, self.config, plan),
+                    dangerous=signal in ("KILL", "TERM", "STOP"),
+                )
+
+            self.prepare_action(make_plan)
+
+        if self.read_only:
+            planned("TERM")  # refused by the plan, in its own words
+            return
+        self.push_screen(SignalScreen(chosen.pid, script_and_args(chosen.cmdline)), callback=planned)
 
     @work(exclusive=True, exit_on_error=False, group="dump")
     async def run_dump(self, pid: int) -> None:
@@ -588,8 +655,11 @@ class PulseApp(ThemedApp):
         sample = self.state.latest
         processes = sample.processes if sample else ()
         roots = [p for p in processes if p.ppid not in {q.pid for q in processes}]
-        pids = tuple(p.pid for p in roots + [p for p in processes if p not in roots])
-        used = sorted(self.config.gpus.roles) or [gpu.index for gpu in (sample.gpus if sample else ())]
+        # {pid} is the selected process (pids[0]); {gpu} the first GPU of the selected GPU row.
+        selected = self.selected_process()
+        ordered = ([selected] if selected else []) + roots + list(processes)
+        pids = tuple(dict.fromkeys(p.pid for p in ordered))
+        used = self.gpu_pane.selected_gpus() or sorted(self.config.gpus.roles)
         context = ActionContext(pids=pids, log=self.state.log_path or self.config.run.log, gpu=used[0] if used else None, host=self.config.target.host or "local")
 
         async def make_plan():

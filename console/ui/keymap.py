@@ -35,6 +35,8 @@ class ActionSpec:
     """False for keys a focused widget handles itself (scrolling, End in the log): listed in help only."""
     priority: bool = False
     """Bound with priority, so a focused widget (an input) cannot take the key first."""
+    help_keys: str = ""
+    """Every key as the help screen writes it, when the footer's `key_display` shows only one."""
 
 
 GROUPS = ("Run", "Log", "Panes", "View")
@@ -42,7 +44,7 @@ GROUPS = ("Run", "Log", "Panes", "View")
 # The order is the footer's: what a verdict asks for first (d, p, l), the mutating keys, then
 # the log's. A narrow footer cuts from the end.
 ACTIONS: tuple[ActionSpec, ...] = (
-    ActionSpec("help", "question_mark,f1", "? F1", "Help", "Show every key and what it does", "View"),
+    ActionSpec("help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View", help_keys="? F1"),
     ActionSpec(
         "diagnose",
         "d",
@@ -154,19 +156,14 @@ def wired_actions(config: Config, *, has_target: bool) -> tuple[ActionSpec, ...]
     return tuple(spec for spec in specs if is_wired(spec, config, has_target=has_target))
 
 
-def shown_in_footer(spec: ActionSpec, *, read_only: bool) -> bool:
-    """Whether the footer offers `spec`: read-only hides what would only be refused."""
-    return spec.footer and not (read_only and spec.mutating)
-
-
-def bindings(specs: tuple[ActionSpec, ...], *, read_only: bool = False) -> list[Binding]:
+def bindings(specs: tuple[ActionSpec, ...]) -> list[Binding]:
     """The Textual bindings of the bound actions among `specs`."""
     return [
         Binding(
             spec.keys,
             spec.action,
             spec.description,
-            show=shown_in_footer(spec, read_only=read_only),
+            show=spec.footer,
             key_display=spec.key_display,
             priority=spec.priority,
         )

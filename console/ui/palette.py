@@ -34,11 +34,11 @@ class PulseCommands(Provider):
 
     async def discover(self) -> Hits:
         for name, spec in self._entries():
-            yield DiscoveryHit(Content(name), partial(self.app.run_action, spec.action), text=name, help=escape(spec.help))
+            yield DiscoveryHit(Content(name), partial(self.app.take_action, spec.action), text=name, help=escape(spec.help))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for name, spec in self._entries():
             score = max(matcher.match(name), matcher.match(spec.help) * 0.5)
             if score > 0:
-                yield Hit(score, highlighted(matcher, name), partial(self.app.run_action, spec.action), text=name, help=escape(spec.help))
+                yield Hit(score, highlighted(matcher, name), partial(self.app.take_action, spec.action), text=name, help=escape(spec.help))

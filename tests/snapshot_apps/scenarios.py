@@ -231,3 +231,12 @@ def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: 
     )
     app.animation_level = "none"
     return app
+
+
+def diagnosed(app) -> None:
+    """Give `app` the verdict its cheap diagnosis reaches on its scenario's state (the header shows it)."""
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+
+    state = app.state
+    app.set_verdict(diagnose(from_samples(state.samples[0], state.samples[-1], app.config, state, timed=False), app.config))
