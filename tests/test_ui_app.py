@@ -426,3 +426,42 @@ def test_memory_is_written_in_gib_everywhere():
     verdict = diagnose(from_samples(state.samples[0], state.samples[-1], config, state, timed=False), config)
     gpu_lines = [line for line in verdict.evidence if line.startswith("GPU")]
     assert gpu_lines == ["GPUs 0–7 util 0%, 74.8–123.4 GiB used (pid 4127)"]  # eight alike GPUs, one line
+
+
+async def test_gpu_and_pid_placeholders_come_from_the_selection():
+    """A custom action on the GPU row and the process row the operator selected, not GPU 0 and the main PID."""
+    from console.config import CustomAction
+
+    show = CustomAction(name="show", key="x", command="echo gpu={gpu} pid={pid}", confirm=True)
+    app = make_app(target=LocalTarget(), config=dataclasses.replace(make_config(), actions=(show,)))
+    async with app.run_test(size=SIZE) as pilot:
+        gpus = app.query_one(GpuPane)
+        gpus.focus()
+        await pilot.press("down", "down", "down")
+        assert gpus.selected_gpus() == (3,)
+        processes = app.query_one(ProcessPane)
+        processes.focus()
+        processes.move_cursor(row=processes.get_row_index("4191"))
+        await pilot.press("x")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.lines[-1] == "  $ echo gpu=3 pid=4191"
+
+
+async def test_the_command_column_shows_the_script_and_its_arguments():
+    from console.ui.process_pane import script_and_args
+
+    assert script_and_args("/usr/bin/python3.11 -u -X faulthandler /root/train.py --lr 3") == "train.py --lr 3"
+    assert script_and_args("python -m torch.distributed.run --nproc_per_node 2 train.py") == "torch.distributed.run --nproc_per_node 2 train.py"
+    assert script_and_args("/opt/conda/bin/torchrun --nproc_per_node 8 train.py") == "/opt/conda/bin/torchrun --nproc_per_node 8 train.py"
+    app = make_app()
+    async with app.run_test(size=SIZE):
+        assert str(app.query_one(ProcessPane).get_cell("4127", "command")).startswith("train_dflash_pipeline.py --target-gpus")
+
+
+async def test_ctrl_c_quits():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("slash")  # even from the search box
+        await pilot.press("ctrl+c")
+    assert app.return_code == 0
