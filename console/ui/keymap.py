@@ -63,7 +63,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Run",
         needs_target=True,
     ),
-    ActionSpec("problem_log", "l", "l", "Log at problem", "The log at the latest problem line (the line a verdict names)", "Log"),
+    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem line (the line a verdict names)", "Log"),
     ActionSpec(
         "restart",
         "R",
