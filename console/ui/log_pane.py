@@ -28,7 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import PROBLEM_KINDS, LineKind, LogLine
-from console.ui.styles import background_style, text_style
+from console.ui.styles import background_style, sgr_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).
@@ -407,6 +407,8 @@ class LogPane(ScrollView, can_focus=True):
         else:
             text.append(f" {cut or ' '}", self._style("gutter"))
         body = Text(line.text, style=self._style(kind.value) if kind is not LineKind.NORMAL else "")
+        for start, end, parameters in line.sgr:  # the log's own colours, over the kind's
+            body.stylize(sgr_style(parameters), start, end)
         if len(line.text) <= HIGHLIGHT_MAX_CHARS:
             for pattern in (self._filter, self._search):
                 if pattern is not None:
