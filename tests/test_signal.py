@@ -8,20 +8,18 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from console.actions.audit import ActionRefused, AuditLog, StepStatus
 from console.actions.signal import execute_signal, plan_signal
-from console.model import ProcessReading, Sample
+from console.model import ProcessReading
 from console.remote.target import LocalTarget
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
-from console.ui.process_pane import ProcessPane
 from console.ui.signal_screen import SignalScreen
-from tests.snapshot_apps.scenarios import make_app, make_config
+from tests.snapshot_apps.scenarios import make_app, make_config, select_process
 
 WAITS_FOR_USR1 = """
 import signal, sys, time
@@ -87,12 +85,7 @@ async def test_k_on_the_selected_row_chooses_confirms_and_sends(waiting_process,
     app = make_app("healthy", target=LocalTarget(), config=config_with_audit(tmp_path))
     reading = ProcessReading(pid, 1, "S", 3.0, 1, 10.0, 0.0, f"{sys.executable} -u /tmp/waits.py --flag")
     async with app.run_test(size=(120, 40)) as pilot:
-        app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
-        app.refresh_panes()
-        await pilot.pause()
-        table = app.query_one(ProcessPane)
-        table.focus()
-        table.move_cursor(row=table.get_row_index(str(pid)))
+        table = await select_process(app, pilot, reading)
         assert str(table.get_cell(str(pid), "command")) == "waits.py --flag"
         await pilot.press("k")
         assert isinstance(app.screen, SignalScreen)

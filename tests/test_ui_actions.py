@@ -130,18 +130,13 @@ async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
 
 async def test_p_on_a_selected_row_dumps_that_pid(hung_process):
     """The table's selected row, not the run's main process, is what `p` dumps while the table has focus."""
-    from console.ui.process_pane import ProcessPane
+    from tests.snapshot_apps.scenarios import select_process
 
     config = dataclasses.replace(make_config(), target=TargetConfig(py_spy=str(PY_SPY)))
     app = make_app("hang", target=LocalTarget(), config=config)
     reading = ProcessReading(hung_process.pid, 4127, "S", 3.0, 2, 10.0, 0.0, "python3 -u hung.py")
     async with app.run_test(size=(120, 40)) as pilot:
-        app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
-        app.refresh_panes()
-        await pilot.pause()
-        table = app.query_one(ProcessPane)
-        table.focus()
-        table.move_cursor(row=table.get_row_index(str(hung_process.pid)))
+        await select_process(app, pilot, reading)
         await pilot.press("p")
         await app.workers.wait_for_complete()
         await pilot.pause()
