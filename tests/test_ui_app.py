@@ -465,3 +465,26 @@ async def test_ctrl_c_quits():
         await pilot.press("slash")  # even from the search box
         await pilot.press("ctrl+c")
     assert app.return_code == 0
+
+
+async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
+    from console.ui.process_pane import tree_order
+
+    launcher = dataclasses.replace(run_processes()[0], pid=4100, ppid=1, cmdline="bash -lc python3 -u /root/train.py")
+    main, *workers = (dataclasses.replace(p, ppid=4100) if p.pid == 4127 else p for p in run_processes())
+    flat = (*workers, main, launcher)  # as /proc lists them: any order
+    assert [(p.pid, depth) for p, depth in tree_order(list(flat))] == [(4100, 0), (4127, 1), (4190, 2), (4191, 2)]
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.state.add_sample(Sample(time=1.0, processes=flat))
+        app.refresh_panes()
+        await pilot.pause()
+        table = app.query_one(ProcessPane)
+        table.focus()
+        table.move_cursor(row=table.get_row_index("4190"))
+        await pilot.press("f5")
+        assert [key.value for key in table.rows] == ["4100", "4127", "4190", "4191"]
+        assert str(table.get_cell("4190", "command")).startswith("  └ train_dflash_pipeline.py")
+        assert table.selected_pid() == 4190
+        await pilot.press("v")
+        assert str(table.get_cell("4190", "command")).startswith("train_dflash_pipeline.py")

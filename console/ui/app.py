@@ -443,6 +443,9 @@ class PulseApp(ThemedApp):
     def action_follow(self) -> None:
         self.log_pane.follow()
 
+    def action_toggle_tree(self) -> None:
+        self.notify("process tree" if self.process_pane.toggle_tree() else "process list", timeout=2)
+
     def action_toggle_line_numbers(self) -> None:
         self.log_pane.line_numbers = not self.log_pane.line_numbers
 
