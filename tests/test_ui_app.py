@@ -488,3 +488,43 @@ async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
         assert table.selected_pid() == 4190
         await pilot.press("v")
         assert str(table.get_cell("4190", "command")).startswith("train_dflash_pipeline.py")
+
+
+def test_every_key_a_verdict_names_is_bound():
+    """The rule table's key column and every "(x)" in a verdict's next step name a key of the action table."""
+    import re
+
+    import console.diagnose as diagnose_module
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+    from console.ui.keymap import ACTIONS
+    from tests.snapshot_apps.scenarios import SCENARIOS, build_state
+
+    bound = {key for spec in ACTIONS for key in spec.key_display.split()}
+    table_keys = set(re.findall(r"\|\s+([A-Za-z/]+)\s+\|\n", diagnose_module.__doc__))
+    named = {key for cell in table_keys - {"key"} for key in cell.split("/")}  # "key": the header
+    config = make_config()
+    for scenario in SCENARIOS:
+        state = build_state(scenario)
+        verdict = diagnose(from_samples(state.samples[0], state.samples[-1], config, state, timed=False), config)
+        named |= set(re.findall(r"\(([A-Za-z])\)", verdict.next_step)) | ({verdict.key} if verdict.key else set())
+    assert named >= {"p", "l", "R", "w"}
+    assert named <= bound, named - bound
+
+
+async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
+    from console.ui.diagnosis_screen import DiagnosisScreen, verdict_text
+    from tests.snapshot_apps.scenarios import diagnosed
+
+    app = make_app("nan")
+    async with app.run_test(size=(80, 24)) as pilot:
+        diagnosed(app)
+        verdict = app.verdict
+        text = verdict_text(verdict, None).plain
+        assert verdict.key == "l" and text.count("(l)") == 1 and "(key" not in text
+        assert text.index("Next step") < text.index("Evidence")
+        await app.push_screen(DiagnosisScreen(verdict))
+        await pilot.press("l")
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        assert app.screen is app.screen_stack[0] and log.has_focus and log.current_line is not None
