@@ -528,3 +528,19 @@ async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
         await pilot.pause()
         log = app.query_one(LogPane)
         assert app.screen is app.screen_stack[0] and log.has_focus and log.current_line is not None
+
+
+async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
+    from console.ui.diagnosis_screen import DiagnosisScreen
+    from tests.snapshot_apps.scenarios import diagnosed
+
+    app = make_app("buffered", read_only=True, target=LocalTarget())
+    async with app.run_test(size=SIZE) as pilot:
+        diagnosed(app)
+        assert app.verdict.key == "R"
+        await app.push_screen(DiagnosisScreen(app.verdict))
+        await pilot.press("R")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]
+        assert any(n.message.startswith("read-only: restart disabled") for n in app._notifications)

@@ -201,7 +201,7 @@ class PulseApp(ThemedApp):
                 await stopped
 
     def on_resize(self) -> None:
-        if self.is_running and hasattr(self, "gpu_pane"):  # on_mount sizes the first layout
+        if hasattr(self, "gpu_pane"):  # a resize can come before on_mount, which sizes the first layout
             self._size_classes()
 
     def _size_classes(self) -> None:

@@ -85,4 +85,4 @@ class DiagnosisScreen(FramedModal[None]):
 
     async def action_next_step(self, key: str) -> None:
         self.dismiss()
-        await self.app.run_action(NEXT_STEP_ACTIONS[key])
+        await self.app.take_action(NEXT_STEP_ACTIONS[key])  # a read-only refusal still says why
