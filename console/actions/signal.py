@@ -52,7 +52,7 @@ class SignalPlan:
 
 async def plan_signal(target: Target, pid: int, signal: str, command: str, *, read_only: bool = False) -> SignalPlan:
     """Read `pid`'s state and start time on the target; ActionRefused when it cannot be signalled."""
-    refuse_if_read_only(f"signal {signal}", read_only)
+    refuse_if_read_only("signals", read_only)
     if signal not in SIGNALS:
         raise ActionRefused(f"signal {signal!r} is not offered (choose from {', '.join(SIGNALS)})")
     info = (await _proc_info(target, [pid])).get(pid)

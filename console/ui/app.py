@@ -531,20 +531,21 @@ class PulseApp(ThemedApp):
             self.set_verdict(verdict)
 
     def selected_process(self):
-        """The process the operator selected (the process table's row, while it has focus), else the
-        run's main process; None when there is neither."""
+        """The process on the process table's selected row while the table has focus (None when that
+        process is gone: never another one in its place), else the run's main process."""
         from console.evidence import main_process
 
         sample = self.state.latest
         processes = sample.processes if sample else ()
-        pid = self.process_pane.selected_pid() if self.process_pane.has_focus else None
-        chosen = next((p for p in processes if p.pid == pid), None)
-        return chosen or main_process(processes)
+        if self.process_pane.has_focus:
+            pid = self.process_pane.selected_pid()
+            return next((p for p in processes if p.pid == pid), None)
+        return main_process(processes)
 
     def action_dump(self) -> None:
         chosen = self.selected_process()
         if chosen is None:
-            self.notify("no process of the run to dump: is it alive?", severity="warning")
+            self.notify("no live process selected to dump: is the run (or the selected row) alive?", severity="warning")
             return
         self.notify(f"py-spy dump of pid {chosen.pid}…", timeout=2)
         self.run_dump(chosen.pid)
@@ -557,7 +558,7 @@ class PulseApp(ThemedApp):
 
         chosen = self.selected_process()
         if chosen is None:
-            self.notify("no process of the run to signal: is it alive?", severity="warning")
+            self.notify("no live process selected to signal: is the run (or the selected row) alive?", severity="warning")
             return
 
         def planned(signal: str | None) -> None:
@@ -576,7 +577,7 @@ class PulseApp(ThemedApp):
             self.prepare_action(make_plan)
 
         if self.read_only:
-            planned("TERM")  # refused by the plan, in its own words
+            planned("TERM")  # the plan refuses every signal read-only, in its own words
             return
         self.push_screen(SignalScreen(chosen.pid, script_and_args(chosen.cmdline)), callback=planned)
 
