@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
 from console.state import RATE_UNITS
-from console.units import format_gib_range, format_indices
+from console.units import format_indices, spread
 
 VERDICTS = (
     "healthy",
@@ -248,7 +248,7 @@ class _Diagnosis:
         for (util, holders, unknown), members in groups.items():
             name = f"GPU {members[0].index}" if len(members) == 1 else f"GPUs {format_indices([g.index for g in members])}"
             used = [g.memory_used_mib for g in members if g.memory_used_mib is not None]
-            mem = "mem ?" if unknown else f"{format_gib_range(min(used), max(used))} used"
+            mem = "mem ?" if unknown else f"{spread([mib / 1024 for mib in used], '{:.1f}')} GiB used"
             held = f" (pid {', '.join(map(str, holders))})" if holders else ""
             lines.append(f"{name} {util}, {mem}{held}")
         if ev.gpu_contexts_unseen:

@@ -24,10 +24,12 @@ def format_gib(mib: float, *, unit: bool = True) -> str:
     return f"{mib / 1024:.1f} GiB" if unit else f"{mib / 1024:.1f}"
 
 
-def format_gib_range(low_mib: float, high_mib: float) -> str:
-    """`118.5–123.4 GiB`, or one figure when both ends read the same."""
-    low, high = format_gib(low_mib, unit=False), format_gib(high_mib, unit=False)
-    return f"{low} GiB" if low == high else f"{low}–{high} GiB"
+def spread(values: list[float], form: str) -> str:
+    """`lo–hi` of `values` written with `form` (`{:.1f}`), one figure when both ends read alike, `—` for none."""
+    if not values:
+        return "—"
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}–{high}"
 
 
 def format_indices(indices: list[int]) -> str:

@@ -17,7 +17,7 @@ from textual.strip import Strip
 from console.model import GpuReading
 from console.ui.styles import background_style, text_style
 from console.ui.themes import Thresholds
-from console.units import format_gib, format_indices
+from console.units import format_gib, format_indices, spread
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -31,14 +31,6 @@ def bar_cells(fraction: float, width: int) -> str:
     if part and full < width:
         text += _EIGHTHS[part]
     return text.ljust(width)
-
-
-def spread(values: list[float], form: str) -> str:
-    """`lo–hi` of `values` written with `form`, one figure when they agree, `—` when none."""
-    if not values:
-        return "—"
-    low, high = form.format(min(values)), form.format(max(values))
-    return low if low == high else f"{low}–{high}"
 
 
 class GpuPane(ScrollView, can_focus=True):

@@ -287,8 +287,9 @@ class LogPane(ScrollView, can_focus=True):
         index = bisect_left(self._shown, number, key=line_number)
         return index if index < len(self._shown) and self._shown[index].number == number else None
 
-    def _jump(self, wanted: Callable[[LogLine], bool], *, backwards: bool) -> LogLine | None:
-        start = self._start_index(backwards=backwards)
+    def _jump(self, wanted: Callable[[LogLine], bool], *, backwards: bool, start: int | None = None) -> LogLine | None:
+        if start is None:
+            start = self._start_index(backwards=backwards)
         indices = range(start, -1, -1) if backwards else range(max(start, 0), len(self._shown))
         for index in indices:
             if wanted(self._shown[index]):
@@ -318,10 +319,7 @@ class LogPane(ScrollView, can_focus=True):
 
     def last_problem(self) -> LogLine | None:
         """Move to the newest problem line held, wherever the view is; None when there is none."""
-        for index in range(len(self._shown) - 1, -1, -1):
-            if is_problem(self._shown[index]):
-                return self._show_index(index)
-        return None
+        return self._jump(is_problem, backwards=True, start=len(self._shown) - 1)
 
     def go_to_line(self, number: int) -> LogLine | None:
         """Move to line `number`, or the first shown line after it; None when no line is at or after it."""
