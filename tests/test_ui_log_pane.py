@@ -93,3 +93,10 @@ async def test_the_logs_own_colours_are_kept():
         assert "".join(segment.text for segment in segments).startswith("ERROR [bold]not markup[/bold]")
         red = [segment for segment in segments if segment.style.color is not None and segment.style.color.number == 1]
         assert "".join(segment.text for segment in red) == "ERROR" and all(segment.style.bold for segment in red)
+
+
+def test_a_log_cannot_hide_its_text_or_blink():
+    from console.ui.styles import sgr_style
+
+    hidden = sgr_style("8;5;31")
+    assert not hidden.conceal and not hidden.blink and hidden.color.number == 1

@@ -34,6 +34,8 @@ def background_style(widget: Widget, component: str) -> Style:
 
 @lru_cache(maxsize=256)
 def sgr_style(parameters: str) -> Style:
-    """The Rich style of SGR `parameters` (`1;31`, `38;5;208`), as a terminal would show them."""
+    """The Rich style of SGR `parameters` (`1;31`, `38;5;208`), as a terminal would show them,
+    except that a log may not hide its text (conceal) or blink at the operator."""
     decoded = AnsiDecoder().decode_line(f"\x1b[{parameters}m.")
-    return decoded.spans[0].style if decoded.spans else Style()
+    style = decoded.spans[0].style if decoded.spans else Style()
+    return style + Style(conceal=False, blink=False, blink2=False)
