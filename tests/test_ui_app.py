@@ -403,17 +403,20 @@ async def test_the_verdict_leads_the_header_and_read_only_is_never_cut():
 
 
 async def test_read_only_hides_mutating_keys_from_the_footer():
+    from console.config import CustomAction
+
     config = dataclasses.replace(
         make_config(),
         warmup=WarmupConfig(command="python3 /root/warmup.py --gpu {gpu} --seq-len {seq_len}", gpus=(0, 1), seq_lens=(770,)),
+        actions=(CustomAction(name="drop caches", key="x", command="sync", confirm=True), CustomAction(name="smi", key="y", command="nvidia-smi", confirm=False)),
     )
     for read_only in (False, True):
         app = make_app(read_only=read_only, target=LocalTarget(), config=config)
-        async with app.run_test(size=(200, 40)) as pilot:
+        async with app.run_test(size=(240, 40)) as pilot:
             await pilot.pause()
             shown = {binding.key for _, binding, enabled, _ in app.screen.active_bindings.values() if binding.show and enabled}
-            assert {"d", "p", "l"} <= shown
-            assert ({"R", "w", "k"} & shown) == (set() if read_only else {"R", "w", "k"})
+            assert {"d", "p", "l", "y"} <= shown
+            assert ({"R", "w", "k", "x"} & shown) == (set() if read_only else {"R", "w", "k", "x"})
 
 
 def test_memory_is_written_in_gib_everywhere():
