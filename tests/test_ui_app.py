@@ -356,6 +356,9 @@ async def test_line_numbers_toggle_and_go_to_line():
         assert log.current_line == 42 and not log.following
         top = int(log.scroll_y)
         assert 42 in [line.number for line in log.shown_lines[top : top + log.size.height]]
+        await pilot.press("colon", *"0", "enter")
+        assert log.current_line == 1
+        assert any("line 0 is not held" in n.message for n in app._notifications)
         await pilot.press("colon", *"x1", "enter")
         assert any("not a line number" in n.message for n in app._notifications)
         await pilot.press("escape", "number_sign")

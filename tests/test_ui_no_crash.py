@@ -22,6 +22,7 @@ from console.ui.help_screen import HelpScreen
 from console.state import RunState
 from console.ui.app import PulseApp
 from textual.command import CommandList
+from textual.widgets import Input
 from tests.snapshot_apps.scenarios import FakeClock, build_state, make_app, make_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
@@ -70,7 +71,8 @@ async def test_every_palette_command_runs():
             # Textual's own commands, found by typing their names; Screenshot would write to the
             # real downloads folder, and Quit comes last.
             if title not in ("Quit", "Screenshot"):
-                await pilot.press("ctrl+p", *title)
+                await pilot.press("ctrl+p")
+                app.screen.query_one(Input).value = title
                 await app.workers.wait_for_complete()
                 await pilot.pause()
                 await pilot.press("enter")

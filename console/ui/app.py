@@ -486,8 +486,11 @@ class PulseApp(ThemedApp):
             except ValueError:
                 self.notify(f"not a line number: {event.value.strip()[:40]!r}", severity="warning", timeout=3)
                 return
-            if pane.go_to_line(number) is None:
+            line = pane.go_to_line(number)
+            if line is None:
                 self.notify(f"no line {number} or later is held", severity="warning", timeout=3)
+            elif line.number != number:
+                self.notify(f"line {number} is not held (pruned or filtered out): at line {line.number}", timeout=3)
         elif mode == "search" and event.value and pane.next_match(backwards=True) is None:
             self.notify("no match", severity="information", timeout=2)
         if not event.value or mode == "goto":
