@@ -86,15 +86,13 @@ def sanitize_styled(raw: bytes | str, max_len: int = MAX_LINE_CHARS) -> tuple[st
     """`sanitize`, and the SGR state of each stretch of the result as spans.
 
     The parameters are digits and separators only (the pattern admits nothing else), so a
-    span can carry no other sequence. After a carriage return only the last redraw counts,
-    with the colours set within it.
+    span can carry no other sequence. A line with carriage returns (a progress bar's redraws)
+    is `sanitize`d without colours: which redraw it keeps is sanitize's business alone.
     """
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
-    if "\x1b[" not in raw and "\x9b" not in raw:
+    if ("\x1b[" not in raw and "\x9b" not in raw) or "\r" in raw:
         return (*sanitize(raw, max_len), ())
-    if "\r" in raw:
-        raw = _last_redraw_raw(raw)
     pieces = _SGR.split(raw)  # text, params, text, params, ..., text
     text, spans, params = "", [], ""
     cut = False
@@ -112,14 +110,6 @@ def sanitize_styled(raw: bytes | str, max_len: int = MAX_LINE_CHARS) -> tuple[st
         text, cut = text[:max_len], True
         spans = [(start, min(end, max_len), codes) for start, end, codes in spans if start < max_len]
     return text, cut, tuple(spans)
-
-
-def _last_redraw_raw(text: str) -> str:
-    """Like `_last_redraw`, judging each redraw by what is left once escape sequences are gone."""
-    for segment in reversed(text.split("\r")):
-        if strip_escape_sequences(segment).strip():
-            return segment
-    return ""
 
 
 def strip_escape_sequences(text: str) -> str:

@@ -146,14 +146,14 @@ class PulseApp(ThemedApp):
         self.monitor: Startable | None = None
         self.action_specs: tuple[ActionSpec, ...] = wired_actions(config, has_target=target is not None)
         self._wired = {spec.action for spec in self.action_specs}
-        for spec in self.action_specs:
-            if spec.action.startswith("custom("):
-                self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         # Read-only: check_action hides these keys (footer and bindings); pressed anyway, on_key
         # runs them so the action itself says why it is refused.
         self._refused_keys = {
             key: spec.action for spec in self.action_specs if read_only and spec.mutating for key in spec.keys.split(",")
         }
+        for spec in self.action_specs:
+            if spec.action.startswith("custom("):
+                self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
         self._painted_sample = False
         self.log_input_mode = "filter"
