@@ -100,6 +100,8 @@ def sanitize_styled(raw: bytes | str, max_len: int = MAX_LINE_CHARS) -> tuple[st
         if index % 2:
             codes = piece.replace(":", ";")
             params = "" if codes in ("", "0") else f"{params};{codes}".lstrip(";")
+            if len(params) > 128:  # a line that never resets: keep its latest setting, bounded
+                params = codes
             continue
         clean, shortened = sanitize(piece, max_len * 8 + 1024)
         cut = cut or shortened
