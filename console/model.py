@@ -97,6 +97,8 @@ class LogLine:
     cut: bool = False
     """True when the line was longer than the bound and its tail was dropped."""
     time: float = 0.0
+    sgr: tuple[tuple[int, int, str], ...] = ()
+    """The line's own colours: (start, end, SGR parameters) spans over `text` (textsafe.sanitize_styled)."""
 
 
 @dataclass(frozen=True, slots=True)

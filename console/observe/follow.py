@@ -19,7 +19,7 @@ from console.config import Config
 from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine
 from console.observe import follow_agent, progress
 from console.observe.lines import classify_line
-from console.observe.textsafe import sanitize, split_lines
+from console.observe.textsafe import sanitize, sanitize_styled, split_lines
 from console.remote.program import open_program
 from console.remote.target import Channel, Target, TargetError
 
@@ -353,10 +353,10 @@ class LogFollower:
             self.on_lines(batch)
 
     def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
-        text, shortened = sanitize(raw, self.max_line_bytes)
+        text, shortened, sgr = sanitize_styled(raw, self.max_line_bytes)
         info: LineInfo = classify_line(text, self.config.metrics.patterns)
         self._number += 1
-        return LogLine(self._number, text, info, cut or shortened, now)
+        return LogLine(self._number, text, info, cut or shortened, now, sgr)
 
     def _emit(self, text: str, data: dict) -> None:
         if self.on_event is not None:

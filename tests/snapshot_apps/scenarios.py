@@ -248,3 +248,27 @@ def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: 
     )
     app.animation_level = "none"
     return app
+
+
+def diagnosed(app) -> None:
+    """Give `app` the verdict its cheap diagnosis reaches on its scenario's state (the header shows it)."""
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+
+    state = app.state
+    app.set_verdict(diagnose(from_samples(state.samples[0], state.samples[-1], app.config, state, timed=False), app.config))
+
+
+async def select_process(app, pilot, reading: ProcessReading):
+    """Add `reading` to the latest sample and select its row in the focused process table (returned)."""
+    import time
+
+    from console.ui.process_pane import ProcessPane
+
+    app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
+    app.refresh_panes()
+    await pilot.pause()
+    table = app.query_one(ProcessPane)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(str(reading.pid)))
+    return table
