@@ -82,5 +82,5 @@ async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_th
         await pilot.press("enter")
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
-        assert app.log_pane.current_problem == first.data["line"]
+        assert app.log_pane.current_line == first.data["line"]
         assert not app.log_pane.following

@@ -113,8 +113,10 @@ def run_journal(config: Config, args: argparse.Namespace) -> int:
     except (JournalError, ValueError) as exc:
         return _error("journal", str(exc))
     if args.json:
-        return _write(json.dumps(journal_json(window, str(path)), indent=2) + "\n")
-    return _write("\n".join(journal_lines(window)) + "\n")
+        print(json.dumps(journal_json(window, str(path)), indent=2))
+    else:
+        print("\n".join(journal_lines(window)))
+    return EXIT_OK
 
 
 def run_report(config: Config, args: argparse.Namespace) -> int:
@@ -123,15 +125,6 @@ def run_report(config: Config, args: argparse.Namespace) -> int:
     except (JournalError, ValueError) as exc:
         return _error("report", str(exc))
     container = f" ({config.target.container.describe()})" if config.target.container else ""
-    return _write(report_markdown(window, host=(config.target.host or "this machine") + container, run=config.run.name))
-
-
-def _write(text: str) -> int:
-    """Print `text`; a reader that went away (`| head`) is not an error."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python would complain again flushing stdout at exit: point it at nothing.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stdout.write(report_markdown(window, host=(config.target.host or "this machine") + container, run=config.run.name))
     return EXIT_OK
+

@@ -115,7 +115,9 @@ def verdict_spans(window: Window) -> list[tuple[str, float, float]]:
 def report_markdown(window: Window, *, host: str, run: str) -> str:
     """`pulse report`: what happened in the window and when, for an incident channel."""
     spans = verdict_spans(window)
-    actions, problems, alerts = window.of("action"), window.of("problem"), window.of("alert")
+    # An action's "started" record is in the timeline; its count is of the ones that ended.
+    actions = [e for e in window.of("action") if e.data.get("record", "finished") != "started"]
+    problems, alerts = window.of("problem"), window.of("alert")
     connections = window.of("connection")
     gaps = [e.data["gap_s"] for e in connections if "gap_s" in e.data]
     out = [
@@ -211,6 +213,7 @@ def timeline_view(window: Window) -> TimelineView:
         rate=series(metric),
         loss=series("loss"),
         bands=tuple((name, hours(start), hours(end)) for name, start, end in verdict_spans(window) if name != "healthy"),
-        restarts=tuple(hours(e.time) for e in window.of("action") if e.data.get("action") in ("restart", "fleet restart")),
+        restarts=tuple(hours(e.time) for e in window.of("action")
+                       if e.data.get("action") in ("restart", "fleet restart") and e.data.get("record", "finished") == "finished"),
         problems=tuple(hours(e.time) for e in window.of("problem")),
     )

@@ -42,12 +42,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
+from console import paths
 from console.config import Config
-
-#: platformdirs' application name (console/paths.py uses the same).
-APP_NAME = "pulse"
 
 FLUSH_S = 0.5
 LEASE_S = 10.0
@@ -100,7 +96,7 @@ def journal_path(config: Config) -> Path:
     identity = "\0".join((target.host or "local", str(target.port or ""), container, config.run.name))
     readable = re.sub(r"[^A-Za-z0-9@._-]+", "_", "-".join(p for p in (target.host or "local", container, config.run.name) if p))
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-    return Path(platformdirs.user_state_dir(APP_NAME)) / "journal" / f"{readable[:80]}-{digest}.sqlite3"
+    return paths.state_dir() / "journal" / f"{readable[:80]}-{digest}.sqlite3"
 
 
 class JournalError(Exception):

@@ -78,10 +78,11 @@ class RunWatch:
 
     def record_action(self, entry: dict) -> None:
         """Journal a finished action from its audit log entry (AUDIT_LISTENERS calls this)."""
+        record = entry.get("record", "finished")  # "started" is written before the action acts
         self.journal.add(
             "action",
-            f"{entry['action']}: {entry['outcome']}",
-            {"action": entry["action"], "outcome": entry["outcome"], "operator_host": entry["operator_host"],
+            f"{entry['action']}: {entry['outcome']}" if record == "finished" else f"{entry['action']} {record}",
+            {"action": entry["action"], "record": record, "outcome": entry["outcome"], "operator_host": entry["operator_host"],
              "steps": [f"{step['step']}: {step['status']}" for step in entry["steps"]]},
         )  # stamped by the journal's clock: the entry was written just now
 
