@@ -39,7 +39,7 @@ from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
 from console.ui.run_view import (
-    LOG_FLUSH_S,
+    LOG_FRAME_S,
     RATE_WINDOW_S,
     compose_run_panes,
     own_pids,
@@ -173,6 +173,8 @@ class PulseApp(ThemedApp):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
         self._painted_sample = False
+        self._log_flush_pending = False
+        self._log_flushed_at = 0.0
         self.log_input_mode = "filter"
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
@@ -209,7 +211,6 @@ class PulseApp(ThemedApp):
         self.refresh_panes()
         self.flush_log()
         self.log_pane.focus()
-        self.set_interval(LOG_FLUSH_S, self.flush_log)
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(CHEAP_DIAGNOSIS_S, self.cheap_diagnosis)
         if self.monitor_factory is not None:
@@ -260,22 +261,41 @@ class PulseApp(ThemedApp):
     # -- state → panes -----------------------------------------------------------
 
     def mark_changed(self) -> None:
-        """The monitor's on-change callback: repaint on the next tick (cheap, any thread).
+        """The monitor's on-change callback: repaint on the next tick (cheap, any thread), and
+        write new log lines on the next frame.
 
         The first sample is painted at once: the first full frame should not wait for a tick.
         """
         self._dirty = True
+        if not self._log_flush_pending:
+            self._log_flush_pending = True
+            self.call_later(self._flush_log_in_frame)
         if not self._painted_sample and self.state.latest is not None:
             self._painted_sample = True
             self.call_later(self.refresh_panes)
+
+    def _flush_log_in_frame(self) -> None:
+        """Flush now, or, a flush having run less than a frame ago (a flood), once that frame is
+        over: whatever arrives meanwhile joins the same batch."""
+        wait = self._log_flushed_at + LOG_FRAME_S - time.monotonic()
+        if wait > 0:
+            self.set_timer(wait, self._flush_pending_log)
+        else:
+            self._flush_pending_log()
+
+    def _flush_pending_log(self) -> None:
+        self._log_flush_pending = False
+        self.flush_log()
 
     def _tick(self) -> None:
         if self.watch is not None:
             self.watch.observe()
         self.refresh_panes(force=False)
+        self.flush_log()  # a state fed without mark_changed, lines held while a modal was up, the bar's ETA
 
     def flush_log(self) -> None:
         """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
+        self._log_flushed_at = time.monotonic()
         pane = self.log_pane
         try:
             if not pane.screen.is_current:

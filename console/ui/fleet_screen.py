@@ -32,12 +32,14 @@ from console.ui.log_pane import LogPane
 from console.ui.modal import FramedModal
 from console.ui.process_pane import ProcessPane
 from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.run_view import LOG_FLUSH_S, compose_run_panes, own_pids, progress_bar_view, throughput_view
+from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, si
 from console.units import format_duration
 
 REFRESH_S = 1.0
+#: A node screen polls its node's state for new log lines this often (a node has no change callback).
+NODE_LOG_FLUSH_S = 0.05
 #: How often Slurm is asked for the job's state and elapsed time again.
 JOB_REFRESH_S = 15.0
 COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "procs", "log grew", "throughput", "link")
@@ -139,7 +141,7 @@ class NodeScreen(Screen):
         self.query_one("#log-box").border_title = f"Log · {self.config.run.log or 'none on this node'}"
         self.repaint()
         self.set_interval(REFRESH_S, self.repaint)
-        self.set_interval(LOG_FLUSH_S, self.flush_log)
+        self.set_interval(NODE_LOG_FLUSH_S, self.flush_log)
         self.query_one(LogPane).focus()
 
     def repaint(self) -> None:

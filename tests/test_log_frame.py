@@ -1,0 +1,51 @@
+"""The log path is frame-aligned: lines a monitor reports are drawn on the next frame, not on a
+timer, and lines that arrive before that frame go to the pane as one batch."""
+
+from __future__ import annotations
+
+from console.model import LogLine
+from console.observe.lines import classify_line
+from console.ui.log_pane import LogPane
+from tests.snapshot_apps.scenarios import NOW, make_app
+
+SIZE = (120, 40)
+
+
+def report_lines(app, texts: list[str]) -> None:
+    """What the Monitor does with a follower's batch: into the state, then the on-change callback."""
+    first = app.state.lines_received + 1
+    app.state.add_lines(LogLine(first + i, text, classify_line(text), time=NOW) for i, text in enumerate(texts))
+    app.mark_changed()
+
+
+async def until_flushed(pilot, pane: LogPane) -> None:
+    for _ in range(200):
+        await pilot.pause(0.01)
+        if pane.last_number == pilot.app.state.lines_received:
+            return
+
+
+async def test_a_reported_line_is_on_screen_after_one_turn_of_the_loop():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        report_lines(app, ["step 424242 | loss 0.4242 | frame-aligned"])
+        await pilot.pause()
+        assert "frame-aligned" in app.export_screenshot()
+
+
+async def test_lines_reported_within_one_frame_reach_the_pane_as_one_batch():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        pane = app.query_one(LogPane)
+        batches: list[int] = []
+        append = pane.append
+        pane.append = lambda lines: (batches.append(len(lines)), append(lines))
+        report_lines(app, ["step 1 | loss 1.0"] * 3)
+        report_lines(app, ["step 2 | loss 0.9"] * 4)
+        await until_flushed(pilot, pane)
+        assert batches == [7]
+        report_lines(app, ["step 3 | loss 0.8"] * 2)  # the flush after: the next frame, on its own
+        await until_flushed(pilot, pane)
+        assert batches == [7, 2]
