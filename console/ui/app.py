@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
+from weakref import WeakKeyDictionary
 
 from rich.text import Text
 from textual import on, work
@@ -121,13 +122,20 @@ class VerdictReady(Message):
         self.show = show
 
 
+#: The titles each box was last given. Textual hands a title back as markup, never equal to the
+#: Text it was given: comparing against that repainted every box (the whole screen) every tick.
+_shown_titles: WeakKeyDictionary[Widget, tuple[Text | str, Text | str]] = WeakKeyDictionary()
+
+
 def set_titles(box: Widget, title: Text | str, subtitle: Text | str) -> None:
     """Set a box's border title and subtitle only when they changed: each set repaints the box,
     and the titles are recomputed every tick."""
-    if box.border_title != title:
+    shown_title, shown_subtitle = _shown_titles.get(box, (None, None))
+    if shown_title != title:
         box.border_title = title
-    if box.border_subtitle != subtitle:
+    if shown_subtitle != subtitle:
         box.border_subtitle = subtitle
+    _shown_titles[box] = (title, subtitle)
 
 
 class PulseApp(ThemedApp):

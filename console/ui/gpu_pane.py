@@ -92,11 +92,21 @@ class GpuPane(ScrollView, can_focus=True):
         own_pids: frozenset[int],
         thresholds: Thresholds,
     ) -> None:
-        """Replace what the pane shows; repaints only when something changed."""
+        """Replace what the pane shows; repaints only the rows that changed (a new reading
+        of one GPU repaints its own row: the others keep their cached strips)."""
         if (gpus, roles, own_pids, thresholds) == (self.gpus, self.roles, self.own_pids, self.thresholds):
             return
+        same_frame = (roles, own_pids, thresholds) == (self.roles, self.own_pids, self.thresholds)
+        before = self.rows()
         self.gpus, self.roles, self.own_pids, self.thresholds = gpus, roles, own_pids, thresholds
-        self._rows_changed()
+        after = self.rows()
+        if not same_frame or len(after) != len(before):
+            self._rows_changed()
+            return
+        for index, (old, new) in enumerate(zip(before, after)):
+            if old != new:
+                self._cache.pop(index, None)
+                self.refresh_line(index)
 
     def set_compact(self, compact: bool) -> None:
         """Switch between one line per GPU and one line per role."""

@@ -208,7 +208,22 @@ class LogPane(ScrollView, can_focus=True):
         return len(str(self.last_number)) + 1 if self.line_numbers else 0
 
     def _update_virtual_size(self) -> None:
-        self.virtual_size = Size(self._width + self._number_width(), len(self._shown))
+        size = Size(self._width + self._number_width(), len(self._shown))
+        if size == self.virtual_size:
+            return
+        if not self.is_mounted:
+            self.virtual_size = size
+            return
+        # Setting virtual_size lays out the whole screen (every pane re-rendered) for each batch
+        # of lines. A longer log only moves the scrollbar: update it and repaint this pane; the
+        # scrollbar appearing or going is a layout, which show_vertical_scrollbar asks for itself.
+        self.set_reactive(LogPane.virtual_size, size)
+        self._programmatic_scroll = True  # it clamps the scroll to the new size: not the operator's
+        try:
+            self._scroll_update(size)
+        finally:
+            self._programmatic_scroll = False
+        self.refresh()
 
     # -- following -------------------------------------------------------------
 
@@ -234,7 +249,8 @@ class LogPane(ScrollView, can_focus=True):
         super().watch_scroll_y(old_value, new_value)
         if self._programmatic_scroll:
             return
-        if new_value < old_value and self.following:
+        if new_value < old_value and self.following and new_value < self.max_scroll_y:
+            # (A scroll clamped to a taller pane's end is still at the end: still following.)
             self.following = False
         elif new_value > old_value and not self.following and new_value >= self.max_scroll_y:
             # Already at the end: resume without scrolling (this may run inside a scroll animation).

@@ -1,10 +1,15 @@
-"""The log path is frame-aligned: lines a monitor reports are drawn on the next frame, not on a
-timer, and lines that arrive before that frame go to the pane as one batch."""
+"""Repainting only what changed: log lines drawn on the frame after they arrive (one batch for
+what arrives before that frame), a GPU's new reading repaints its own row, unchanged titles cost
+nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from console.model import LogLine
 from console.observe.lines import classify_line
+from console.ui.app import set_titles
+from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
 from tests.snapshot_apps.scenarios import NOW, make_app
 
@@ -49,3 +54,33 @@ async def test_lines_reported_within_one_frame_reach_the_pane_as_one_batch():
         report_lines(app, ["step 3 | loss 0.8"] * 2)  # the flush after: the next frame, on its own
         await until_flushed(pilot, pane)
         assert batches == [7, 2]
+
+
+async def test_a_new_reading_of_one_gpu_repaints_its_row_and_keeps_the_others():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        pane = app.query_one(GpuPane)
+        drawn = dict(pane._cache)
+        assert len(drawn) == len(pane.gpus) == 8
+        gpus = list(pane.gpus)
+        gpus[3] = dataclasses.replace(gpus[3], utilization_pct=7.0)
+        pane.show(tuple(gpus), roles=pane.roles, own_pids=pane.own_pids, thresholds=pane.thresholds)
+        assert 3 not in pane._cache
+        assert all(pane._cache[row] is drawn[row] for row in range(8) if row != 3)
+        await pilot.pause()
+        assert "   7%" in pane._cache[3].text and pane._cache[3] is not drawn[3]
+
+
+async def test_titles_that_did_not_change_are_not_set_again():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        box = app.query_one("#gpus-box")
+        refreshed = []
+        refresh = box.refresh
+        box.refresh = lambda *args, **kwargs: (refreshed.append(args), refresh(*args, **kwargs))[1]
+        app.refresh_panes()
+        assert refreshed == []
+        set_titles(box, "GPUs", "a new subtitle")
+        assert refreshed and box.border_subtitle == "a new subtitle"
