@@ -269,79 +269,33 @@ async def _idle_window(spec: dict, state: RunState) -> dict:
 
 
 async def memory(spec: dict) -> dict:
-    """RSS after N log lines through the real follower into RunState + app, then over simulated hours."""
-    from console.observe import agent as agent_module
-    from console.observe.follow import LogFollower
-    from console.observe.lines import classify_line
-    from console.observe.sampler import agent_args, parse_line
-    from console.model import LogLine
-    from console.remote.target import LocalTarget
-
+    """RSS of the real console (the Monitor over SSH into RunState and the app) for a fixed
+    wall-clock time: a flood of lines through the follower first, then the run watched at 1 Hz."""
     config = config_from_spec(spec["config"])
-    base = time.monotonic()
-    fake_now = [base]
-    state = RunState(clock=lambda: fake_now[0])
-    app = BenchApp(config, state, clock=lambda: fake_now[0])
-
-    # A real agent line to copy: the agent runs until stdin closes, so keep it open for both samples.
-    agent = subprocess.Popen(
-        [config.target.python, agent_module.__file__, *agent_args(config, 0.2, 2)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    raw = [agent.stdout.readline() for _ in range(2)][-1]
-    agent.stdin.close()
-    agent.wait(30)
-    template = json.loads(raw)
-    out: dict = {"lines": spec["lines"]}
-    async with app.run_test(size=SIZE) as pilot:
-        rss_start = procs.rss_mib()
-        follower = LogFollower(LocalTarget(), config, state.add_lines, backlog_bytes=None)
-        task = asyncio.create_task(follower.run())
+    state = RunState()
+    app = monitored_app(config, state)
+    out: dict = {"lines": 0, "seconds": spec["seconds"]}
+    async with app.run_test(size=SIZE):
+        await ready(state)
+        gc.collect()
+        out["rss_start_mib"] = round(procs.rss_mib(), 1)
         started = time.monotonic()
-        checkpoints = []
-        step = spec["lines"] // 5
-        for mark in range(step, spec["lines"] + 1, step):
-            await until(lambda: state.lines_received >= mark, 300, f"{mark} lines", 0.05)
-            gc.collect()
-            checkpoints.append({"lines": state.lines_received, "rss_mib": round(procs.rss_mib(), 1)})
+        out["lines"] = await writer(spec["writer"])
+        await until(lambda: state.lines_received >= out["lines"], 120, "the flood's last line", 0.05)
         out["ingest_s"] = round(time.monotonic() - started, 2)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await pilot.pause()
-        out["rss_start_mib"] = round(rss_start, 1)
-        out["rss_after_lines"] = checkpoints
-        out["rss_after_lines_mib"] = checkpoints[-1]["rss_mib"]
-
-        # Simulated hours: a sample a second (8 GPUs) and a step line every 2 s, on a fake clock.
-        texts = [f"step {n} | loss {2.5 - n / 1e5:.4f} | {14.2 - n % 7 / 10:.1f}K tok/s" for n in range(1000)]
-        number = state.lines_received
-        hourly = []
-        for second in range(spec["hours"] * 3600):
-            fake_now[0] = base + second
-            template["t"] = 1.7e9 + second
-            state.add_sample(parse_line(json.dumps(template)))
-            if second % 2 == 0:
-                number += 1
-                text = texts[number % len(texts)]
-                state.add_lines([LogLine(number, text, classify_line(text), False, fake_now[0])])
-            if second % spec["refresh_every_s"] == 0:
-                app.refresh_panes()
-                app.flush_log()
-                await pilot.pause()
-            if (second + 1) % 600 == 0:
-                gc.collect()
-                hourly.append({"simulated_s": second + 1, "rss_mib": round(procs.rss_mib(), 1)})
-        out["rss_over_time"] = hourly
-        per_hour = [point for point in hourly if point["simulated_s"] % 3600 == 0]
-        out["rss_growth_last_hour_mib"] = round(per_hour[-1]["rss_mib"] - per_hour[-2]["rss_mib"], 1) if len(per_hour) > 1 else None
-        # The sample ring (max_samples a second) is the last buffer to fill: growth from 10 min after, per hour.
-        full_at = state.samples.maxlen + 600
-        after = [point for point in hourly if point["simulated_s"] >= full_at]
-        if len(after) > 1:
-            span_h = (after[-1]["simulated_s"] - after[0]["simulated_s"]) / 3600
-            out["rss_growth_after_full_mib_per_hour"] = round((after[-1]["rss_mib"] - after[0]["rss_mib"]) / span_h, 2)
+        gc.collect()
+        out["rss_after_lines_mib"] = round(procs.rss_mib(), 1)
+        watched = time.monotonic()
+        points = []
+        while (elapsed := time.monotonic() - watched) < spec["seconds"]:
+            await asyncio.sleep(1.0)
+            points.append((elapsed, procs.rss_mib()))
+    out["rss_end_mib"] = round(points[-1][1], 1)
+    # Growth over the second half of the window (start-up settled), as MiB per hour.
+    late = points[len(points) // 2 :]
+    span_h = (late[-1][0] - late[0][0]) / 3600
+    out["rss_growth_mib_per_hour"] = round((late[-1][1] - late[0][1]) / span_h, 2) if span_h > 0 else None
+    out["samples"] = len(state.samples)
     return out
 
 
@@ -369,7 +323,23 @@ async def diagnosis(spec: dict) -> dict:
     return {"key_to_verdict_ms": summary(times), "verdicts": verdicts, "stack_groups": stacks}
 
 
-PHASES = {"tail": tail, "flood": flood, "idle": idle, "memory": memory, "diagnosis": diagnosis}
+async def console_in_terminal(spec: dict) -> dict:
+    """The real console with Textual's own terminal driver on this process's terminal (the
+    parent's pseudo-terminal), until `q`: what the parent types reaches it as keys do."""
+    config = config_from_spec(spec["config"])
+    state = RunState()
+    await monitored_app(config, state).run_async()
+    return {"lines_received": state.lines_received}
+
+
+PHASES = {
+    "tail": tail,
+    "flood": flood,
+    "idle": idle,
+    "memory": memory,
+    "diagnosis": diagnosis,
+    "terminal": console_in_terminal,
+}
 
 
 def run_child(phase: str, spec_path: str, result_path: str) -> int:

@@ -6,8 +6,8 @@ every server, writer and run they use and stops them by PID.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
+import functools
 import json
 import os
 import pty
@@ -23,10 +23,9 @@ import time
 from pathlib import Path
 
 from benchlib import poll, writer
-from benchlib.apps import SIZE
+from benchlib.apps import PING_EVERY_S, SIZE
 from benchlib.stats import summary
 from benchlib.world import HUNG_PROGRAM, REPO_ROOT, World, config_to_spec, stop_process, wait_for
-from console.config import TargetConfig
 
 BENCH_SCRIPT = REPO_ROOT / "scripts" / "bench.py"
 WRITER = [sys.executable, str(Path(writer.__file__))]
@@ -146,9 +145,49 @@ def run_flood(world: World, quick: bool) -> dict:
         "key_p99_ms": KEY_P99_GOAL_MS,
     }
     try:
-        return child(world, "flood", spec)
+        out = child(world, "flood", spec)
+        rate, seconds = str(TERMINAL_FLOOD_RATE), "3" if quick else "10"
+        out["terminal"] = keys_in_terminal(world, config, [*WRITER, "flood", str(log), rate, seconds])
+        return out
     finally:
         log.unlink(missing_ok=True)
+
+
+#: The flood rate the goal names: keys are timed through a terminal at this rate.
+TERMINAL_FLOOD_RATE = 50_000
+#: A key whose effect is not drawn within this long counts as missed (at this latency).
+KEY_MISS_S = 2.0
+
+
+def keys_in_terminal(world: World, config, writer_argv: list[str]) -> dict:
+    """Key latency as the operator feels it: the console in a pseudo-terminal with Textual's own
+    driver, `f` typed every ~50 ms during a flood, each timed from the write to the terminal to
+    the first output that draws its effect (the log title's "paused" / "following")."""
+    spec_path, result_path = world.dir / "terminal-spec.json", world.dir / "terminal-result.json"
+    spec_path.write_text(json.dumps({"config": config_to_spec(config)}))
+    env = {**os.environ, "TEXTUAL_ANIMATIONS": "none", "HOME": str(world.dir / "home-clean")}
+    terminal = Terminal([sys.executable, str(BENCH_SCRIPT), "--child", "terminal", str(spec_path), str(result_path)], env, spawn=world.spawn)
+    latencies, missed = [], 0
+    try:
+        if terminal.until(b"following", terminal.started + 60) is None or terminal.until(SAMPLE_MARK, terminal.started + 60) is None:
+            raise RuntimeError(f"the console drew no log title or GPUs in its terminal: {bytes(terminal.seen[-300:])!r}")
+        flood = world.spawn(writer_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        paused = False
+        while flood.poll() is None:
+            offset = len(terminal.seen)
+            pressed = time.perf_counter()
+            terminal.press(b"f")
+            drawn = terminal.until(b"following" if paused else b"paused", pressed + KEY_MISS_S, offset)
+            missed += drawn is None
+            latencies.append(((drawn or time.perf_counter()) - pressed) * 1000)
+            paused = not paused
+            until = time.perf_counter() + PING_EVERY_S
+            while time.perf_counter() < until and terminal.read(max(0.0, until - time.perf_counter())):
+                pass
+        written = int(flood.stdout.read().decode().strip() or 0)
+    finally:
+        terminal.close()
+    return {"rate": TERMINAL_FLOOD_RATE, "written": written, "key_ms": summary(latencies), "missed": missed}
 
 
 # -- 4. idle ---------------------------------------------------------------------------------
@@ -175,18 +214,20 @@ def run_idle(world: World, quick: bool) -> dict:
 
 
 def run_memory(world: World, quick: bool) -> dict:
+    """The real console over SSH for a fixed wall-clock time: 200k (1M) lines at 50,000 a second
+    through the follower, then 30 s (10 min) watching the demo run at 1 Hz."""
     lines = 200_000 if quick else 1_000_000
     log = world.dir / "memory.log"
-    block = b"".join(writer.flood_lines())
-    per_block = len(writer.flood_lines())
-    with log.open("wb") as out:
-        for _ in range(lines // per_block):
-            out.write(block)
-    demo = world.demo_config
-    local = TargetConfig(python=demo.target.python, nvidia_smi=demo.target.nvidia_smi, py_spy=demo.target.py_spy)
-    config = dataclasses.replace(demo, target=local, run=dataclasses.replace(demo.run, log=str(log)))
+    log.touch()
+    # The demo trainer's own log and GPUs alongside: the flood is this log, the samples the demo's.
+    config = world.log_config("clean", log, world.demo_config.run.match)
+    rate = 50_000
+    spec = {
+        "config": config_to_spec(config),
+        "writer": [*WRITER, "flood", str(log), str(rate), str(lines / rate)],
+        "seconds": 30 if quick else 600,
+    }
     try:
-        spec = {"config": config_to_spec(config), "lines": lines, "hours": 2, "refresh_every_s": 120 if quick else 10}
         return child(world, "memory", spec)
     finally:
         log.unlink(missing_ok=True)
@@ -203,6 +244,51 @@ SAMPLE_MARK = b"H200"
 LOG_MARK = b"tok/s"
 
 
+class Terminal:
+    """A process on a pseudo-terminal of SIZE, as a terminal emulator would run it: what it
+    draws is read as it comes (time-stamped), what is typed goes to it as keys."""
+
+    def __init__(self, argv: list[str], env: dict, *, spawn=functools.partial(subprocess.Popen, start_new_session=True)) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+        env = {**env, "TERM": "xterm-256color", "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1])}
+        self.started = time.perf_counter()
+        self.process = spawn(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO_ROOT)
+        os.close(slave)
+        self.seen = bytearray()
+
+    def read(self, timeout_s: float) -> bool:
+        """Read what is there (waiting up to `timeout_s`); False once the terminal closed."""
+        if not select.select([self.master], [], [], timeout_s)[0]:
+            return True
+        try:
+            self.seen += os.read(self.master, 1 << 20)
+        except OSError:
+            return False
+        return True
+
+    def until(self, mark: bytes, deadline: float, start: int = 0) -> float | None:
+        """perf_counter when `mark` was first read after offset `start`, or None by `deadline`."""
+        while self.seen.find(mark, start) < 0:
+            if time.perf_counter() > deadline or not self.read(0.05):
+                return None
+        return time.perf_counter()
+
+    def press(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def close(self) -> None:
+        """`q`, then stop it by PID if it did not quit."""
+        try:
+            self.press(b"q")
+            deadline = time.monotonic() + 15
+            while self.process.poll() is None and time.monotonic() < deadline:
+                self.read(0.1)
+        finally:
+            stop_process(self.process)
+            os.close(self.master)
+
+
 def one_start(home: Path, timeout_s: float = 30.0) -> dict:
     """`pulse demo` in a pseudo-terminal: time to its first output, its first full frame (the first
     sample drawn) and the first log line drawn.
@@ -211,45 +297,20 @@ def one_start(home: Path, timeout_s: float = 30.0) -> dict:
     box's own dotfiles (pyenv init, whose rehash lock other users' shells contend for) would
     measure them rather than Pulse; the poll phase measures what a slow `.bashrc` costs.
     """
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
-    env = {**os.environ, "HOME": str(home), "TERM": "xterm-256color", "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1])}
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("pulse")), "demo"],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, cwd=REPO_ROOT,
-    )
-    os.close(slave)
-    seen = bytearray()
+    terminal = Terminal([str(Path(sys.executable).with_name("pulse")), "demo"], {**os.environ, "HOME": str(home)})
     marks = {"first_output_ms": FIRST_OUTPUT_MARK, "full_frame_ms": SAMPLE_MARK, "first_log_line_ms": LOG_MARK}
     found: dict[str, float] = {}
     try:
-        deadline = started + timeout_s
-        while len(found) < len(marks) and time.perf_counter() < deadline:
-            readable, _, _ = select.select([master], [], [], 0.5)
-            if not readable:
-                continue
-            try:
-                seen += os.read(master, 65536)
-            except OSError:
-                break
+        deadline = terminal.started + timeout_s
+        while len(found) < len(marks) and time.perf_counter() < deadline and terminal.read(0.5):
             now = time.perf_counter()
             for name, mark in marks.items():
-                if name not in found and mark in seen:
-                    found[name] = (now - started) * 1000
-        os.write(master, b"q")
-        quit_deadline = time.monotonic() + 15
-        while process.poll() is None and time.monotonic() < quit_deadline:
-            if select.select([master], [], [], 0.1)[0]:
-                try:
-                    os.read(master, 65536)
-                except OSError:
-                    pass
+                if name not in found and mark in terminal.seen:
+                    found[name] = (now - terminal.started) * 1000
     finally:
-        stop_process(process)
-        os.close(master)
+        terminal.close()
     if "full_frame_ms" not in found:
-        raise RuntimeError(f"pulse demo drew no GPUs within {timeout_s:g} s: {bytes(seen[-300:])!r}")
+        raise RuntimeError(f"pulse demo drew no GPUs within {timeout_s:g} s: {bytes(terminal.seen[-300:])!r}")
     return found
 
 
