@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from console.observe import agent
+from console.config import Config
+from console.observe import agent, sampler
 from console.remote.program import program_script
 
 AGENT = Path(agent.__file__)
@@ -518,6 +519,9 @@ def test_nvidia_smi_asks_for_the_apps_only_now_and_then_or_when_memory_jumps(tmp
     assert asked() == ["--query-gpu", "--query-compute-apps"] * 2
     assert agent.memory_used_mib("0, 1, [N/A]\n1, 2, 3\n", "index,memory.total,memory.used") == [None, 3.0]
     assert agent.memory_used_mib(gpu_csv, "index,name") is None
+    # The agent's --apps-every, as the sampler passes it (the bench's equal work asks every sample).
+    assert agent.build_parser().parse_args(sampler.agent_args(Config(), 1.0, 0, apps_every_s=0)).apps_every == 0
+    assert agent.build_parser().parse_args(sampler.agent_args(Config(), 1.0, 0)).apps_every == agent.APPS_EVERY_S
 
 
 def test_nvml_asked_for_but_missing_is_a_gpu_error() -> None:

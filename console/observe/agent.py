@@ -741,7 +741,7 @@ class Agent:
         self.args = args
         self.proc_root = proc_root
         self.processes = ProcessWatch(args.match, args.pidfile, proc_root)
-        self.smi = SmiGpus(args.nvidia_smi, args.smi_gpu_fields, args.smi_app_fields)
+        self.smi = SmiGpus(args.nvidia_smi, args.smi_gpu_fields, args.smi_app_fields, apps_every_s=args.apps_every)
         self.gpus, self.gpu_note = open_gpus(args.gpu_source, self.smi)
         self.namespaced = in_pid_namespace(proc_root)
 
@@ -786,6 +786,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("nvidia_smi", help="the nvidia-smi command")
     parser.add_argument("smi_gpu_fields", help="fields for nvidia-smi --query-gpu")
     parser.add_argument("smi_app_fields", help="fields for nvidia-smi --query-compute-apps")
+    parser.add_argument(
+        "--apps-every", type=float, default=APPS_EVERY_S, metavar="S",
+        help="seconds between nvidia-smi compute-apps queries (0: every sample)",
+    )
     return parser
 
 

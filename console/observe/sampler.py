@@ -44,10 +44,11 @@ class SampleError(ValueError):
     """An agent line that is not a sample: one line saying what is wrong with it."""
 
 
-def agent_args(config: Config, interval_s: float, count: int) -> list[str]:
-    """The agent's argv for `config` (see agent.build_parser); `--` first, as a regex may start with '-'."""
+def agent_args(config: Config, interval_s: float, count: int, apps_every_s: float | None = None) -> list[str]:
+    """The agent's argv for `config` (see agent.build_parser); options, then `--`, as a regex may start with '-'."""
     run = config.run
     return [
+        *([] if apps_every_s is None else [f"--apps-every={apps_every_s:g}"]),
         "--",
         f"{interval_s:g}",
         str(count),
@@ -256,11 +257,14 @@ class Sampler:
         config: Config,
         *,
         interval_s: float | None = None,
+        apps_every_s: float | None = None,
         on_problem: ProblemCallback | None = None,
     ) -> None:
         self.target = target
         self.config = config
         self.interval_s = config.gpus.poll_s if interval_s is None else interval_s
+        self.apps_every_s = apps_every_s
+        """nvidia-smi compute-apps every this many seconds (None: the agent's own APPS_EVERY_S)."""
         self.on_problem = on_problem
         self.bad_lines = 0
 
@@ -270,7 +274,7 @@ class Sampler:
             yield sample
 
     async def _samples(self, interval_s: float, count: int) -> AsyncIterator[Sample]:
-        args = agent_args(self.config, interval_s, count)
+        args = agent_args(self.config, interval_s, count, self.apps_every_s)
         channel = await open_program(
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
         )

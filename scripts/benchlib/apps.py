@@ -127,6 +127,25 @@ def watch_screen(app: PulseApp) -> dict[int, float]:
     return drawn
 
 
+def watch_sample_age(app: PulseApp, state: RunState) -> list[float]:
+    """Age (ms) of each sample's data the first time the GPU pane draws it: the frame's time
+    minus the time the agent began reading that sample on the target (the same clock here)."""
+    pane = app.gpu_pane
+    ages: list[float] = []
+    drawn: set[float] = set()
+    render_line = pane.render_line
+
+    def timed_render_line(y: int):
+        latest = state.latest
+        if latest is not None and latest.time not in drawn and pane.gpus:
+            drawn.add(latest.time)
+            ages.append((time.time() - latest.time) * 1000)
+        return render_line(y)
+
+    pane.render_line = timed_render_line
+    return ages
+
+
 async def until(predicate, timeout_s: float, what: str, step_s: float = 0.005) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -240,7 +259,10 @@ async def idle(spec: dict) -> dict:
         await ready(state)
         if variant == "app_only":
             await app.monitor.stop()
-        return await _idle_window(spec, state)
+        ages = watch_sample_age(app, state)
+        out = await _idle_window(spec, state)
+        out["screen_age_ms"] = summary(ages)
+        return out
 
 
 async def _idle_window(spec: dict, state: RunState) -> dict:

@@ -334,3 +334,26 @@ def run_diagnosis(world: World, quick: bool) -> dict:
         return child(world, "diagnosis", spec)
     finally:
         stop_process(hung)
+
+
+# -- 8. fleet --------------------------------------------------------------------------------
+
+FLEET_NODES = 256
+
+
+def run_fleet(world: World, quick: bool) -> dict:
+    """scripts/bench_fleet.py with 256 simulated nodes (their servers and agents in a child of its
+    own, not counted): the console's CPU at 1 Hz and the time to a fleet verdict."""
+    seconds = 10 if quick else 30
+    argv = [sys.executable, str(REPO_ROOT / "scripts" / "bench_fleet.py"), "--nodes", str(FLEET_NODES), "--seconds", str(seconds), "--json"]
+    process = world.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = process.communicate(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stop_process(process)
+        raise RuntimeError(f"bench_fleet.py did not finish within {CHILD_TIMEOUT_S} s") from None
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-5:]
+        raise RuntimeError(f"bench_fleet.py failed (status {process.returncode}): " + " / ".join(tail)) from None

@@ -7,12 +7,16 @@ the log's stat. Ways measured, each on the clean and on the slow-`.bashrc` serve
 - `controlmaster`: the same through an OpenSSH ControlMaster socket (one TCP/SSH session)
 - `asyncssh_exec`: Pulse's SshTarget, one connection, a new exec channel per poll
 - `pulse_agent`:  Pulse's Sampler: one long-lived agent streaming samples over one channel
-                  (latency = receipt here − the time the agent began the sample there)
+                  (latency = receipt here − the time the agent began the sample there), asking
+                  for both nvidia-smi queries every sample: the same work as the manual probe
+- `pulse_agent_own_cadence`: the same agent as the console runs it, asking for the compute
+                  apps every 5 s (or when a GPU's memory jumps): less work than the manual probe
 
 and `local_bash`: the same probe in a local `bash -c`, the floor. Latency per poll; client
 CPU per poll (wait4 of the ssh/bash process, or this process's own CPU for Pulse); remote
 CPU per poll (the sshd listener's whole tree: connection processes, shells, probes, agent).
-A `*_no_gpu` set leaves nvidia-smi out (what NVML in-process, ~0.02 ms, would cost).
+A `*_no_gpu` set leaves the GPU read out altogether: not a measure of NVML (never measured here;
+it needs a GPU machine), only of everything else.
 """
 
 from __future__ import annotations
@@ -106,12 +110,16 @@ async def asyncssh_exec(world: World, server: str, probe: str, polls: int) -> di
     return {"latency_ms": summary(latencies), "client_cpu_ms": {"median": round(client, 2)}, "remote_cpu_ms": remote}
 
 
-async def pulse_agent(world: World, server: str, polls: int, *, gpu_source: str | None = None) -> dict:
+async def pulse_agent(
+    world: World, server: str, polls: int, *, gpu_source: str | None = None, apps_every_s: float | None = 0
+) -> dict:
+    """The agent's samples; `apps_every_s` 0 asks for the compute apps every sample (the manual
+    probe's work), None leaves the agent's own cadence."""
     config = world.run_config(server, gpu_source=gpu_source)
     target = make_target(config.target)
     latencies = []
     before = self_before = None
-    stream = Sampler(target, config, interval_s=AGENT_INTERVAL_S).stream()
+    stream = Sampler(target, config, interval_s=AGENT_INTERVAL_S, apps_every_s=apps_every_s).stream()
     try:
         seen = 0
         async for sample in stream:
@@ -146,6 +154,7 @@ def measure(world: World, *, quick: bool) -> dict:
             "controlmaster": controlmaster(world, server, probe, polls_slow_way),
             "asyncssh_exec": asyncio.run(asyncssh_exec(world, server, probe, polls_slow_way)),
             "pulse_agent": asyncio.run(pulse_agent(world, server, polls_fast_way)),
+            "pulse_agent_own_cadence": asyncio.run(pulse_agent(world, server, polls_fast_way, apps_every_s=None)),
             "fresh_ssh_no_gpu": fresh_ssh(world, server, probe_no_gpu, polls_slow_way),
             "pulse_agent_no_gpu": asyncio.run(pulse_agent(world, server, polls_fast_way, gpu_source="none")),
         }
@@ -160,13 +169,15 @@ def _median(way: dict, key: str) -> float | None:
 
 
 def ratios(ways: dict, local: dict, local_no_gpu: dict) -> dict:
-    agent, agent_ng = ways["pulse_agent"], ways["pulse_agent_no_gpu"]
+    agent, agent_ng, own = ways["pulse_agent"], ways["pulse_agent_no_gpu"], ways["pulse_agent_own_cadence"]
     return {
         "latency_speedup_vs_fresh_ssh": ratio(_median(ways["fresh_ssh"], "latency_ms"), _median(agent, "latency_ms")),
         "remote_cpu_ratio_vs_fresh_ssh": ratio(ways["fresh_ssh"]["remote_cpu_ms"], agent["remote_cpu_ms"]),
         "client_cpu_ratio_vs_fresh_ssh": ratio(_median(ways["fresh_ssh"], "client_cpu_ms"), _median(agent, "client_cpu_ms")),
         "latency_speedup_vs_controlmaster": ratio(_median(ways["controlmaster"], "latency_ms"), _median(agent, "latency_ms")),
         "latency_vs_local_bash": ratio(_median(agent, "latency_ms"), _median(local, "latency_ms"), 2),
+        "own_cadence_latency_speedup_vs_fresh_ssh": ratio(_median(ways["fresh_ssh"], "latency_ms"), _median(own, "latency_ms")),
+        "own_cadence_remote_cpu_ratio_vs_fresh_ssh": ratio(ways["fresh_ssh"]["remote_cpu_ms"], own["remote_cpu_ms"]),
         "no_gpu_latency_speedup_vs_fresh_ssh": ratio(
             _median(ways["fresh_ssh_no_gpu"], "latency_ms"), _median(agent_ng, "latency_ms")
         ),
