@@ -84,3 +84,15 @@ async def test_titles_that_did_not_change_are_not_set_again():
         assert refreshed == []
         set_titles(box, "GPUs", "a new subtitle")
         assert refreshed and box.border_subtitle == "a new subtitle"
+
+
+async def test_a_new_sample_is_drawn_on_the_next_frame_not_the_next_tick():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        sample = app.state.latest
+        gpus = (dataclasses.replace(sample.gpus[0], utilization_pct=3.0), *sample.gpus[1:])
+        app.state.add_sample(dataclasses.replace(sample, time=sample.time + 1, gpus=gpus))
+        app.mark_changed()
+        await pilot.pause()
+        assert app.query_one(GpuPane).gpus == gpus

@@ -1,9 +1,9 @@
 """The Pulse console: panes over one RunState, keys from the action table, work in workers.
 
 `PulseApp` renders a `RunState` that something else fills (a Monitor, or a test). It never
-awaits the network in its own handlers: the log pane is fed on a ~10 Hz timer from the
-state, the other panes repaint on a 0.5 s timer when the state changed, and actions run in
-workers that post typed messages back.
+awaits the network in its own handlers: new log lines and a new sample are drawn on the frame
+after they arrive (at most one update a frame, so a flood coalesces), what else changed on a
+1 s tick, and actions run in workers that post typed messages back.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
 from console.ui.run_view import (
-    LOG_FRAME_S,
+    FRAME_S,
     RATE_WINDOW_S,
     compose_run_panes,
     own_pids,
@@ -180,9 +180,9 @@ class PulseApp(ThemedApp):
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
-        self._painted_sample = False
-        self._log_flush_pending = False
-        self._log_flushed_at = 0.0
+        self._painted_sample: Sample | None = None
+        self._frame_pending = False
+        self._updated_at = 0.0
         self.log_input_mode = "filter"
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
@@ -269,31 +269,28 @@ class PulseApp(ThemedApp):
     # -- state → panes -----------------------------------------------------------
 
     def mark_changed(self) -> None:
-        """The monitor's on-change callback: repaint on the next tick (cheap, any thread), and
-        write new log lines on the next frame.
-
-        The first sample is painted at once: the first full frame should not wait for a tick.
-        """
+        """The monitor's on-change callback (cheap, any thread): new log lines and a new sample
+        are drawn on the next frame, anything else on the next tick."""
         self._dirty = True
-        if not self._log_flush_pending:
-            self._log_flush_pending = True
-            self.call_later(self._flush_log_in_frame)
-        if not self._painted_sample and self.state.latest is not None:
-            self._painted_sample = True
-            self.call_later(self.refresh_panes)
+        if not self._frame_pending:
+            self._frame_pending = True
+            self.call_later(self._update_in_frame)
 
-    def _flush_log_in_frame(self) -> None:
-        """Flush now, or, a flush having run less than a frame ago (a flood), once that frame is
-        over: whatever arrives meanwhile joins the same batch."""
-        wait = self._log_flushed_at + LOG_FRAME_S - time.monotonic()
+    def _update_in_frame(self) -> None:
+        """Update now, or, an update having run less than a frame ago (a flood), once that frame
+        is over: whatever arrives meanwhile joins the same batch."""
+        wait = self._updated_at + FRAME_S - time.monotonic()
         if wait > 0:
-            self.set_timer(wait, self._flush_pending_log)
+            self.set_timer(wait, self._update_pending)
         else:
-            self._flush_pending_log()
+            self._update_pending()
 
-    def _flush_pending_log(self) -> None:
-        self._log_flush_pending = False
+    def _update_pending(self) -> None:
+        self._frame_pending = False
+        self._updated_at = time.monotonic()
         self.flush_log()
+        if self.state.latest is not self._painted_sample:
+            self.refresh_panes()  # the freshest sample on screen now, not up to a tick later
 
     def _tick(self) -> None:
         if self.watch is not None:
@@ -303,7 +300,6 @@ class PulseApp(ThemedApp):
 
     def flush_log(self) -> None:
         """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
-        self._log_flushed_at = time.monotonic()
         pane = self.log_pane
         try:
             if not pane.screen.is_current:
@@ -323,7 +319,7 @@ class PulseApp(ThemedApp):
             self._refresh_titles(now)
             return
         self._dirty = False
-        sample = self.state.latest
+        sample = self._painted_sample = self.state.latest
         gpus = self.gpu_pane
         if sample is not None:
             gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)

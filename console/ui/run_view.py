@@ -21,9 +21,9 @@ from console.ui.throughput_pane import ThroughputPane, ThroughputView
 
 #: The window of "current / average / min" throughput figures.
 RATE_WINDOW_S = 300.0
-#: New log lines go to the pane at most once a frame (Textual draws at most 60 a second): a line
-#: is on screen the frame after it arrives, and a flood is written in batches, never line by line.
-LOG_FRAME_S = 1 / 60
+#: New log lines and samples go to the panes at most once a frame (Textual draws at most 60 a
+#: second): they are on screen the frame after they arrive, and a flood is written in batches.
+FRAME_S = 1 / 60
 #: Values kept for the sparklines (they summarise to their width).
 SPARK_POINTS = 240
 #: The last rate is shown as stale past this many usual intervals (and at least this long).
