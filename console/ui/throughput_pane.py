@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.widgets import Sparkline, Static
 
 from console.units import format_duration
@@ -55,6 +57,32 @@ class FigureLine(Static):
             super().update(content, layout=layout)
 
 
+class CellSparkline(Sparkline):
+    """A sparkline repainted only when one of its cells would change: a bar's height comes from
+    its bucket's maximum scaled between the data's minimum and maximum, so when those are
+    unchanged for this width, so is every cell."""
+
+    def __init__(self, *, id: str) -> None:
+        super().__init__([], id=id)
+        self._cells: tuple | None = None
+
+    def show(self, values: Sequence[float]) -> None:
+        width = self.size.width
+        values = list(values)
+        cells = (
+            width,
+            tuple(max(bucket) for bucket in SparklineRenderable._buckets(values, max(width, 1))),
+            min(values, default=None),
+            max(values, default=None),
+        )
+        if cells != self._cells:
+            self._cells = cells
+            self.data = values
+
+    def on_resize(self) -> None:
+        self._cells = None  # a new width buckets the data anew (the resize repaints it)
+
+
 class ThroughputPane(Vertical):
     """Sparklines and figures for the run's rate and loss."""
 
@@ -76,10 +104,10 @@ class ThroughputPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield FigureLine(id="rate-line")
-        yield Sparkline([], id="rate-spark")
+        yield CellSparkline(id="rate-spark")
         yield FigureLine(id="baseline-line")
         yield FigureLine(id="loss-line")
-        yield Sparkline([], id="loss-spark")
+        yield CellSparkline(id="loss-spark")
         yield FigureLine(id="step-line")
 
     def show(self, view: ThroughputView) -> None:
@@ -116,7 +144,7 @@ class ThroughputPane(Vertical):
             else:
                 baseline_line.update(Text("no baseline in config [metrics]", style="dim"))
                 self.set_class(False, "-slow")
-        self.query_one("#rate-spark", Sparkline).data = list(view.rates)
+        self.query_one("#rate-spark", CellSparkline).show(view.rates)
 
         loss_line = self.query_one("#loss-line", Static)
         if view.losses:
@@ -131,7 +159,7 @@ class ThroughputPane(Vertical):
             line.append(" · MFU ")
             line.append(f"{view.mfu:.0%}", "bold")
         loss_line.update(line)
-        self.query_one("#loss-spark", Sparkline).data = list(view.losses)
+        self.query_one("#loss-spark", CellSparkline).show(view.losses)
 
         step_line = self.query_one("#step-line", Static)
         if view.step is None:
