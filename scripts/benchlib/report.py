@@ -79,6 +79,9 @@ def headline(phases: dict) -> dict:
     out["idle_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "console_cpu_pct")
     out["idle_remote_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "remote_cpu_pct")
     out["idle_remote_cpu_pct_no_gpu_reads"] = _get(phases, "idle", "no_gpu_reads", "remote_cpu_pct")
+    for name in ("top", "btop"):
+        out[f"idle_{name}_cpu_pct"] = _get(phases, "idle", "anchors", name)
+        out[f"idle_cpu_ratio_vs_{name}"] = ratio(out["idle_cpu_pct"], out[f"idle_{name}_cpu_pct"], 2)
     # The age of the freshest data when it is drawn, Pulse's way, next to the manual round trip
     # (a manual poll's data is at most as old as its round trip when it is printed).
     out["screen_age_median_ms"] = _get(phases, "idle", "nvidia_smi", "screen_age_ms", "median")
@@ -104,7 +107,7 @@ def goals(figures: dict, phases: dict) -> dict:
         goal = {"what": what, "goal": f"{op} {target:g}", "value": value}
         if value is None:
             phase = GOAL_PHASES.get(key.split("_")[0], key.split("_")[0])
-            cause = _get(phases, phase, "error") or (f"the {phase} phase did not run" if phase not in phases else "not measured")
+            cause = _get(phases, phase, "error") or (NOT_RUN.get(phase, f"the {phase} phase did not run") if phase not in phases else "not measured")
             goal.update(met=False, cause=cause)
         else:
             goal["met"] = {">=": value >= target, "<=": value <= target, "<": value < target}[op]
@@ -112,6 +115,11 @@ def goals(figures: dict, phases: dict) -> dict:
     return out
 
 
+#: Why a phase is left out unless named.
+NOT_RUN = {
+    "fleet": "not run by default (scripts/bench --only fleet): the 256 simulated nodes' agents share this "
+    "machine's cores, and on 2 cores they saturate it (load average > 250)",
+}
 #: A goal key's first word → the phase that measures it, where they differ.
 GOAL_PHASES = {"screen": "idle", "start": "start"}
 
@@ -220,6 +228,12 @@ def markdown(result: dict) -> str:
                              _fmt(by.get("agent"), 2), _fmt(by.get("follower"), 2), _fmt(by.get("sshd"), 2)])
         lines += _table(["watching", "seconds", "samples", "console %", "remote %", "agent (+nvidia-smi) %",
                          "follower %", "sshd %"], rows)
+        anchors = p["idle"].get("anchors") or {}
+        if anchors:
+            console = p["idle"]["nvidia_smi"]["console_cpu_pct"]
+            lines += ["", "Beside terminal monitors drawing the same 120×40 terminal once a second (nvitop needs NVML: not here):", ""]
+            lines += _table(["program", "CPU % of one core", "Pulse ÷ it"],
+                            [[name, _fmt(pct, 2), _fmt(ratio(console, pct, 2), 2)] for name, pct in anchors.items()])
         age = p["idle"]["nvidia_smi"].get("screen_age_ms")
         if age and age.get("n"):
             lines += ["", "Age of the freshest GPU data when it is drawn (frame time − the agent's read time), next to "
