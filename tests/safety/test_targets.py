@@ -1,0 +1,215 @@
+"""Issue 11 rows 1-3: a command that names other targets never acts on this machine instead.
+
+Every command against every kind of target: this machine and `--host` act there (the tests of
+check, dump, restart and warmup cover those); `--hosts` and `--slurm-job` act on those nodes or
+refuse in one line with exit 2. Each refusal runs in its own PID namespace beside a live run
+that the wrong fallback would have signalled, dumped or relaunched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from console.actions.audit import AuditLog
+from console.config import TargetConfig
+from console.remote.connect import make_target
+from console.remote.target import TargetError
+from tests.fleet.conftest import Slurm, slurm  # noqa: F401  (slurm is a fixture)
+from tests.fleet.test_slurm import batch_script, match
+from tests.safety.isolated import HEALTHY, REPO, pulse_isolated
+
+PY_SPY = str(Path(sys.executable).parent / "py-spy")
+
+
+def run_argv(tag: str) -> list[str]:
+    return [sys.executable, str(HEALTHY), "--tag", tag, "--interval", "0.05"]
+
+
+def run_flags(tmp_path: Path, tag: str) -> list[str]:
+    return ["--match", tag, "--launch", " ".join(run_argv(tag)), "--log", str(tmp_path / "train.log")]
+
+
+def warmup_config(tmp_path: Path, marks: Path, extra: str = "") -> Path:
+    config = tmp_path / "warm.toml"
+    config.write_text(
+        f'audit_log = "{tmp_path}/audit.jsonl"\n{extra}'
+        f'[warmup]\ncommand = "echo warm {{gpu}} {{seq_len}} >> {marks}"\ngpus = [0]\nseq_lens = [128]\n'
+    )
+    return config
+
+
+def audit_entries(tmp_path: Path) -> list[dict]:
+    return AuditLog(tmp_path / "audit.jsonl").entries() + AuditLog(tmp_path / ".local/state/pulse/audit.jsonl").entries()
+
+
+# -- refused: nothing on this machine is touched -----------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["flag", "config"])
+def test_restart_on_a_host_list_refuses_and_the_local_run_lives(tmp_path: Path, where: str) -> None:
+    """Row 1: `restart --hosts nodeA,nodeB --match … --launch … --yes` stopped the local run; now exit 2, one line."""
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    if where == "flag":
+        target = ["--hosts", "nodeA,nodeB"]
+    else:
+        config = tmp_path / "fleet.toml"
+        config.write_text('[target]\nhosts = ["nodeA", "nodeB"]\n')
+        target = [str(config)]
+    result = pulse_isolated(["restart", *target, *run_flags(tmp_path, tag), "--yes"], run=run_argv(tag), home=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "restart: the target is 2 hosts (nodeA, nodeB): Pulse restarts several nodes only through Slurm "
+        "(--slurm-job ID); restart one node with --host NODE\n"
+    )
+    assert result.stdout == ""
+    assert result.run_alive
+    assert audit_entries(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["check", "dump", "restart", "warmup"])
+def test_a_slurm_job_that_does_not_run_is_refused_not_run_locally(slurm: Slurm, tmp_path: Path, command: str) -> None:
+    """Rows 2-3: `dump --slurm-job 123` dumped the local process, warmup planned 'on local:'; now one line, exit 2."""
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    marks = tmp_path / "warm.marks"
+    result = pulse_isolated(
+        [command, str(warmup_config(tmp_path, marks)), "--slurm-job", "999999", *run_flags(tmp_path, tag)]
+        + ["--yes"] * (command in ("restart", "warmup")),
+        run=run_argv(tag),
+        home=tmp_path,
+        env=slurm.env(),
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "does not know job 999999" in result.stderr
+    assert str(result.run_pid) not in result.stdout and "local" not in result.stdout
+    assert result.run_alive
+    assert not marks.exists()
+    assert audit_entries(tmp_path) == []
+
+
+def test_dump_of_one_pid_on_a_fleet_is_refused(tmp_path: Path) -> None:
+    """A PID means one machine: with a host list it would be the wrong machine's PID."""
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    result = pulse_isolated(["dump", "--hosts", "nodeA,nodeB", "--pid", "1"], run=run_argv(tag), home=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "dump: --pid names a process on one machine, but the target is 2 hosts (nodeA, nodeB): give --host NODE with --pid\n"
+    )
+    assert result.stdout == "" and result.run_alive
+
+
+def test_classify_takes_no_target(tmp_path: Path) -> None:
+    """classify reads a file or standard input and acts on no machine: a target flag is a usage error."""
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "console.cli", "classify", "--hosts", "a,b"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == "pulse classify: error: unrecognized arguments: --hosts"
+
+
+@pytest.mark.parametrize("target", [TargetConfig(hosts=("a", "b")), TargetConfig(slurm_job="123"),
+                                    TargetConfig(host="login", slurm_job="123")])
+def test_no_single_machine_target_stands_in_for_a_fleet(target: TargetConfig) -> None:
+    """The console (and every one-host action) builds its target here: a fleet is refused, never made local."""
+    with pytest.raises(TargetError, match="names a fleet"):
+        make_target(target)
+
+
+# -- acted on: every node, over the real sshd --------------------------------------------------
+
+
+def two_node_config(sshd, tmp_path: Path, body: str) -> Path:
+    """[target] hosts = the test sshd under two names, as two nodes."""
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(sshd.ssh_config.read_text().replace(f"Host {sshd.alias}", f"Host {sshd.alias} node-b", 1))
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        f'audit_log = "{tmp_path}/audit.jsonl"\n'
+        f'[target]\nhosts = ["{sshd.alias}", "node-b"]\nssh_config = "{ssh_config}"\n'
+        f'known_hosts = "{sshd.known_hosts}"\npy_spy = "{PY_SPY}"\n{body}'
+    )
+    return config
+
+
+def cli(*argv: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "console.cli", *argv], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def node_run(tmp_path: Path):
+    """The run the nodes see (both names reach this machine): a real process, ended by PID."""
+    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
+    process = subprocess.Popen(run_argv(tag), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    yield tag, process.pid
+    process.kill()
+    process.wait()
+
+
+def test_dump_on_a_host_list_dumps_the_run_on_every_node(sshd, tmp_path: Path, node_run) -> None:
+    tag, pid = node_run
+    config = two_node_config(sshd, tmp_path, f'[run]\nmatch = "{tag}"\n')
+    result = cli("dump", str(config), "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    nodes = json.loads(result.stdout)
+    assert [n["node"] for n in nodes] == [sshd.alias, "node-b"]
+    assert all(n["error"] is None and [p["pid"] for p in n["processes"]] == [pid] for n in nodes)
+
+
+def test_warmup_on_a_host_list_runs_on_every_node_and_audits_each(sshd, tmp_path: Path) -> None:
+    """Row 3, acted on: one warmup per node (the same machine under two names: two marks), one audit entry each."""
+    marks = tmp_path / "warm.marks"
+    config = two_node_config(sshd, tmp_path, "")
+    config.write_text(config.read_text() + warmup_config(tmp_path, marks).read_text().split("\n", 1)[1])
+    result = cli("warmup", str(config), "--yes", home=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"warmup on 2 node(s): {sshd.alias}, node-b:\n")
+    assert marks.read_text() == "warm 0 128\nwarm 0 128\n"
+    assert sorted(e["host"] for e in AuditLog(tmp_path / "audit.jsonl").entries()) == sorted(
+        [sshd.alias, "node-b"]
+    )
+
+
+def test_check_on_a_host_list_looks_at_every_node(sshd, tmp_path: Path, node_run) -> None:
+    tag, _ = node_run
+    config = two_node_config(sshd, tmp_path, f'[run]\nmatch = "{tag}"\n')
+    result = cli("check", str(config), "--json", home=tmp_path)
+    assert result.returncode in (0, 1), result.stderr
+    assert sorted(n["node"] for n in json.loads(result.stdout)["nodes"]) == sorted([sshd.alias, "node-b"])
+
+
+@pytest.fixture
+def slurm_run(slurm: Slurm, tmp_path: Path):
+    """A running one-node Slurm job whose rank prints progress; cancelled through Slurm."""
+    job_id = slurm.submit(batch_script(tmp_path, "safety", "healthy"))
+    slurm.wait_running(job_id, output=tmp_path / f"safety-{job_id}-{slurm.node}.out")
+    yield job_id
+    slurm.cancel(job_id)
+
+
+def test_dump_and_warmup_on_a_slurm_job_act_on_its_node(slurm: Slurm, slurm_run: str, tmp_path: Path) -> None:
+    """Rows 2-3, acted on: the job's rank is dumped and the warmup runs in the job's allocation (srun), audited there."""
+    marks = tmp_path / "warm.marks"
+    config = warmup_config(tmp_path, marks, f'[target]\nreach = "srun"\npy_spy = "{PY_SPY}"\n'
+                                            f"[run]\nmatch = '{match('safety')}'\n")
+    env = {**slurm.env(), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    dump = subprocess.run([sys.executable, "-m", "console.cli", "dump", str(config), "--slurm-job", slurm_run, "--json"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert dump.returncode == 0, dump.stderr
+    [node] = json.loads(dump.stdout)
+    assert node["node"] == slurm.node and node["error"] is None
+    assert "rank.py" in " ".join(f["file"] for g in node["processes"][0]["groups"] for f in g["frames"])
+    warm = subprocess.run([sys.executable, "-m", "console.cli", "warmup", str(config), "--slurm-job", slurm_run, "--yes"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert warm.stdout.startswith(f"warmup on 1 node(s): {slurm.node}:\n")
+    assert marks.read_text() == "warm 0 128\n"
+    [entry] = AuditLog(tmp_path / "audit.jsonl").entries()
+    assert entry["action"] == "warmup" and entry["host"] == f"{slurm.node} (srun {slurm_run})"
