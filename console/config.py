@@ -116,6 +116,8 @@ class CustomAction:
     confirm: bool = True
     dangerous: bool = False
     description: str = ""
+    mutating: bool = True
+    """Changes something unless the config says `mutating = false`: refused under --read-only."""
 
 
 DEFAULT_AUDIT_LOG = "~/.local/state/pulse/audit.jsonl"
@@ -392,7 +394,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         if not isinstance(a, dict):
             r.problem(path, "must be a table")
             continue
-        a = r.table({path: a}, path, ("name", "key", "command", "confirm", "dangerous", "description"))
+        a = r.table({path: a}, path, ("name", "key", "command", "confirm", "dangerous", "description", "mutating"))
         name, key, command = (r.get(a, f"{path}.{k}", str) for k in ("name", "key", "command"))
         for field_name, value in (("name", name), ("key", key), ("command", command)):
             if not value:
@@ -401,10 +403,12 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             r.problem(f"{path}.key", "must be a single character")
         elif key and key in _RESERVED_KEYS:
             r.problem(f"{path}.key", f"{key!r} is taken by a built-in key")
+        dangerous, mutating = r.get(a, f"{path}.dangerous", bool, False), r.get(a, f"{path}.mutating", bool, True)
+        if dangerous and not mutating:
+            r.problem(f"{path}.mutating", "a dangerous action changes something: drop mutating = false or dangerous")
         if name and key and command and len(key) == 1 and key not in _RESERVED_KEYS:
-            actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True),
-                                        r.get(a, f"{path}.dangerous", bool, False),
-                                        r.get(a, f"{path}.description", str, "")))
+            actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True), dangerous,
+                                        r.get(a, f"{path}.description", str, ""), mutating))
 
     audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
     if problems:
