@@ -28,7 +28,7 @@ from console.actions.headless import (
     print_dumps,
 )
 from console.actions.pyspy import DumpError
-from console.actions.warmup import plan_warmup
+from console.actions.warmup import WarmupPlan, plan_warmup
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, control_target
 from console.fleet.fleet_actions import execute_fleet_restart, execute_fleet_warmup, plan_fleet_restart
@@ -60,10 +60,7 @@ async def _restart(config: Config, args: argparse.Namespace) -> int:
         print(f"restart through Slurm on {target.label}:")
         for line in plan.describe():
             print(f"  {line}")
-        answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
-        if not answer:
-            why = "no terminal to ask on; pass --yes" if answer is None else "nothing done"
-            print(f"restart: not confirmed: {why}", file=sys.stderr)
+        if not _confirmed("restart", args):
             return EXIT_REFUSED
         verified = False
         async for event in execute_fleet_restart(slurm, config, plan):
@@ -97,11 +94,17 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
     return asyncio.run(_warmup(config, args, plan))
 
 
-async def _warmup(config: Config, args: argparse.Namespace, plan) -> int:
+async def _open_fleet(action: str, config: Config) -> Fleet | None:
+    """The fleet the config names, or None after saying in one line why it cannot be formed."""
     try:
-        fleet = await Fleet.open(config)
+        return await Fleet.open(config)
     except FleetError as exc:
-        print(f"warmup: {exc}", file=sys.stderr)
+        print(f"{action}: {exc}", file=sys.stderr)
+        return None
+
+
+async def _warmup(config: Config, args: argparse.Namespace, plan: WarmupPlan) -> int:
+    if (fleet := await _open_fleet("warmup", config)) is None:
         return EXIT_REFUSED
     try:
         print(f"warmup on {len(fleet.nodes)} node(s): {', '.join(n.name for n in fleet.nodes)}:")
@@ -145,10 +148,7 @@ async def _dump_node(node: FleetNode, args: argparse.Namespace) -> _NodeDump:
 
 
 async def _dump(config: Config, args: argparse.Namespace) -> int:
-    try:
-        fleet = await Fleet.open(config)
-    except FleetError as exc:
-        print(f"dump: {exc}", file=sys.stderr)
+    if (fleet := await _open_fleet("dump", config)) is None:
         return EXIT_REFUSED
     try:
         results = await asyncio.gather(*(_dump_node(node, args) for node in fleet.nodes))
