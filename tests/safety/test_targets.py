@@ -213,3 +213,39 @@ def test_dump_and_warmup_on_a_slurm_job_act_on_its_node(slurm: Slurm, slurm_run:
     assert marks.read_text() == "warm 0 128\n"
     [entry] = AuditLog(tmp_path / "audit.jsonl").entries()
     assert entry["action"] == "warmup" and entry["host"] == f"{slurm.node} (srun {slurm_run})"
+
+
+# -- one machine: this one, or --host --------------------------------------------------------
+
+
+def one_machine_config(sshd, tmp_path: Path, where: str, tag: str, marks: Path) -> Path:
+    """The run's config on this machine, or on the test sshd (`--host` in the config, as the flag would be)."""
+    target = "" if where == "local" else (
+        f'[target]\nhost = "{sshd.alias}"\nssh_config = "{sshd.ssh_config}"\nknown_hosts = "{sshd.known_hosts}"\n'
+    )
+    target += f'py_spy = "{PY_SPY}"\n' if target else f'[target]\npy_spy = "{PY_SPY}"\n'
+    return warmup_config(tmp_path, marks, f"{target}[run]\nmatch = '{tag}'\n")
+
+
+@pytest.mark.parametrize("where", ["local", "host"])
+@pytest.mark.parametrize("command", ["check", "dump", "warmup"])
+def test_one_machine_commands_act_on_that_machine(sshd, tmp_path: Path, node_run, where: str, command: str) -> None:
+    """The other half of the matrix: this machine, or the one --host names (restart: tests/test_restart.py)."""
+    tag, pid = node_run
+    marks = tmp_path / "warm.marks"
+    label = "local" if where == "local" else sshd.alias
+    config = str(one_machine_config(sshd, tmp_path, where, tag, marks))
+    if command == "check":
+        result = cli("check", config, "--json", home=tmp_path)
+        assert result.returncode in (0, 1), result.stderr
+        report = json.loads(result.stdout)
+        assert report["target"] == label and [p["pid"] for p in report["processes"]] == [pid]
+    elif command == "dump":
+        result = cli("dump", config, "--json", home=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert [d["pid"] for d in json.loads(result.stdout)] == [pid]
+    else:
+        result = cli("warmup", config, "--yes", home=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.startswith(f"on {label}:\n") and marks.read_text() == "warm 0 128\n"
+        assert [e["host"] for e in AuditLog(tmp_path / "audit.jsonl").entries()] == [label]
