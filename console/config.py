@@ -10,13 +10,16 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from console.paths import audit_log_path
 from console.remote.shell import Container
 
 
@@ -123,7 +126,7 @@ class CustomAction:
     """Changes something unless the config says `mutating = false`: refused under --read-only."""
 
 
-DEFAULT_AUDIT_LOG = "~/.local/state/pulse/audit.jsonl"
+DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,7 +530,7 @@ def load_from_args(args) -> Config:
         raise ConfigError(["--port: must be 1-65535"])
     for flag, check in (("baseline", _positive), ("grace", _not_negative), ("stall_after", _positive)):
         if get(flag) is not None and (message := check(get(flag))):
-            raise ConfigError([f"--{flag.replace('_', '-')}: {message}"])
+            raise ConfigError([f"--{flag.replace('_', '-')}: {message}, not {get(flag):g}"])
     slurm_job, hosts = t.slurm_job, t.hosts
     if get("slurm_job"):
         if not _SLURM_JOB_ID.fullmatch(get("slurm_job")):
@@ -561,4 +564,14 @@ def load_from_args(args) -> Config:
     stall = config.stall
     if get("stall_after") is not None:
         stall = replace(stall, log_silent_s=get("stall_after"))
-    return replace(config, target=target, run=run, metrics=metrics, stall=stall)
+    return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall)
+
+
+def _with_local_py_spy(target: TargetConfig) -> TargetConfig:
+    """On this machine, outside a container, the default `py-spy` falls back to the one installed with
+    Pulse when none is on PATH (pipx puts only `pulse` there)."""
+    local = target.host is None and target.container is None and not (target.slurm_job or target.hosts)
+    if not local or target.py_spy != "py-spy" or shutil.which("py-spy"):
+        return target
+    installed = Path(sys.executable).with_name("py-spy")
+    return replace(target, py_spy=str(installed)) if installed.is_file() else target

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
 from console.state import RATE_UNITS
+from console.units import format_indices, spread
 
 VERDICTS = (
     "healthy",
@@ -236,12 +237,20 @@ class _Diagnosis:
         ev = self.ev
         if ev.gpu_error and not ev.gpus:
             return [f"GPUs unreadable ({ev.gpu_source}): {ev.gpu_error}"]
-        lines = []
+        # GPUs that read alike (same utilization, same holders) are one line: eight near-identical
+        # lines would push the stacks and the next step out of view.
+        groups: dict[tuple, list] = {}
         for g in ev.gpus:
             util = "util ?" if g.utilization_pct is None else f"util {g.utilization_pct:.0f}%"
-            mem = "mem ?" if g.memory_used_mib is None else f"{g.memory_used_mib} MiB used"
-            held = ", ".join(f"pid {gp.pid} {gp.used_mib if gp.used_mib is not None else '?'} MiB" for gp in g.processes)
-            lines.append(f"GPU {g.index} {util}, {mem}" + (f" ({held})" if held else ""))
+            holders = tuple(sorted(gp.pid for gp in g.processes))
+            groups.setdefault((util, holders, g.memory_used_mib is None), []).append(g)
+        lines = []
+        for (util, holders, unknown), members in groups.items():
+            name = f"GPU {members[0].index}" if len(members) == 1 else f"GPUs {format_indices([g.index for g in members])}"
+            used = [g.memory_used_mib for g in members if g.memory_used_mib is not None]
+            mem = "mem ?" if unknown else f"{spread([mib / 1024 for mib in used], '{:.1f}')} GiB used"
+            held = f" (pid {', '.join(map(str, holders))})" if holders else ""
+            lines.append(f"{name} {util}, {mem}{held}")
         if ev.gpu_contexts_unseen:
             run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
             pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)

@@ -1,6 +1,7 @@
 """Issue 11 rows 13 and 15: numbers and config files are bounded before anything acts on them.
 
-Row 13: `--grace nan` / `inf` left restart waiting forever for a SIGKILL that never came.
+Row 13: `--grace nan` / `inf` left restart waiting forever for a SIGKILL that never came
+(the CLI case: tests/safety/test_launch_guards.py; here every number, from flags and config).
 Row 15: a config that is a FIFO hung; a link to /dev/zero grew memory without bound; a
 100k-deep array ended in a 3,000-line RecursionError traceback. Each is now one line, exit 2.
 """
@@ -10,29 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
 from console.config import MAX_CONFIG_BYTES, ConfigError, load_config, load_from_args, parse_config
-from tests.safety.isolated import HEALTHY, pulse_isolated
-
-IGNORE_SIGTERM = Path(__file__).resolve().parents[1] / "procs" / "ignore_sigterm.py"
-
-
-@pytest.mark.parametrize("grace", ["nan", "inf", "-1", "-inf"])
-def test_restart_with_an_endless_grace_is_refused_before_any_signal(tmp_path: Path, grace: str) -> None:
-    """Row 13: the run ignores SIGTERM, so an endless grace would stall the stop step forever."""
-    tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
-    run = [sys.executable, str(IGNORE_SIGTERM), "--tag", tag]
-    result = pulse_isolated(
-        ["restart", "--match", tag, "--launch", " ".join(run), f"--grace={grace}", "--yes"], run=run, home=tmp_path
-    )
-    assert result.returncode == 2
-    assert result.stderr == "--grace: must be a finite number, 0 or more\n"
-    assert result.stdout == "" and result.run_alive
-
+from tests.safety.namespace import HEALTHY, in_namespace, pulse_beside_a_run
 
 @pytest.mark.parametrize(
     ("text", "problem"),
@@ -144,7 +128,8 @@ def test_the_command_line_says_one_line_and_exits_2(tmp_path: Path, kind: str) -
         path.symlink_to("/dev/zero")
     else:
         path.write_text("[run]\nname = " + "[" * 100_000 if kind == "deep" else "[run]\nname = 'a\x00'\n")
-    result = pulse_isolated(["check", str(path)], run=[sys.executable, str(HEALTHY)], home=tmp_path)
-    assert result.returncode == 2
-    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(str(path)), result.stderr
-    assert "Traceback" not in result.stderr
+    result = in_namespace(pulse_beside_a_run, folder=str(tmp_path), argv=["check", str(path)],
+                          run=[sys.executable, str(HEALTHY)])
+    assert result["rc"] == 2
+    assert len(result["err"].splitlines()) == 1 and result["err"].startswith(str(path)), result["err"]
+    assert "Traceback" not in result["err"]

@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from textual.command import CommandList
+from textual.widgets import Input
 
 from console.actions.audit import AuditLog
 from console.config import ConfigError, parse_config
@@ -22,7 +24,7 @@ from console.monitor import Monitor
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from tests.safety.isolated import HEALTHY, pulse_isolated
+from tests.safety.namespace import HEALTHY, in_namespace, pulse_beside_a_run
 from tests.sshd import TESTS_BIN
 
 #: Upper bound on waiting for the console to see the run (never a speed assertion).
@@ -81,9 +83,14 @@ async def test_read_only_refuses_an_unconfirmed_custom_kill(pid_namespace, names
         await until(pilot, lambda: sees_the_run(app), "the console to see the run")
         if how == "key":
             await pilot.press("K")
-        else:  # what a palette entry runs: console/ui/palette.py calls app.run_action(spec.action)
-            [spec] = [s for s in app.action_specs if s.description == "kill run"]
-            await app.run_action(spec.action)
+        else:
+            await pilot.press("ctrl+p")
+            app.screen.query_one(Input).value = "kill run"
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            commands = app.screen.query_one(CommandList)
+            assert str(commands.get_option_at_index(0).prompt).startswith("kill run  (K)")
+            await pilot.press("enter")
         await until(pilot, lambda: app._notifications, "the refusal")
         await app.workers.wait_for_complete()
         messages = [n.message for n in app._notifications]
@@ -144,9 +151,9 @@ def test_headless_read_only_refuses_every_mutating_command_on_every_target(tmp_p
     config = tmp_path / "warm.toml"
     config.write_text(f'[warmup]\ncommand = "touch {tmp_path}/warmed-{{gpu}}"\ngpus = [0]\nseq_lens = [1]\n')
     run = [sys.executable, str(HEALTHY), "--tag", tag]
-    result = pulse_isolated([command, str(config), *target, "--match", tag, "--launch", " ".join(run), "--yes",
-                             "--read-only"], run=run, home=tmp_path)
-    assert result.returncode == 2
-    assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.run_alive and not (tmp_path / "warmed-0").exists()
+    argv = [command, str(config), *target, "--match", tag, "--launch", " ".join(run), "--yes", "--read-only"]
+    result = in_namespace(pulse_beside_a_run, folder=str(tmp_path), argv=argv, run=run)
+    assert result["rc"] == 2
+    assert len(result["err"].splitlines()) == 1, result["err"]
+    assert result["run_alive"] and not (tmp_path / "warmed-0").exists()
     assert not (tmp_path / ".local/state/pulse/audit.jsonl").exists()

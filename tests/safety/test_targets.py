@@ -23,7 +23,7 @@ from console.remote.connect import make_target
 from console.remote.target import TargetError
 from tests.fleet.conftest import Slurm, slurm  # noqa: F401  (slurm is a fixture)
 from tests.fleet.test_slurm import batch_script, match
-from tests.safety.isolated import HEALTHY, REPO, pulse_isolated
+from tests.safety.namespace import HEALTHY, REPO, in_namespace, pulse_beside_a_run
 
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 
@@ -62,14 +62,15 @@ def test_restart_on_a_host_list_refuses_and_the_local_run_lives(tmp_path: Path, 
         config = tmp_path / "fleet.toml"
         config.write_text('[target]\nhosts = ["nodeA", "nodeB"]\n')
         target = [str(config)]
-    result = pulse_isolated(["restart", *target, *run_flags(tmp_path, tag), "--yes"], run=run_argv(tag), home=tmp_path)
-    assert result.returncode == 2
-    assert result.stderr == (
+    argv = ["restart", *target, *run_flags(tmp_path, tag), "--yes"]
+    result = in_namespace(pulse_beside_a_run, folder=str(tmp_path), argv=argv, run=run_argv(tag))
+    assert result["rc"] == 2
+    assert result["err"] == (
         "restart: the target is 2 hosts (nodeA, nodeB): Pulse restarts several nodes only through Slurm "
         "(--slurm-job ID); restart one node with --host NODE\n"
     )
-    assert result.stdout == ""
-    assert result.run_alive
+    assert result["out"] == ""
+    assert result["run_alive"]
     assert audit_entries(tmp_path) == []
 
 
@@ -78,17 +79,13 @@ def test_a_slurm_job_that_does_not_run_is_refused_not_run_locally(slurm: Slurm, 
     """Rows 2-3: `dump --slurm-job 123` dumped the local process, warmup planned 'on local:'; now one line, exit 2."""
     tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
     marks = tmp_path / "warm.marks"
-    result = pulse_isolated(
-        [command, str(warmup_config(tmp_path, marks)), "--slurm-job", "999999", *run_flags(tmp_path, tag)]
-        + ["--yes"] * (command in ("restart", "warmup")),
-        run=run_argv(tag),
-        home=tmp_path,
-        env=slurm.env(),
-    )
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.count("\n") == 1 and "does not know job 999999" in result.stderr
-    assert str(result.run_pid) not in result.stdout and "local" not in result.stdout
-    assert result.run_alive
+    argv = [command, str(warmup_config(tmp_path, marks)), "--slurm-job", "999999", *run_flags(tmp_path, tag)]
+    argv += ["--yes"] * (command in ("restart", "warmup"))
+    result = in_namespace(pulse_beside_a_run, folder=str(tmp_path), argv=argv, run=run_argv(tag))
+    assert result["rc"] == 2, result["err"]
+    assert result["err"].count("\n") == 1 and "does not know job 999999" in result["err"]
+    assert str(result["run_pid"]) not in result["out"] and "local" not in result["out"]
+    assert result["run_alive"]
     assert not marks.exists()
     assert audit_entries(tmp_path) == []
 
@@ -96,12 +93,13 @@ def test_a_slurm_job_that_does_not_run_is_refused_not_run_locally(slurm: Slurm, 
 def test_dump_of_one_pid_on_a_fleet_is_refused(tmp_path: Path) -> None:
     """A PID means one machine: with a host list it would be the wrong machine's PID."""
     tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
-    result = pulse_isolated(["dump", "--hosts", "nodeA,nodeB", "--pid", "1"], run=run_argv(tag), home=tmp_path)
-    assert result.returncode == 2
-    assert result.stderr == (
+    argv = ["dump", "--hosts", "nodeA,nodeB", "--pid", "1"]
+    result = in_namespace(pulse_beside_a_run, folder=str(tmp_path), argv=argv, run=run_argv(tag))
+    assert result["rc"] == 2
+    assert result["err"] == (
         "dump: --pid names a process on one machine, but the target is 2 hosts (nodeA, nodeB): give --host NODE with --pid\n"
     )
-    assert result.stdout == "" and result.run_alive
+    assert result["out"] == "" and result["run_alive"]
 
 
 def test_classify_takes_no_target(tmp_path: Path) -> None:
@@ -137,10 +135,12 @@ def two_node_config(sshd, tmp_path: Path, body: str) -> Path:
     return config
 
 
-def cli(*argv: str, home: Path) -> subprocess.CompletedProcess:
+def cli(*argv: str, home: Path) -> dict:
+    """`pulse ARGV` here (nothing it does signals a process): its exit code and output, as a scene reports them."""
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "console.cli", *argv], env=env, cwd=REPO, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "console.cli", *argv], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return {"rc": done.returncode, "out": done.stdout, "err": done.stderr}
 
 
 @pytest.fixture
@@ -157,8 +157,8 @@ def test_dump_on_a_host_list_dumps_the_run_on_every_node(sshd, tmp_path: Path, n
     tag, pid = node_run
     config = two_node_config(sshd, tmp_path, f'[run]\nmatch = "{tag}"\n')
     result = cli("dump", str(config), "--json", home=tmp_path)
-    assert result.returncode == 0, result.stderr
-    nodes = json.loads(result.stdout)
+    assert result["rc"] == 0, result["err"]
+    nodes = json.loads(result["out"])
     assert [n["node"] for n in nodes] == [sshd.alias, "node-b"]
     assert all(n["error"] is None and [p["pid"] for p in n["processes"]] == [pid] for n in nodes)
 
@@ -169,8 +169,8 @@ def test_warmup_on_a_host_list_runs_on_every_node_and_audits_each(sshd, tmp_path
     config = two_node_config(sshd, tmp_path, "")
     config.write_text(config.read_text() + warmup_config(tmp_path, marks).read_text().split("\n", 1)[1])
     result = cli("warmup", str(config), "--yes", home=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith(f"warmup on 2 node(s): {sshd.alias}, node-b:\n")
+    assert result["rc"] == 0, result["out"] + result["err"]
+    assert result["out"].startswith(f"warmup on 2 node(s): {sshd.alias}, node-b:\n")
     assert marks.read_text() == "warm 0 128\nwarm 0 128\n"
     assert sorted(e["host"] for e in AuditLog(tmp_path / "audit.jsonl").entries()) == sorted(
         [sshd.alias, "node-b"]
@@ -181,8 +181,8 @@ def test_check_on_a_host_list_looks_at_every_node(sshd, tmp_path: Path, node_run
     tag, _ = node_run
     config = two_node_config(sshd, tmp_path, f'[run]\nmatch = "{tag}"\n')
     result = cli("check", str(config), "--json", home=tmp_path)
-    assert result.returncode in (0, 1), result.stderr
-    assert sorted(n["node"] for n in json.loads(result.stdout)["nodes"]) == sorted([sshd.alias, "node-b"])
+    assert result["rc"] in (0, 1), result["err"]
+    assert sorted(n["node"] for n in json.loads(result["out"])["nodes"]) == sorted([sshd.alias, "node-b"])
 
 
 @pytest.fixture
@@ -237,15 +237,15 @@ def test_one_machine_commands_act_on_that_machine(sshd, tmp_path: Path, node_run
     config = str(one_machine_config(sshd, tmp_path, where, tag, marks))
     if command == "check":
         result = cli("check", config, "--json", home=tmp_path)
-        assert result.returncode in (0, 1), result.stderr
-        report = json.loads(result.stdout)
+        assert result["rc"] in (0, 1), result["err"]
+        report = json.loads(result["out"])
         assert report["target"] == label and [p["pid"] for p in report["processes"]] == [pid]
     elif command == "dump":
         result = cli("dump", config, "--json", home=tmp_path)
-        assert result.returncode == 0, result.stderr
-        assert [d["pid"] for d in json.loads(result.stdout)] == [pid]
+        assert result["rc"] == 0, result["err"]
+        assert [d["pid"] for d in json.loads(result["out"])] == [pid]
     else:
         result = cli("warmup", config, "--yes", home=tmp_path)
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert result.stdout.startswith(f"on {label}:\n") and marks.read_text() == "warm 0 128\n"
+        assert result["rc"] == 0, result["out"] + result["err"]
+        assert result["out"].startswith(f"on {label}:\n") and marks.read_text() == "warm 0 128\n"
         assert [e["host"] for e in AuditLog(tmp_path / "audit.jsonl").entries()] == [label]

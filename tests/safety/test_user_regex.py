@@ -27,7 +27,7 @@ from console.monitor import Monitor
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from tests.safety.isolated import REPO
+from tests.safety.namespace import REPO
 
 #: The row's pattern, and one that backtracks catastrophically in the `regex` package too
 #: (on a format the built-in rules do not read, so what it yields is its own).
