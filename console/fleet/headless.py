@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 
-from console.actions.audit import ActionRefused, StepEvent, StepStatus
+from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus, audit_refusal
 from console.actions.headless import (
     EXIT_FAILED,
     EXIT_OK,
@@ -90,12 +90,16 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
     if getattr(args, "read_only", False):
         print("read-only: warmup disabled (started with --read-only)", file=sys.stderr)
         return EXIT_REFUSED
+    audit = not getattr(args, "no_audit", False)
     try:
         plan = plan_warmup(config)
     except ActionRefused as exc:
         print(f"warmup: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    return asyncio.run(_warmup(config, args, plan))
+    if audit and (unwritable := audit_refusal("warmup", AuditLog(config.audit_log))):
+        print(f"warmup: {unwritable}", file=sys.stderr)
+        return EXIT_REFUSED
+    return asyncio.run(_warmup(config, args, plan, audit=audit))
 
 
 async def _open_fleet(action: str, config: Config) -> Fleet | None:
@@ -107,7 +111,7 @@ async def _open_fleet(action: str, config: Config) -> Fleet | None:
         return None
 
 
-async def _warmup(config: Config, args: argparse.Namespace, plan: WarmupPlan) -> int:
+async def _warmup(config: Config, args: argparse.Namespace, plan: WarmupPlan, *, audit: bool) -> int:
     if (fleet := await _open_fleet("warmup", config)) is None:
         return EXIT_REFUSED
     try:
@@ -118,7 +122,7 @@ async def _warmup(config: Config, args: argparse.Namespace, plan: WarmupPlan) ->
             return EXIT_REFUSED
         passed = {n.name: 0 for n in fleet.nodes}
         failed = False
-        async for event in execute_fleet_warmup(fleet.nodes, plan):
+        async for event in execute_fleet_warmup(fleet.nodes, plan, audit=audit):
             print(format_event(event), flush=True)
             if isinstance(event, StepEvent) and "node" in event.data:
                 failed |= event.status is StepStatus.FAILED

@@ -249,3 +249,18 @@ def test_one_machine_commands_act_on_that_machine(sshd, tmp_path: Path, node_run
         assert result["rc"] == 0, result["out"] + result["err"]
         assert result["out"].startswith(f"on {label}:\n") and marks.read_text() == "warm 0 128\n"
         assert [e["host"] for e in AuditLog(tmp_path / "audit.jsonl").entries()] == [label]
+
+
+def test_warmup_on_a_host_list_with_an_unwritable_audit_log_is_refused_up_front(sshd, tmp_path: Path) -> None:
+    """As on one machine: no node is touched unless the audit log can be written, or --no-audit says so."""
+    marks = tmp_path / "warm.marks"
+    config = two_node_config(sshd, tmp_path, "")
+    config.write_text(config.read_text() + warmup_config(tmp_path, marks).read_text().split("\n", 1)[1])
+    (tmp_path / "audit.jsonl").mkdir()
+    refused = cli("warmup", str(config), "--yes", home=tmp_path)
+    assert refused["rc"] == 2 and refused["out"] == ""
+    assert refused["err"].startswith(f"warmup: audit log {tmp_path / 'audit.jsonl'} cannot be written (")
+    assert not marks.exists()
+    unaudited = cli("warmup", str(config), "--yes", "--no-audit", home=tmp_path)
+    assert unaudited["rc"] == 0, unaudited
+    assert marks.read_text() == "warm 0 128\nwarm 0 128\n"
