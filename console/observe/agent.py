@@ -192,6 +192,20 @@ def run_tree(procs: List[Record], roots: Iterable[int], self_pids: Iterable[int]
     return chosen
 
 
+#: A command line is matched on its first this-many characters (an argv can be megabytes).
+MATCH_CHARS = 4096
+#: CPU seconds the match regex may spend on one command line; a real pattern needs microseconds.
+MATCH_BUDGET_S = 0.25
+
+
+class MatchTimedOut(Exception):
+    """The match regex ran past MATCH_BUDGET_S on one command line (catastrophic backtracking)."""
+
+
+def _match_expired(signum: int, frame: Any) -> None:
+    raise MatchTimedOut()
+
+
 def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[int]) -> List[Record]:
     """The run's processes: those whose command line matches `pattern`, and their descendants.
 
@@ -200,16 +214,35 @@ def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[
     grep, an editor or a tail whose command line merely names the run), a shell whose `-c`
     command string names it (its launcher), or a program Pulse started. Descendants
     (DataLoader workers) are included whatever their names.
+
+    Each search gets MATCH_BUDGET_S of CPU time (SIGVTALRM; the standard `re` checks for
+    signals while it backtracks) and raises MatchTimedOut past it. Off the main thread, where
+    no signal can be set, it runs unbounded on the capped line.
     """
     regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+    bounded = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    previous = signal.signal(signal.SIGVTALRM, _match_expired) if bounded else None
     excluded = set(self_pids)
     matched = []
-    for record in procs:
-        if record["pid"] in excluded:
-            continue
-        words = match_words(record)
-        if words and regex.search(" ".join(words)):
-            matched.append(record["pid"])
+    try:
+        for record in procs:
+            if record["pid"] in excluded:
+                continue
+            words = match_words(record)
+            if not words:
+                continue
+            if bounded:
+                signal.setitimer(signal.ITIMER_VIRTUAL, MATCH_BUDGET_S)
+            try:
+                found = regex.search(" ".join(words), 0, MATCH_CHARS)
+            finally:
+                if bounded:
+                    signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            if found:
+                matched.append(record["pid"])
+    finally:
+        if bounded:
+            signal.signal(signal.SIGVTALRM, previous)
     return run_tree(procs, matched, excluded)
 
 
@@ -481,7 +514,14 @@ class ProcessWatch:
                 return [], error
             chosen = run_tree(procs, [pid], self_pids)
         else:
-            chosen = select_run_processes(procs, self.regex, self_pids)
+            try:
+                chosen = select_run_processes(procs, self.regex, self_pids)
+            except MatchTimedOut:
+                self.config_error = (
+                    "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
+                    % (self.regex.pattern, MATCH_BUDGET_S)
+                )
+                return [], self.config_error
         children: Dict[int, List[int]] = {}
         for record in procs:
             children.setdefault(record["ppid"], []).append(record["pid"])

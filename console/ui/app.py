@@ -28,6 +28,7 @@ from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
+from console.observe.user_patterns import disabled_notices
 from console.state import RunState
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
@@ -172,6 +173,7 @@ class PulseApp(ThemedApp):
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
+        self._patterns_said = 0
         self._painted_sample = False
         self.log_input_mode = "filter"
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
@@ -273,6 +275,14 @@ class PulseApp(ThemedApp):
         if self.watch is not None:
             self.watch.observe()
         self.refresh_panes(force=False)
+        self._say_disabled_patterns()
+
+    def _say_disabled_patterns(self) -> None:
+        """A config pattern that ran past its time budget is disabled (user_patterns): say which, once."""
+        notices = disabled_notices()
+        for notice in notices[self._patterns_said :]:
+            self.notify(notice, title="pattern disabled", severity="warning", timeout=30)
+        self._patterns_said = len(notices)
 
     def flush_log(self) -> None:
         """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
