@@ -4,10 +4,14 @@
 wrong, shows the observations that say so, and the next step with its console key.
 
 Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
-growth for longer than `stall.log_silent_s`, or no throughput line for longer than that and
-than 3 of the run's usual intervals between such lines; "idle" = every
-process under `stall.cpu_idle_pct` by the delta of utime+stime over the sampling window,
-never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
+growth for longer than the silence limit, or no throughput line for longer than the limit
+for progress; "idle" = every process under `stall.cpu_idle_pct` by the delta of
+utime+stime over the sampling window, never ps's lifetime average, and every run GPU under
+`stall.gpu_idle_pct`).
+
+The silence limit is the run's own rhythm: QUIET_INTERVALS of its usual gap between writes
+(between throughput lines for progress), at least QUIET_FLOOR_S; UNLEARNED_QUIET_S while no
+rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` overrides it.
 
 | verdict             | when                                                                             | key |
 | ------------------- | -------------------------------------------------------------------------------- | --- |
@@ -62,8 +66,18 @@ _SEVERITY = {
     "oom": 9,
 }
 
-#: A throughput line this many usual intervals late is missing, not just slow to come.
+#: A throughput line this many usual intervals late is missing, not just slow to come (with an explicit limit).
 RATE_GAPS = 3
+#: Silent for this many of the run's usual intervals between writes (or progress updates) is a stall.
+QUIET_INTERVALS = 20
+#: ...but never sooner than this: a run that writes many times a second may pause a moment (a GC, a save).
+QUIET_FLOOR_S = 20.0
+#: Without a learned rhythm (a fresh look at the log, a run that logs rarely) a stall starts here.
+UNLEARNED_QUIET_S = 300.0
+#: After this many usual intervals without a write the log is called quiet rather than progressing.
+QUIET_SHOWN_INTERVALS = 3
+#: ...and never before this many seconds.
+QUIET_SHOWN_S = 2.0
 #: How many problem lines a verdict quotes.
 _QUOTED_LINES = 3
 _QUOTE_CHARS = 160
@@ -125,7 +139,9 @@ class Evidence:
     rate_silent_s: float | None = None
     """Seconds since the last throughput line, when one was seen."""
     rate_interval_s: float | None = None
-    """The run's usual gap between throughput lines."""
+    """The run's usual gap between throughput lines (None until learned)."""
+    log_write_interval_s: float | None = None
+    """The run's usual gap between writes to its log (None until learned)."""
     problems: tuple[ProblemLine, ...] = ()
     """Problem lines since the last launch, oldest first."""
     stacks: tuple[StackSummary, ...] = ()
@@ -162,6 +178,22 @@ def is_problem(name: str) -> bool:
     return name != "healthy"
 
 
+def silence_limit_s(override: float | None, usual_interval_s: float | None) -> float:
+    """Seconds of silence that make a stall: `override` when set, else the run's rhythm (see the module doc)."""
+    if override is not None:
+        return override
+    if usual_interval_s is None:
+        return UNLEARNED_QUIET_S
+    return max(QUIET_FLOOR_S, QUIET_INTERVALS * usual_interval_s)
+
+
+def rhythm_text(interval_s: float | None) -> str:
+    """'usually writes every 0.3 s', or that no rhythm is known yet."""
+    if interval_s is None:
+        return "its rhythm not learned yet"
+    return f"usually writes every {_seconds(interval_s)}"
+
+
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
     """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
     return _Diagnosis(evidence, config).verdict()
@@ -188,22 +220,39 @@ class _Diagnosis:
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
 
+    def _log_limit(self) -> float:
+        return silence_limit_s(self.stall.log_silent_s, self.ev.log_write_interval_s)
+
+    def _rate_limit(self) -> float:
+        ev, override = self.ev, self.stall.log_silent_s
+        if override is not None:
+            return max(override, RATE_GAPS * (ev.rate_interval_s or 0.0))
+        return silence_limit_s(None, ev.rate_interval_s)
+
     def _silent(self) -> bool:
-        """No log growth past the threshold, or no throughput line past it and past the run's usual gaps."""
-        ev, limit = self.ev, self.stall.log_silent_s
-        if ev.log_silent_s is not None and ev.log_silent_s > limit:
+        """No log growth past its limit, or no throughput line past the limit for progress."""
+        ev = self.ev
+        if ev.log_growth == 0 and ev.log_silent_s is not None and ev.log_silent_s > self._log_limit():
             return True
-        if ev.rate_silent_s is None:
-            return False
-        return ev.rate_silent_s > max(limit, RATE_GAPS * (ev.rate_interval_s or 0.0))
+        return ev.rate_silent_s is not None and ev.rate_silent_s > self._rate_limit()
 
     def _progressing(self) -> bool:
-        return self.ev.log_growth > 0 or (
-            self.ev.log_silent_s is not None and self.ev.log_silent_s <= self.stall.log_silent_s
-        )
+        return self.ev.log_growth > 0 or (self.ev.log_silent_s is not None and self.ev.log_silent_s <= self._log_limit())
+
+    def _quiet(self) -> bool:
+        """Not written for several of its usual intervals (not yet a stall): the header must not say it progresses."""
+        ev = self.ev
+        if ev.log_growth > 0 or ev.log_silent_s is None:
+            return False
+        usual = ev.log_write_interval_s
+        return ev.log_silent_s > max(QUIET_SHOWN_S, QUIET_SHOWN_INTERVALS * (usual or 0.0))
+
+    def _quiet_text(self) -> str:
+        ev = self.ev
+        return f"quiet {_seconds(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
 
     def _recent(self, line: ProblemLine) -> bool:
-        return line.age_s is None or line.age_s <= self.stall.log_silent_s
+        return line.age_s is None or line.age_s <= self._log_limit()
 
     def _of_kind(self, *kinds: LineKind) -> list[ProblemLine]:
         return [p for p in self.ev.problems if p.kind in kinds]
@@ -257,10 +306,16 @@ class _Diagnosis:
             return [f"log {ev.log_path} does not exist"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
         if ev.log_silent_s is not None and ev.log_growth == 0:
-            lines.append(f"log silent {ev.log_silent_s:.0f} s (threshold {self.stall.log_silent_s:g} s)")
+            how = "set by [stall] log_silent_s" if self.stall.log_silent_s is not None else "from its rhythm"
+            lines.append(
+                f"log silent {_seconds(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
+                f"(a stall after {_seconds(self._log_limit())}, {how})"
+            )
+        elif ev.log_write_interval_s is not None:
+            lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
         if ev.rate_silent_s is not None:
-            usual = f"usual interval {ev.rate_interval_s:.0f} s" if ev.rate_interval_s else "usual interval unknown"
-            lines.append(f"last throughput line {ev.rate_silent_s:.0f} s ago ({usual})")
+            usual = f"usually every {_seconds(ev.rate_interval_s)}" if ev.rate_interval_s else "usual interval not learned yet"
+            lines.append(f"last throughput line {_seconds(ev.rate_silent_s)} ago ({usual})")
         return lines
 
     def _stdout_lines(self) -> list[str]:
@@ -352,9 +407,13 @@ class _Diagnosis:
             )
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
+            if self._quiet():
+                summary = f"the run is alive; its log is {self._quiet_text()}"
+            else:
+                summary = "the run is alive and its log progresses"
             return Verdict(
                 "healthy",
-                "the run is alive and its log progresses",
+                summary,
                 self._log_lines() + self._throughput_line() + self._process_lines() + self._gpu_lines(),
                 "nothing to do",
                 None,
@@ -413,7 +472,7 @@ class _Diagnosis:
             )
         if not busy and (self._cpu_known() or ev.gpus):
             waiting = [t for t in ev.stacks if t.idle or t.wait]
-            summary = "the run is alive, idle and silent"
+            summary = f"the run is alive, idle and silent: {self._quiet_text()}"
             if waiting:
                 summary += f"; {len(waiting)} thread(s) waiting"
             return Verdict(
@@ -446,6 +505,16 @@ def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
     return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
+
+
+def _seconds(value: float) -> str:
+    """A duration for a sentence: '0.3 s', '12 s', '4 min 10 s'."""
+    if value < 10:
+        return f"{value:.1f} s".replace(".0 s", " s")
+    if value < 120:
+        return f"{value:.0f} s"
+    minutes, seconds = divmod(int(round(value)), 60)
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
 
 
 def _clip(text: str, limit: int) -> str:

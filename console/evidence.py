@@ -182,6 +182,8 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     metric = state.rate_metric
     values = state.rate_values()[-RATE_VALUES:]
     fields: dict = {"problems": problems}
+    if timed:
+        fields["log_write_interval_s"] = state.write_interval_s()
     if metric is None or not values:
         return fields
     fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric))

@@ -24,6 +24,12 @@ from console.observe.textsafe import sanitize
 #: Metrics a log can give for throughput, best first: the console shows the first one seen.
 RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
 RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s", "it_per_s": "it/s"}
+#: Writes (and progress updates) whose gaps make the log's rhythm: the newest this many.
+RHYTHM_WRITES = 100
+#: Lines arriving closer together than this are one write (one flush of the run, one read of the follower).
+SAME_WRITE_S = 0.02
+#: A rhythm needs at least this many gaps between writes; fewer say nothing about the run.
+RHYTHM_MIN_GAPS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,8 @@ class RunState:
         self.lines_received = 0
         self.last_line_at: float | None = None
         self.last_rate_at: float | None = None
+        self.write_times: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
+        """Arrival times of the log's writes (lines arriving together are one): its rhythm."""
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
         self.log_path: str | None = None
@@ -89,6 +97,8 @@ class RunState:
             if info.total_steps is not None:
                 self.total_steps = info.total_steps
             self.last_line_at = line.time
+            if not self.write_times or line.time - self.write_times[-1] > SAME_WRITE_S:
+                self.write_times.append(line.time)
 
     def set_connection(self, state: ConnectionState) -> None:
         if state != self.connection:
@@ -106,6 +116,7 @@ class RunState:
             points.clear()
         self.step = self.total_steps = None
         self.last_rate_at = None
+        self.write_times.clear()
         self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 
     # -- readers -------------------------------------------------------------
@@ -146,10 +157,18 @@ class RunState:
         return [p.value for p in points if p.time >= cutoff]
 
     def rate_interval_s(self) -> float | None:
-        """The median gap between throughput lines: the run's usual reporting interval."""
+        """The median gap between throughput lines: the run's usual progress interval (None until learned)."""
         name = self.rate_metric
         if name is None:
             return None
-        times = [p.time for p in self.series[name]][-50:]
-        gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
-        return gaps[len(gaps) // 2] if gaps else None
+        return usual_gap_s([p.time for p in self.series[name]][-RHYTHM_WRITES:])
+
+    def write_interval_s(self) -> float | None:
+        """The median gap between the log's writes: how often it usually writes (None until learned)."""
+        return usual_gap_s(list(self.write_times))
+
+
+def usual_gap_s(times: list[float]) -> float | None:
+    """The median gap between successive `times`; None with fewer than RHYTHM_MIN_GAPS gaps."""
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    return gaps[len(gaps) // 2] if len(gaps) >= RHYTHM_MIN_GAPS else None

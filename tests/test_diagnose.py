@@ -107,7 +107,7 @@ def test_hung_by_delta_although_ps_says_busy():
         line.startswith("pid 447 CPU 0.0% over 1.5 s (ps would say 52.5%: lifetime average)")
         for line in verdict.evidence
     )
-    assert "log silent 312 s (threshold 300 s)" in verdict.evidence
+    assert "log silent 5 min 12 s, its rhythm not learned yet (a stall after 5 min, set by [stall] log_silent_s)" in verdict.evidence
 
 
 def test_hung_quotes_the_waiting_threads():
@@ -122,14 +122,53 @@ def test_hung_quotes_the_waiting_threads():
 
 def test_silence_under_the_threshold_is_not_a_stall():
     quiet = replace(HUNG, log_silent_s=200.0, rate_silent_s=200.0)
-    assert diagnose(quiet, CONFIG).name == "healthy"
+    verdict = diagnose(quiet, CONFIG)
+    assert verdict.name == "healthy"
+    assert verdict.summary == "the run is alive; its log is quiet 3 min 20 s, its rhythm not learned yet"
+
+
+# -- silence against the run's own rhythm ------------------------------------------------------
+
+RHYTHM = Config(metrics=MetricsConfig(baseline_tokens_per_s=14200))  # no [stall] log_silent_s: learned
+
+
+def test_a_run_that_wrote_every_second_stalls_after_twenty_seconds_of_silence():
+    every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0)
+    quiet = diagnose(replace(every_second, log_silent_s=12.0, rate_silent_s=12.0), RHYTHM)
+    assert quiet.name == "healthy"
+    assert quiet.summary == "the run is alive; its log is quiet 12 s, usually writes every 1 s"
+    stalled = diagnose(replace(every_second, log_silent_s=21.0, rate_silent_s=21.0), RHYTHM)
+    assert stalled.name == "hung"
+    assert "quiet 21 s, usually writes every 1 s" in stalled.summary
+    assert "log silent 21 s, usually writes every 1 s (a stall after 20 s, from its rhythm)" in stalled.evidence
+
+
+def test_a_fast_writer_is_quiet_after_a_few_of_its_intervals_and_progressing_before():
+    fast = replace(HEALTHY, log_growth=0, log_write_interval_s=0.3)
+    assert diagnose(replace(fast, log_silent_s=0.6), RHYTHM).summary == "the run is alive and its log progresses"
+    assert diagnose(replace(fast, log_silent_s=3.0), RHYTHM).summary.endswith("quiet 3 s, usually writes every 0.3 s")
+
+
+def test_a_run_that_logs_rarely_is_judged_by_its_own_rhythm():
+    rare = replace(HUNG, log_write_interval_s=60.0, rate_interval_s=60.0, log_silent_s=600.0, rate_silent_s=600.0)
+    assert diagnose(rare, RHYTHM).name == "healthy"
+    assert diagnose(replace(rare, log_silent_s=1300.0, rate_silent_s=1300.0), RHYTHM).name == "hung"
+
+
+def test_without_a_rhythm_the_unlearned_limit_applies_and_an_explicit_limit_wins():
+    unlearned = replace(HUNG, rate_interval_s=None)
+    assert diagnose(replace(unlearned, log_silent_s=200.0, rate_silent_s=200.0), RHYTHM).name == "healthy"
+    assert diagnose(replace(unlearned, log_silent_s=310.0, rate_silent_s=310.0), RHYTHM).name == "hung"
+    patient = Config(stall=StallConfig(log_silent_s=1000.0))
+    every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0, log_silent_s=100.0, rate_silent_s=100.0)
+    assert diagnose(every_second, patient).name == "healthy"
 
 
 def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
     warnings_only = replace(HUNG, log_growth=500, log_silent_s=0.0, rate_silent_s=900.0)
     verdict = diagnose(warnings_only, CONFIG)
     assert verdict.name == "hung"
-    assert "last throughput line 900 s ago (usual interval 1 s)" in verdict.evidence
+    assert "last throughput line 15 min ago (usually every 1 s)" in verdict.evidence
 
 
 def test_a_run_that_reports_rarely_is_not_silent_between_reports():

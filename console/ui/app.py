@@ -23,6 +23,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.config import Config
+from console.diagnose import silence_limit_s
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
@@ -288,7 +289,8 @@ class PulseApp(ThemedApp):
         silent = self.log_silent_s(now)
         grew = "log not read yet" if silent is None else f"log grew {format_duration(silent)} ago"
         set_titles(processes_box, title, Text(grew))
-        stalled = silent is not None and silent >= self.config.stall.log_silent_s
+        limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
+        stalled = silent is not None and silent >= limit
         processes_box.set_class(stalled, "-crit")
         processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
         self._refresh_log_titles()
