@@ -24,9 +24,13 @@ With `--json` one object is printed (keys always present; null where nothing is 
                    processes' PIDs are the driver's (the host's, even inside a container)
     in_pid_namespace  bool: the target's view is a PID namespace (a container)
     processes      [{pid, ppid, state, cpu_pct, threads, rss_mib, elapsed_s, cmdline,
-                     stdout, unbuffered}]   cpu_pct: over the sampling window, not ps's
-                   lifetime average; stdout: where fd 1 points; unbuffered: -u or
-                   PYTHONUNBUFFERED seen (null: unreadable)
+                     stdout, unbuffered, role, rank, label, gpus}]   cpu_pct: over the
+                   sampling window, not ps's lifetime average; stdout: where fd 1 points;
+                   unbuffered: -u or PYTHONUNBUFFERED seen (null: unreadable); role:
+                   launcher | rank | worker | child | main | shell | "" (unknown); rank: the
+                   rank it is or serves (RANK / LOCAL_RANK in its environment) or null; label:
+                   e.g. "launcher (torchrun)", "rank 1 · GPU 1", "worker of rank 1"; gpus: the
+                   GPU indices the driver lists it on
     process_error  string or null
     window_s       number: seconds between the two samples
     log            {path, exists, size, growth_bytes, seconds_since_growth,
@@ -120,6 +124,10 @@ def _process_json(p: ProcessReading) -> dict:
         "cmdline": p.cmdline,
         "stdout": p.stdout,
         "unbuffered": p.unbuffered,
+        "role": p.role,
+        "rank": p.rank,
+        "label": p.label,
+        "gpus": list(p.gpus),
     }
 
 
@@ -199,7 +207,7 @@ def write_report(label: str, ev: Evidence, verdict: Verdict, out: TextIO) -> Non
     for p in ev.processes:
         buffering = {True: "unbuffered", False: "buffered", None: "buffering ?"}[p.unbuffered]
         say(
-            f"  {p.pid} {p.state}  cpu {_value(p.cpu_pct, '%')}  {p.threads} thr  "
+            f"  {p.pid} {p.state}  {p.label or '-'}  cpu {_value(p.cpu_pct, '%')}  {p.threads} thr  "
             f"rss {p.rss_mib:.0f} MiB  up {p.elapsed_s:.0f} s  {p.cmdline}"
         )
         if p.stdout:

@@ -353,12 +353,43 @@ class CpuMeter:
         self._previous, self._current = self._current, {}
 
 
-def _unbuffered(proc_dir: str, argv: List[str]) -> Optional[bool]:
+#: Environment variables that say a process's place in a distributed run (and where its
+#: NCCL flight recorder dumps): sent with the process, any other variable never is.
+RUN_ENV_KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "SLURM_PROCID",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+)
+
+
+def read_environ(proc_dir: str) -> Optional[List[str]]:
+    """A process's environment entries (NAME=value); None when unreadable (another user's process)."""
+    try:
+        return _read_text(proc_dir + "/environ").split("\0")
+    except OSError:
+        return None
+
+
+def run_env(environ: Optional[List[str]]) -> Dict[str, str]:
+    """The RUN_ENV_KEYS set in `environ`."""
+    found = {}
+    for entry in environ or ():
+        name, _, value = entry.partition("=")
+        if name in RUN_ENV_KEYS:
+            found[name] = value[:300]
+    return found
+
+
+def _unbuffered(environ: Optional[List[str]], argv: List[str]) -> Optional[bool]:
     if python_unbuffered_flag(argv):
         return True
-    try:
-        environ = _read_text(proc_dir + "/environ").split("\0")
-    except OSError:
+    if environ is None:
         return None
     return any(entry.startswith("PYTHONUNBUFFERED=") and len(entry) > 17 for entry in environ)
 
@@ -403,6 +434,7 @@ def describe_process(
         stdout: Optional[str] = os.readlink(proc_dir + "/fd/1")
     except OSError:
         stdout = None
+    environ = read_environ(proc_dir)
     return {
         "pid": pid,
         "ppid": stat["ppid"],
@@ -415,7 +447,8 @@ def describe_process(
         "cmdline": " ".join(record["argv"]),
         "nspid": list(parse_nspid(status)),
         "stdout": stdout,
-        "unbuffered": _unbuffered(proc_dir, record["argv"]),
+        "unbuffered": _unbuffered(environ, record["argv"]),
+        "env": run_env(environ),
         "children": children,
         "thread_cpu": _thread_cpu(proc_dir, meter, now),
     }

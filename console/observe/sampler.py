@@ -19,6 +19,7 @@ from console.config import Config
 from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
+from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
 from console.remote.program import open_program
 from console.remote.target import Channel, Target, TargetError
@@ -171,6 +172,11 @@ def _process(raw: object) -> ProcessReading:
         unbuffered=unbuffered if isinstance(unbuffered, bool) else None,
         children=tuple(_int(c, "a child pid") for c in _list(p.get("children"), "children")),
         thread_cpu=tuple(_thread(t) for t in _list(p.get("thread_cpu"), "thread_cpu")),
+        run_env=tuple(
+            (name, _safe(value))
+            for name, value in sorted(_dict(p.get("env") or {}, "a process's env").items())
+            if name in agent.RUN_ENV_KEYS
+        ),
     )
 
 
@@ -207,7 +213,7 @@ def parse_sample(obj: dict) -> Sample:
         gpus=gpus,
         gpu_source=source,
         gpu_error=gpu_error,
-        processes=tuple(_process(p) for p in _list(obj.get("processes"), "processes")),
+        processes=label_processes(tuple(_process(p) for p in _list(obj.get("processes"), "processes")), gpus),
         process_error=_optional_text(obj.get("process_error")),
         in_pid_namespace=obj.get("in_pid_namespace") is True,
         log=_log(obj.get("log")),
