@@ -33,6 +33,7 @@ rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` ove
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from console.config import Config
@@ -107,6 +108,20 @@ class StackSummary:
     """The innermost frame worth reading, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
     count: int = 1
     """Identical threads folded into this one (DataLoader workers)."""
+    main: bool = False
+    """The process's main thread (MainThread, else its first thread)."""
+    signature: tuple = ()
+    """Every frame's (function, file, line): equal signatures are the same stack."""
+    collective: str | None = None
+    """The collective it is in (all_reduce, barrier, ...) or 'synchronize'; None when in none."""
+    label: str = ""
+    """The process's place in the run, as console.observe.roles labels it."""
+    role: str = ""
+    rank: int | None = None
+    parent: int | None = None
+    """The process's parent PID (a worker's rank)."""
+    cpu_pct: float | None = None
+    """The process's CPU% over the sampling window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +162,8 @@ class Evidence:
     stacks: tuple[StackSummary, ...] = ()
     stack_error: str | None = None
     """Why no stacks were dumped when a dump was tried (with its advice)."""
+    stacks_missing: tuple[str, ...] = ()
+    """Ranks or main processes that could not be dumped while others were, each with why."""
     launched_at: float | None = None
     """When the console last launched the run (target clock), None when it did not."""
 
@@ -161,6 +178,82 @@ class Verdict:
     next_step: str
     key: str | None = None
     """The console key that takes the next step: p dump, R restart, l log, w warmup."""
+
+
+@dataclass(frozen=True, slots=True)
+class StackGroup:
+    """Processes (ranks, here or across nodes) whose main threads have the identical stack."""
+
+    count: int
+    ranks: tuple[str, ...]
+    """Who is in the group: 'rank 1 (pid 1165)' on one host, 'node:pid' in a fleet."""
+    wait: str | None
+    """What the stack waits on (queue get, NCCL collective, ...), None when it runs."""
+    where: str
+    """The innermost frame worth reading."""
+    collective: str | None = None
+    cpu_pct: float | None = None
+    """The highest CPU% among the group's processes, when known (a spinning wait)."""
+
+
+def group_stacks(members: Iterable[tuple[str, StackSummary]]) -> list[StackGroup]:
+    """Main threads grouped by identical stack: (who, summary) pairs in, biggest group first.
+
+    The one grouping for both a host's ranks and a fleet's: N ranks on one host are the same
+    problem as one rank on each of N hosts.
+    """
+    groups: dict[tuple, list[tuple[str, StackSummary]]] = {}
+    for who, summary in members:
+        groups.setdefault(summary.signature or (summary.where,), []).append((who, summary))
+    out = []
+    for found in groups.values():
+        first = found[0][1]
+        cpus = [s.cpu_pct for _, s in found if s.cpu_pct is not None]
+        out.append(
+            StackGroup(
+                count=len(found),
+                ranks=tuple(who for who, _ in found),
+                wait=first.wait,
+                where=first.where,
+                collective=first.collective,
+                cpu_pct=max(cpus) if cpus else None,
+            )
+        )
+    out.sort(key=lambda g: (-g.count, g.ranks))
+    return out
+
+
+def in_collective(group: StackGroup | StackSummary) -> bool:
+    """Waiting on its peers or its device: in a collective, a Work.wait, a CUDA synchronize."""
+    return group.collective is not None or group.wait in ("NCCL collective", "CUDA synchronize")
+
+
+def stragglers(groups: list[StackGroup]) -> list[StackGroup]:
+    """The odd ones out: the groups not in a collective while others are; else a lone smallest group."""
+    if len(groups) < 2:
+        return []
+    waiting = [g for g in groups if in_collective(g)]
+    if waiting and len(waiting) < len(groups):
+        return [g for g in groups if not in_collective(g)]
+    smallest = min(g.count for g in groups)
+    lone = [g for g in groups if g.count == smallest]
+    return lone if len(lone) == 1 and smallest < max(g.count for g in groups) else []
+
+
+def group_sentence(group: StackGroup) -> str:
+    """'rank 0 (pid 1164) waits in all_reduce (NCCL collective), spinning at 100% CPU: synchronize (…)'."""
+    many = group.count > 1
+    who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
+    if in_collective(group):
+        call = group.collective or "a collective"
+        doing = f"{'wait' if many else 'waits'} in {call} ({group.wait or 'NCCL collective'})"
+        if group.cpu_pct is not None and group.cpu_pct > 50:
+            doing += f", spinning at {group.cpu_pct:.0f}% CPU"
+    elif group.wait:
+        doing = f"{'are' if many else 'is'} stopped on {group.wait}"
+    else:
+        doing = "run" if many else "runs"
+    return f"{who} {doing}: {group.where}"
 
 
 def severity(name: str) -> int:
@@ -209,13 +302,47 @@ class _Diagnosis:
 
     # -- observations --------------------------------------------------------
 
+    def _waiting_pids(self) -> set[int]:
+        """Processes dumped with every thread waiting or idle: their CPU and GPU use is a spinning wait, not work."""
+        threads: dict[int, list[StackSummary]] = {}
+        for t in self.ev.stacks:
+            threads.setdefault(t.pid, []).append(t)
+        return {pid for pid, found in threads.items() if all(t.wait or t.idle for t in found)}
+
+    def _working(self) -> list[ProcessReading]:
+        """Alive processes busy on the CPU and not just spinning in a wait."""
+        waiting = self._waiting_pids()
+        return [
+            p
+            for p in self.alive
+            if p.cpu_pct is not None and p.cpu_pct > self.stall.cpu_idle_pct and p.pid not in waiting
+        ]
+
     def _busy_cpu(self) -> bool:
-        return any(p.cpu_pct is not None and p.cpu_pct > self.stall.cpu_idle_pct for p in self.alive)
+        return bool(self._working())
+
+    def _run_gpu_pids(self, working_only: bool) -> set[int]:
+        waiting = self._waiting_pids() if working_only else set()
+        return {pid for p in self.alive if p.pid not in waiting for pid in (p.pid, *p.nspid)}
+
+    def _gpu_busy_by_run(self, g: GpuReading) -> bool:
+        """The run's own use of GPU `g`: its processes' SM% when read, else the device's use when the run is on it."""
+        idle = self.stall.gpu_idle_pct
+        working = self._run_gpu_pids(working_only=True)
+        if g.process_sm_pct is not None:
+            return sum(pct for pid, pct in g.process_sm_pct if pid in working) > idle
+        if g.utilization_pct is None or g.utilization_pct <= idle:
+            return False
+        if g.processes and not self.ev.in_pid_namespace:
+            on_it = {gp.pid for gp in g.processes}
+            if not on_it & self._run_gpu_pids(working_only=False):
+                return False  # busy with another job's work
+            if self.ev.stacks and not on_it & working:
+                return False  # the run's processes on it only spin in a wait
+        return True
 
     def _busy_gpu(self) -> bool:
-        return any(
-            g.utilization_pct is not None and g.utilization_pct > self.stall.gpu_idle_pct for g in self.ev.gpus
-        )
+        return any(self._gpu_busy_by_run(g) for g in self.ev.gpus)
 
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
@@ -291,12 +418,86 @@ class _Diagnosis:
             mem = "mem ?" if g.memory_used_mib is None else f"{g.memory_used_mib} MiB used"
             held = ", ".join(f"pid {gp.pid} {gp.used_mib if gp.used_mib is not None else '?'} MiB" for gp in g.processes)
             lines.append(f"GPU {g.index} {util}, {mem}" + (f" ({held})" if held else ""))
+            lines += self._gpu_share_lines(g)
         if ev.gpu_contexts_unseen:
             run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
             pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)
             held = f"pid {', '.join(map(str, pids))}" if pids else "PIDs the driver does not list here"
             lines.append(f"GPU memory held by {held}: this PID namespace cannot see them (host PIDs)")
         return lines
+
+    def _gpu_share_lines(self, g: GpuReading) -> list[str]:
+        """Whose work a busy GPU does: 'GPU 0 95%, none of it from the run: pid 710 is not the run's'."""
+        idle = self.stall.gpu_idle_pct
+        if g.utilization_pct is None or g.utilization_pct <= idle or self.ev.in_pid_namespace:
+            return []
+        run = self._run_gpu_pids(working_only=False)
+        if g.process_sm_pct is not None:
+            mine = sum(pct for pid, pct in g.process_sm_pct if pid in run)
+            others = [f"pid {pid} {pct:.0f}%" for pid, pct in g.process_sm_pct if pid not in run and pct > idle]
+            share = "none of it" if mine <= idle else f"{mine:.0f}% SM"
+            line = f"GPU {g.index} {g.utilization_pct:.0f}%, {share} from the run"
+            if others:
+                line += f": {', '.join(others)} {'is' if len(others) == 1 else 'are'} not the run's"
+            return [line]
+        foreign = [gp.pid for gp in g.processes if gp.pid not in run]
+        if g.processes and len(foreign) == len(g.processes):
+            names = ", ".join(f"pid {pid}" for pid in foreign)
+            return [f"GPU {g.index} {g.utilization_pct:.0f}%, none of it from the run: {names} {'is' if len(foreign) == 1 else 'are'} not the run's"]
+        return []
+
+    def _program_threads(self) -> list[StackSummary]:
+        """The main thread of each rank (or of the run's main program), by rank."""
+        mains = [t for t in self.ev.stacks if t.main and t.role not in ("worker", "child", "launcher", "shell")]
+        return sorted(mains, key=lambda t: (t.rank if t.rank is not None else -1, t.pid))
+
+    def _rank_groups(self) -> list[StackGroup]:
+        return group_stacks((_who(t), t) for t in self._program_threads())
+
+    def _rank_lines(self) -> list[str]:
+        """Ranks grouped by stack, the odd one out named: '… rank 1 is the straggler'."""
+        groups = self._rank_groups()
+        if len(self._program_threads()) < 2:
+            return []
+        lines = [group_sentence(g) for g in groups]
+        behind = stragglers(groups)
+        if behind:
+            names = [_short_who(who) for g in behind for who in g.ranks]
+            lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
+        return lines
+
+    def _worker_lines(self) -> list[str]:
+        """The stacks of DataLoader workers whose owner's main thread waits on them."""
+        lines = []
+        for owner in self._program_threads():
+            if not owner.wait:
+                continue
+            workers = [t for t in self.ev.stacks if t.main and t.role == "worker" and t.parent == owner.pid]
+            for g in group_stacks((str(t.pid), t) for t in workers):
+                state = f"blocked on {g.wait}" if g.wait else "running"
+                many = "DataLoader workers" if g.count > 1 else "DataLoader worker"
+                lines.append(f"{g.count} {many} of {_who(owner)} {state}: {g.where} (pids {', '.join(g.ranks)})")
+        return lines
+
+    def _hung_summary(self) -> str:
+        """What the hang is: the collective and the ranks not in it, or the wait of the main thread."""
+        groups = self._rank_groups()
+        behind = stragglers(groups)
+        waiting = [g for g in groups if in_collective(g)]
+        if waiting and behind:
+            call = waiting[0].collective or "a collective"
+            inside = [_short_who(w) for g in waiting for w in g.ranks]
+            outside = [_short_who(w) for g in behind for w in g.ranks]
+            return (
+                f"{', '.join(inside)} {'waits' if len(inside) == 1 else 'wait'} in {call}; "
+                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it ({behind[0].where})"
+            )
+        if waiting:
+            return f"every rank waits in {waiting[0].collective or 'a collective'}"
+        mains = self._program_threads()
+        if len(mains) == 1 and mains[0].wait:
+            return f"the main thread waits on {mains[0].wait} in {mains[0].where}"
+        return "the run is alive, idle and silent"
 
     def _log_lines(self) -> list[str]:
         ev = self.ev
@@ -339,10 +540,13 @@ class _Diagnosis:
         if ev.stack_error:
             return [f"stacks not dumped: {ev.stack_error}"]
         out = []
+        several = len({t.pid for t in ev.stacks}) > 1
         for t in ev.stacks:
             fold = f" ×{t.count}" if t.count > 1 else ""
             what = f"waiting on {t.wait}" if t.wait else ("idle" if t.idle else "running")
-            out.append(f'thread "{t.name}"{fold} {what}: {t.where}')
+            whose = f"{_who(t)} " if several else ""
+            out.append(f'{whose}thread "{t.name}"{fold} {what}: {t.where}')
+        out += [f"not dumped: {why}" for why in ev.stacks_missing]
         return out
 
     def _throughput_line(self) -> list[str]:
@@ -460,8 +664,14 @@ class _Diagnosis:
 
     def _stalled(self) -> Verdict:
         ev = self.ev
-        busy = self._busy_cpu() or self._busy_gpu()
-        to_file = [p for p in self.alive if _is_regular_file(p.stdout) and p.unbuffered is False]
+        working = self._working()
+        busy = bool(working) or self._busy_gpu()
+        waiting = self._waiting_pids()
+        to_file = [
+            p
+            for p in self.alive
+            if p.pid not in waiting and p.role != "launcher" and _is_regular_file(p.stdout) and p.unbuffered is False
+        ]
         if busy and to_file:
             return Verdict(
                 "buffered",
@@ -471,14 +681,12 @@ class _Diagnosis:
                 "R",
             )
         if not busy and (self._cpu_known() or ev.gpus):
-            waiting = [t for t in ev.stacks if t.idle or t.wait]
-            summary = f"the run is alive, idle and silent: {self._quiet_text()}"
-            if waiting:
-                summary += f"; {len(waiting)} thread(s) waiting"
             return Verdict(
                 "hung",
-                summary,
-                self._log_lines()
+                f"{self._hung_summary()}: {self._quiet_text()}",
+                self._rank_lines()
+                + self._worker_lines()
+                + self._log_lines()
                 + self._process_lines()
                 + self._gpu_lines()
                 + self._stack_lines()
@@ -488,11 +696,27 @@ class _Diagnosis:
             )
         return Verdict(
             "unknown",
-            "the run is busy but its log is silent, and stdout is not a block-buffered file",
-            self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+            f"the run is busy but its log is silent, and stdout is not a block-buffered file: {self._quiet_text()}",
+            self._log_lines()
+            + self._stdout_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+            + self._rank_lines()
+            + self._stack_lines(),
             "dump the stacks (p) to see what it is busy with",
             "p",
         )
+
+
+def _who(thread: StackSummary) -> str:
+    """'rank 1 (pid 1165)', 'main (pid 711)', or 'pid 711' for a process without a label."""
+    name = thread.label.split(" · ", 1)[0]
+    return f"{name} (pid {thread.pid})" if name else f"pid {thread.pid}"
+
+
+def _short_who(who: str) -> str:
+    """'rank 1 (pid 1165)' → 'rank 1'; a bare 'pid 711' stays."""
+    return who.split(" (pid ", 1)[0]
 
 
 def _lifetime_cpu_pct(process: ProcessReading) -> float | None:

@@ -2,14 +2,14 @@
 
 In parallel: two samples `window_s` apart from the sampling agent (processes with CPU% by
 delta, GPUs, the log's stat at both ends of the window) and the log's last bytes (problem
-kinds and throughput), unless the console already follows the log into a RunState. Then, only when the run looks stuck (alive, idle, silent), one py-spy dump of
-the run's main process, summarised per thread. A key press to a verdict stays under ~3 s.
+kinds and throughput), unless the console already follows the log into a RunState. Then, only
+when the run looks stuck (silent, idle or busy), every rank and worker is dumped with py-spy in
+parallel, each summarised per thread. A key press to a verdict stays under ~3 s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import time
 from dataclasses import replace
@@ -21,7 +21,15 @@ from console.diagnose import Evidence, ProblemLine, StackSummary, diagnose
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
-from console.observe.pyspy import ProcessDump, StackFrame, ThreadStack, classify_wait, group_identical, is_user_frame
+from console.observe.pyspy import (
+    ProcessDump,
+    classify_wait,
+    collective_call,
+    group_identical,
+    main_thread,
+    stack_signature,
+    where,
+)
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote
@@ -39,8 +47,8 @@ MAX_PROBLEMS = 20
 #: Throughput is the median of this many newest values (one noisy line is not a trend).
 RATE_VALUES = 5
 DUMP_TIMEOUT_S = 5.0
-#: Verdicts that a stack dump can explain.
-_STUCK = ("hung", "unknown")
+#: Verdicts that a stack dump can explain (a busy run may only spin in a wait).
+_STUCK = ("hung", "unknown", "buffered")
 
 
 async def gather(
@@ -192,27 +200,69 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     return fields
 
 
+#: py-spy dumps running at once on one target (each is a channel on its connection).
+DUMPS_AT_ONCE = 8
+#: The most processes one diagnosis dumps: ranks and main processes first, then their workers.
+MAX_DUMPED = 32
+#: Roles whose stacks say nothing about the run's progress (a launcher waits on its ranks).
+_NOT_DUMPED = ("launcher", "shell")
+_DUMP_ORDER = {"rank": 0, "main": 0, "worker": 1, "child": 2}
+
+
 def main_process(processes: tuple[ProcessReading, ...]) -> ProcessReading | None:
-    """The run's root: the oldest process whose parent is not itself one of the run's."""
+    """The process whose stack matters most: the run's main program or its lowest rank, never a
+    launcher or shell; else the oldest process whose parent is not one of the run's."""
+    live = [p for p in processes if p.state not in ("Z", "X")]
+    programs = [p for p in live if p.role in ("main", "rank")]
+    if programs:
+        return min(programs, key=lambda p: (p.rank if p.rank is not None else -1, p.pid))
     pids = {p.pid for p in processes}
-    roots = [p for p in processes if p.ppid not in pids and p.state not in ("Z", "X")]
+    roots = [p for p in live if p.ppid not in pids]
     return max(roots, key=lambda p: p.elapsed_s, default=None)
 
 
+def dump_order(processes: tuple[ProcessReading, ...]) -> list[ProcessReading]:
+    """The live processes a diagnosis dumps, ranks (or the main program) first, then workers; at most MAX_DUMPED."""
+    live = [p for p in processes if p.state not in ("Z", "X") and p.role not in _NOT_DUMPED]
+    live.sort(key=lambda p: (_DUMP_ORDER.get(p.role, 3), p.rank if p.rank is not None else -1, p.pid))
+    return live[:MAX_DUMPED]
+
+
 async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evidence:
-    """`evidence` with the main process's threads summarised from one py-spy dump (or why there are none)."""
-    root = main_process(evidence.processes)
-    if root is None:
+    """`evidence` with every rank's and worker's threads summarised, all dumped with py-spy in
+    parallel (DUMPS_AT_ONCE at a time, each bounded by DUMP_TIMEOUT_S); why none could be, if so."""
+    chosen = dump_order(evidence.processes)
+    if not chosen:
         return evidence
-    try:
-        process = await dump(target, root.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
-    except DumpError as exc:
-        return replace(evidence, stack_error=str(exc))
-    return replace(evidence, stacks=summarise(process))
+    limit = asyncio.Semaphore(DUMPS_AT_ONCE)
+
+    async def one(process: ProcessReading) -> ProcessDump:
+        async with limit:
+            return await dump(target, process.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+
+    results = await asyncio.gather(*(one(p) for p in chosen), return_exceptions=True)
+    stacks: list[StackSummary] = []
+    failures: list[str] = []
+    for process, result in zip(chosen, results):
+        if isinstance(result, ProcessDump):
+            stacks += summarise(result, process)
+        elif not isinstance(result, DumpError):
+            raise result
+        elif result.code in ("no_such_process", "unsupported_python") and process.role not in ("rank", "main"):
+            continue  # a worker that ended meanwhile, or a child that is not Python (a shell, a compiler)
+        else:
+            failures.append(f"{process.label or 'pid ' + str(process.pid)}: {result}" if process.label else str(result))
+    if not stacks:
+        return replace(evidence, stack_error=failures[0] if failures else "no process of the run could be dumped")
+    return replace(evidence, stacks=tuple(stacks), stacks_missing=tuple(failures))
 
 
-def summarise(process: ProcessDump) -> tuple[StackSummary, ...]:
-    """One StackSummary per group of identical threads of a py-spy dump, most common first."""
+def summarise(process: ProcessDump, reading: ProcessReading | None = None) -> tuple[StackSummary, ...]:
+    """One StackSummary per group of identical threads of a py-spy dump, most common first.
+
+    `reading`: the process as sampled, for its place in the run (label, role, rank, parent) and CPU.
+    """
+    main = main_thread(process)
     out = []
     for count, thread in group_identical(process.threads):
         wait = classify_wait(thread)
@@ -223,24 +273,16 @@ def summarise(process: ProcessDump) -> tuple[StackSummary, ...]:
                 name=thread.name or str(thread.thread_id),
                 idle=not thread.active,
                 wait=None if wait in ("running", "unknown") else wait,
-                where=_where(thread),
+                where=where(thread),
                 count=count,
+                main=main is not None and thread.thread_id == main.thread_id,
+                signature=stack_signature(thread),
+                collective=collective_call(thread),
+                label=reading.label if reading is not None else "",
+                role=reading.role if reading is not None else "",
+                rank=reading.rank if reading is not None else None,
+                parent=reading.ppid if reading is not None else None,
+                cpu_pct=reading.cpu_pct if reading is not None else None,
             )
         )
     return tuple(out)
-
-
-def _where(thread: ThreadStack) -> str:
-    """The run's innermost own frame and the call it is in, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
-    frames = thread.frames
-    if not frames:
-        return "no Python frames"
-    index = next((i for i, frame in enumerate(frames) if is_user_frame(frame)), None)
-    if index is None or index == 0:
-        return _frame(frames[0])
-    return f"{_frame(frames[index - 1])} ← {_frame(frames[index])}"
-
-
-def _frame(frame: StackFrame) -> str:
-    where = f"{os.path.basename(frame.file)}:{frame.line}" if frame.line is not None else frame.file
-    return f"{frame.function} ({where})"

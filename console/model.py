@@ -97,6 +97,9 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     """Set when the GPU itself reports a fault, e.g. '[GPU requires reset]'."""
+    process_sm_pct: tuple[tuple[int, float], ...] | None = None
+    """(pid, SM %) of each process using it, from NVML process samples or `nvidia-smi pmon`;
+    None when not read (only a diagnosis reads it, never the 1 Hz loop). Host PIDs."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,11 +112,11 @@ def test_hung_by_delta_although_ps_says_busy():
 
 def test_hung_quotes_the_waiting_threads():
     stacks = (
-        StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)"),
+        StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)", main=True),
     )
     verdict = diagnose(replace(HUNG, stacks=stacks), CONFIG)
     assert verdict.name == "hung"
-    assert "1 thread(s) waiting" in verdict.summary
+    assert verdict.summary.startswith("the main thread waits on queue in Queue.get (queue.py:171) ← pack_hidden (hung.py:9): quiet")
     assert 'thread "MainThread" waiting on queue: Queue.get (queue.py:171) ← pack_hidden (hung.py:9)' in verdict.evidence
 
 

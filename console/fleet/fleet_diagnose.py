@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass, field
 
 from console.actions.pyspy import DumpError, dump
-from console.diagnose import Evidence, Verdict, diagnose, severity
+from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity
 from console.evidence import DUMP_TIMEOUT_S, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
-from console.observe.pyspy import ProcessDump, ThreadStack
+from console.observe.pyspy import ProcessDump
 from console.remote.target import TargetError
 
 #: The longest one node may take to be sampled before it counts as unreachable.
@@ -45,19 +45,6 @@ class RankStack:
     @property
     def label(self) -> str:
         return f"{self.node}:{self.pid}"
-
-
-@dataclass(frozen=True, slots=True)
-class StackGroup:
-    """Ranks whose main threads have the identical stack."""
-
-    count: int
-    ranks: tuple[str, ...]
-    """`node:pid` of each rank in the group."""
-    wait: str | None
-    """What the stack waits on (queue, lock, collective, ...), None when it runs."""
-    where: str
-    """The innermost frame worth reading, as in a single-host diagnosis."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,39 +116,16 @@ class FleetDiagnosis:
 # -- pure ------------------------------------------------------------------------------------
 
 
-def main_thread(process: ProcessDump) -> ThreadStack | None:
-    """The rank's own thread: MainThread when py-spy names it, else the first one listed."""
-    for thread in process.threads:
-        if thread.name == "MainThread":
-            return thread
-    return process.threads[0] if process.threads else None
-
-
 def group_ranks(ranks: list[RankStack]) -> list[StackGroup]:
-    """Ranks grouped by identical main-thread stack (function, file, line of every frame), biggest first."""
-    groups: dict[tuple, list[RankStack]] = {}
+    """Ranks grouped by identical main-thread stack (the single-host grouping, console.diagnose.group_stacks)."""
+    members = []
     for rank in ranks:
-        thread = main_thread(rank.dump) if rank.dump is not None else None
-        if thread is None:
+        if rank.dump is None:
             continue
-        key = tuple((f.function, f.file, f.line) for f in thread.frames)
-        groups.setdefault(key, []).append(rank)
-    out = []
-    for members in groups.values():
-        first = members[0]
-        assert first.dump is not None
-        thread = main_thread(first.dump)
-        summary = next((s for s in summarise(first.dump) if thread is not None and s.tid == thread.thread_id), None)
-        out.append(
-            StackGroup(
-                count=len(members),
-                ranks=tuple(m.label for m in members),
-                wait=summary.wait if summary else None,
-                where=summary.where if summary else "no Python frames",
-            )
-        )
-    out.sort(key=lambda g: (-g.count, g.ranks))
-    return out
+        main = next((s for s in summarise(rank.dump) if s.main), None)
+        if main is not None:
+            members.append((rank.label, main))
+    return group_stacks(members)
 
 
 _SEQ = re.compile(r"\bSeqNum=(\d+)")
