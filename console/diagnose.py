@@ -194,6 +194,8 @@ class StackGroup:
     collective: str | None = None
     cpu_pct: float | None = None
     """The highest CPU% among the group's processes, when known (a spinning wait)."""
+    idle: bool = False
+    """py-spy saw the thread off the CPU."""
 
 
 def group_stacks(members: Iterable[tuple[str, StackSummary]]) -> list[StackGroup]:
@@ -217,6 +219,7 @@ def group_stacks(members: Iterable[tuple[str, StackSummary]]) -> list[StackGroup
                 where=first.where,
                 collective=first.collective,
                 cpu_pct=max(cpus) if cpus else None,
+                idle=first.idle,
             )
         )
     out.sort(key=lambda g: (-g.count, g.ranks))
@@ -241,7 +244,8 @@ def stragglers(groups: list[StackGroup]) -> list[StackGroup]:
 
 
 def group_sentence(group: StackGroup) -> str:
-    """'rank 0 (pid 1164) waits in all_reduce (NCCL collective), spinning at 100% CPU: synchronize (…)'."""
+    """'rank 0 (pid 1164) waits in all_reduce (NCCL collective), spinning at 100% CPU in synchronize (…)',
+    'rank 1 (pid 1165) stopped in read_batch (train.py:13)'."""
     many = group.count > 1
     who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
     if in_collective(group):
@@ -249,11 +253,12 @@ def group_sentence(group: StackGroup) -> str:
         doing = f"{'wait' if many else 'waits'} in {call} ({group.wait or 'NCCL collective'})"
         if group.cpu_pct is not None and group.cpu_pct > 50:
             doing += f", spinning at {group.cpu_pct:.0f}% CPU"
-    elif group.wait:
-        doing = f"{'are' if many else 'is'} stopped on {group.wait}"
+    elif group.wait or group.idle:
+        on = f" on {group.wait}" if group.wait else ""
+        return f"{who} stopped{on} in {group.where}"
     else:
         doing = "run" if many else "runs"
-    return f"{who} {doing}: {group.where}"
+    return f"{who} {doing} in {group.where}"
 
 
 def severity(name: str) -> int:
@@ -474,9 +479,10 @@ class _Diagnosis:
                 continue
             workers = [t for t in self.ev.stacks if t.main and t.role == "worker" and t.parent == owner.pid]
             for g in group_stacks((str(t.pid), t) for t in workers):
-                state = f"blocked on {g.wait}" if g.wait else "running"
+                state = "blocked" if g.wait or g.idle else "running"
+                on = f" on {g.wait}" if g.wait else ""
                 many = "DataLoader workers" if g.count > 1 else "DataLoader worker"
-                lines.append(f"{g.count} {many} of {_who(owner)} {state}: {g.where} (pids {', '.join(g.ranks)})")
+                lines.append(f"{g.count} {many} of {_who(owner)} {state}{on} in {g.where} (pids {', '.join(g.ranks)})")
         return lines
 
     def _hung_summary(self) -> str:

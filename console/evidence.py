@@ -69,7 +69,7 @@ async def gather(
     cannot be sampled.
     """
     window_s = config.stall.sample_window_s if window_s is None else window_s
-    sampling = asyncio.ensure_future(sample_once(target, config, window_s))
+    sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True))
     if follower_state is None and config.run.log:
         tail = asyncio.ensure_future(read_tail(target, config, timeout=window_s + TAIL_TIMEOUT_S))
     else:

@@ -594,6 +594,28 @@ class NvmlGpus:
             "error": None,
         }
 
+    def process_utilization(self, since_s: float) -> Record:
+        """Each GPU's per-process SM % over the last `since_s` seconds (NVML process samples, averaged)."""
+        nvml = self.nvml
+        since_us = int((time.time() - since_s) * 1e6)
+        found: Dict[int, List[List[float]]] = {}
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            return {"process_sm_error": "NVML: %s" % exc}
+        for index in range(count):
+            try:
+                samples = nvml.nvmlDeviceGetProcessUtilization(nvml.nvmlDeviceGetHandleByIndex(index), since_us)
+            except nvml.NVMLError_NotFound:
+                samples = []  # no process ran a kernel since then
+            except (nvml.NVMLError, AttributeError) as exc:
+                return {"process_sm_error": "NVML process utilization: %s" % exc}
+            by_pid: Dict[int, List[float]] = {}
+            for sample in samples:
+                by_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+            found[index] = [[pid, round(sum(values) / len(values), 1)] for pid, values in sorted(by_pid.items())]
+        return {"process_sm": found}
+
     def read(self) -> Record:
         """The `gpus` part of a line (the per-second fields only: no PCIe or process utilization)."""
         try:
@@ -659,12 +681,14 @@ class SmiGpus:
 
     def run(self, query: str) -> Tuple[Optional[str], Optional[str]]:
         """(stdout, None) or (None, one line saying what went wrong)."""
+        return self._run_argv(self.command + [query, "--format=csv,noheader,nounits"])
+
+    def _run_argv(self, argv: List[str]) -> Tuple[Optional[str], Optional[str]]:
         if self._stuck is not None:
             if self._stuck.poll() is None:
                 # Killed but not gone: it is stuck in the driver; do not pile up more of them.
                 return None, "nvidia-smi (PID %d) is still hung in the driver" % self._stuck.pid
             self._stuck = None
-        argv = self.command + [query, "--format=csv,noheader,nounits"]
         try:
             process = subprocess.Popen(
                 argv,
@@ -696,6 +720,11 @@ class SmiGpus:
                 said[0] if said else "no message",
             )
         return out.decode("utf-8", "replace"), None
+
+    def process_utilization(self, since_s: float) -> Record:
+        """`nvidia-smi pmon -c 1 -s u`: one sample of each process's SM %, raw for the console to parse."""
+        out, error = self._run_argv(self.command + ["pmon", "-c", "1", "-s", "u"])
+        return {"smi_pmon": out} if error is None else {"process_sm_error": error}
 
     def read(self) -> Record:
         """The `smi_*_csv` part of a line."""
@@ -783,7 +812,8 @@ class Agent:
             part["gpu_error"] = "%s; %s" % (part["gpu_error"], self.gpu_note)
         return part
 
-    def sample(self) -> Record:
+    def sample(self, process_use_s: Optional[float] = None) -> Record:
+        """One line; with `process_use_s`, also each GPU's per-process SM % over about that many seconds."""
         line: Record = {"t": time.time()}
         try:
             line.update(self._gpu_part())
@@ -796,6 +826,11 @@ class Agent:
             line["processes"], line["process_error"] = [], "process read failed: %s: %s" % (type(exc).__name__, exc)
         line["in_pid_namespace"] = self.namespaced
         line["log"] = log_status(self.args.log)
+        if process_use_s is not None and self.gpus is not None:
+            try:
+                line.update(self.gpus.process_utilization(process_use_s))
+            except Exception as exc:  # as for the other GPU reads: reported, never fatal
+                line["process_sm_error"] = "per-process GPU use failed: %s: %s" % (type(exc).__name__, exc)
         return line
 
 
@@ -810,6 +845,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("nvidia_smi", help="the nvidia-smi command")
     parser.add_argument("smi_gpu_fields", help="fields for nvidia-smi --query-gpu")
     parser.add_argument("smi_app_fields", help="fields for nvidia-smi --query-compute-apps")
+    parser.add_argument(
+        "--process-utilization",
+        action="store_true",
+        help="the last sample (of a counted run) also reads each GPU's per-process SM %% (for a diagnosis)",
+    )
     return parser
 
 
@@ -837,7 +877,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     taken = 0
     due = time.monotonic()
     while not hung_up.is_set():
-        line = json.dumps(agent.sample(), separators=(",", ":")) + "\n"
+        last = bool(args.count) and taken == args.count - 1
+        process_use_s = max(args.interval, 1.0) if args.process_utilization and last else None
+        line = json.dumps(agent.sample(process_use_s), separators=(",", ":")) + "\n"
         try:
             sys.stdout.write(line)
             sys.stdout.flush()
