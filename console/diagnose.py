@@ -72,7 +72,7 @@ RATE_GAPS = 3
 #: Silent for this many of the run's usual intervals between writes (or progress updates) is a stall.
 QUIET_INTERVALS = 20
 #: ...but never sooner than this: a run that writes many times a second may pause a moment (a GC, a save).
-QUIET_FLOOR_S = 20.0
+QUIET_FLOOR_S = 10.0
 #: Without a learned rhythm (a fresh look at the log, a run that logs rarely) a stall starts here.
 UNLEARNED_QUIET_S = 300.0
 #: After this many usual intervals without a write the log is called quiet rather than progressing.
@@ -92,6 +92,20 @@ class ProblemLine:
     text: str
     age_s: float | None = None
     """Seconds since the line arrived; None when unknown (a tail read has no times)."""
+    thread: str | None = None
+    """The thread whose uncaught exception's traceback holds this line, when it is in one."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadThread:
+    """A thread whose uncaught exception reached the log ("Exception in thread NAME:" and its traceback)."""
+
+    name: str
+    exception: str
+    """The traceback's last line, e.g. 'torch.OutOfMemoryError: CUDA out of memory. …'."""
+    age_s: float | None = None
+    progress_after: bool = False
+    """The log went on reporting progress (steps, rates, losses) after the thread died."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +173,8 @@ class Evidence:
     """The run's usual gap between writes to its log (None until learned)."""
     problems: tuple[ProblemLine, ...] = ()
     """Problem lines since the last launch, oldest first."""
+    dead_threads: tuple[DeadThread, ...] = ()
+    """Threads that died of an uncaught exception, as the log tells."""
     stacks: tuple[StackSummary, ...] = ()
     stack_error: str | None = None
     """Why no stacks were dumped when a dump was tried (with its advice)."""
@@ -578,7 +594,7 @@ class _Diagnosis:
                 None,
             )
 
-        ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or self._recent(p)]
+        ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or (self._recent(p) and p.thread is None)]
         if ooms:
             key = "w" if self.has_warmup else "R"
             step = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
@@ -603,6 +619,10 @@ class _Diagnosis:
 
         if not self.alive:
             return self._not_alive()
+
+        dead = [t for t in ev.dead_threads if not t.progress_after]
+        if dead:
+            return self._thread_died(dead)
 
         if self._silent():
             return self._stalled()
@@ -666,6 +686,31 @@ class _Diagnosis:
             self._process_lines() + self._problem_lines(list(ev.problems)) + self._log_lines() + self._gpu_lines(),
             "read the end of the log (l) for the cause, then restart (R)",
             "l",
+        )
+
+    def _thread_died(self, dead: list[DeadThread]) -> Verdict:
+        """A thread died and the process lives on without progress: whatever waits on that thread waits forever."""
+        first = dead[-1]
+        others = f" (and {len(dead) - 1} more thread(s))" if len(dead) > 1 else ""
+        waits = self._program_threads()
+        waiting = f"; the main thread waits on {waits[0].wait} in {waits[0].where}" if waits and waits[0].wait else ""
+        lines = [
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {_seconds(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            for t in dead
+        ]
+        return Verdict(
+            "hung",
+            f'thread "{first.name}" died of {_clip(first.exception, 100)}{others}, and the process lives on{waiting}',
+            lines
+            + ["no progress was logged after it died"]
+            + self._rank_lines()
+            + self._log_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+            + self._stack_lines(),
+            "fix what killed the thread (its traceback is in the log, l), then restart (R): "
+            "what waits on that thread will wait forever",
+            "R",
         )
 
     def _stalled(self) -> Verdict:

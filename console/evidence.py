@@ -10,6 +10,7 @@ parallel, each summarised per thread. A key press to a verdict stays under ~3 s.
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
 import time
 from dataclasses import replace
@@ -17,7 +18,7 @@ from typing import Literal
 
 from console.actions.pyspy import DumpError, dump
 from console.config import Config
-from console.diagnose import Evidence, ProblemLine, StackSummary, diagnose
+from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
@@ -181,15 +182,64 @@ def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float 
     }
 
 
+_THREAD_DIED = re.compile(r"^Exception in thread (.+?)(?: \(\w+\))?:\s*$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
+
+
+def thread_deaths(lines: list[LogLine]) -> list[tuple[str, str, int, int, float]]:
+    """Each uncaught thread exception in `lines`: (thread name, the traceback's last line, first and
+    last line number, when the last line arrived). Log lines are untrusted: only their shape is read."""
+    found = []
+    index = 0
+    while index < len(lines):
+        match = _THREAD_DIED.match(lines[index].text)
+        index += 1
+        if not match:
+            continue
+        start, last = lines[index - 1].number, None
+        while index < len(lines):
+            text = lines[index].text
+            if text.startswith((" ", "\t", "Traceback (most recent call last)")) or not text.strip() or text.startswith(_CHAINED):
+                index += 1
+                continue
+            if _EXCEPTION_LINE.match(text):
+                last = lines[index]
+                index += 1
+                following = next((line.text for line in lines[index:] if line.text.strip()), "")
+                if following.startswith(_CHAINED):
+                    continue
+            break
+        if last is not None:
+            found.append((match[1], last.text, start, last.number, last.time))
+    return found
+
+
 def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     now = state.clock()
+    lines = list(state.lines)
+    deaths = thread_deaths(lines)
+    in_thread = [(first, last, name) for name, _, first, last, _ in deaths]
+
+    def thread_of(number: int) -> str | None:
+        return next((name for first, last, name in in_thread if first <= number <= last), None)
+
     problems = tuple(
-        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None)
+        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None, thread_of(line.number))
         for line in list(state.problems)[-MAX_PROBLEMS:]
+    )
+    dead = tuple(
+        DeadThread(
+            name,
+            exception,
+            round(now - arrived, 1) if timed else None,
+            any(_progress(line) for line in lines if line.number > last),
+        )
+        for name, exception, _, last, arrived in deaths
     )
     metric = state.rate_metric
     values = state.rate_values()[-RATE_VALUES:]
-    fields: dict = {"problems": problems}
+    fields: dict = {"problems": problems, "dead_threads": dead}
     if timed:
         fields["log_write_interval_s"] = state.write_interval_s()
     if metric is None or not values:
@@ -198,6 +248,11 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     if timed and state.last_rate_at is not None:
         fields.update(rate_silent_s=round(now - state.last_rate_at, 1), rate_interval_s=state.rate_interval_s())
     return fields
+
+
+def _progress(line: LogLine) -> bool:
+    info = line.info
+    return any(value is not None for value in (info.step, info.loss, info.tokens_per_s, info.samples_per_s, info.it_per_s))
 
 
 #: py-spy dumps running at once on one target (each is a channel on its connection).

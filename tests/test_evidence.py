@@ -53,8 +53,11 @@ async def test_stacks_are_dumped_only_when_the_run_looks_stuck(procs, tmp_path):
     wait_for(lambda: "producer died" in log.read_text(), "the producer to die")
     target = LocalTarget()
     patient = replace(config, stall=replace(config.stall, log_silent_s=60.0))
-    fresh = await gather(target, patient)  # not silent for 60 s yet: nothing to dump
-    assert fresh.stacks == () and diagnose(fresh, patient).name == "healthy"
+    fresh = await gather(target, patient)  # not silent for 60 s yet, but its producer thread died: hung at once
+    verdict = diagnose(fresh, patient)
+    assert verdict.name == "hung"
+    assert verdict.summary.startswith('thread "TargetForwardLoop" died of RuntimeError: producer died before publishing')
+    assert "the main thread waits on queue get in Queue.get" in verdict.summary
     wait_for(lambda: time.time() - log.stat().st_mtime > 1.3, "the log to go silent")
     stuck = await gather(target, config)
     assert diagnose(stuck, config).name == "hung"
