@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
+from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
 from console.state import RATE_UNITS
 
 VERDICTS = (
@@ -175,6 +176,10 @@ class Evidence:
     """Problem lines since the last launch, oldest first."""
     dead_threads: tuple[DeadThread, ...] = ()
     """Threads that died of an uncaught exception, as the log tells."""
+    nccl: tuple[NcclFact, ...] = ()
+    """What the log's NCCL watchdog and flight-recorder lines say."""
+    flight: tuple[FlightRecord, ...] = ()
+    """The ranks' flight-recorder dumps, when the run wrote them."""
     stacks: tuple[StackSummary, ...] = ()
     stack_error: str | None = None
     """Why no stacks were dumped when a dump was tried (with its advice)."""
@@ -265,7 +270,7 @@ def group_sentence(group: StackGroup) -> str:
     many = group.count > 1
     who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
     if in_collective(group):
-        call = group.collective or "a collective"
+        call = _call_text(group.collective)
         doing = f"{'wait' if many else 'waits'} in {call} ({group.wait or 'NCCL collective'})"
         if group.cpu_pct is not None and group.cpu_pct > 50:
             doing += f", spinning at {group.cpu_pct:.0f}% CPU"
@@ -506,8 +511,14 @@ class _Diagnosis:
         groups = self._rank_groups()
         behind = stragglers(groups)
         waiting = [g for g in groups if in_collective(g)]
+        nccl = self._nccl_summary()
+        if nccl:
+            return nccl
+        died = [f'thread "{t.name}" died of {_clip(t.exception, 80)}' for t in self.ev.dead_threads]
+        if died:
+            return "; ".join(died) + ", then the run stopped"
         if waiting and behind:
-            call = waiting[0].collective or "a collective"
+            call = _call_text(waiting[0].collective)
             inside = [_short_who(w) for g in waiting for w in g.ranks]
             outside = [_short_who(w) for g in behind for w in g.ranks]
             return (
@@ -515,10 +526,12 @@ class _Diagnosis:
                 f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it ({behind[0].where})"
             )
         if waiting:
-            return f"every rank waits in {waiting[0].collective or 'a collective'}"
+            return f"every rank waits in {_call_text(waiting[0].collective)}"
         mains = self._program_threads()
         if len(mains) == 1 and mains[0].wait:
-            return f"the main thread waits on {mains[0].wait} in {mains[0].where}"
+            workers = self._worker_lines()
+            on = "its DataLoader workers" if workers and "_get_data" in mains[0].where else mains[0].wait
+            return f"the main thread waits on {on} in {mains[0].where}"
         return "the run is alive, idle and silent"
 
     def _log_lines(self) -> list[str]:
@@ -680,13 +693,40 @@ class _Diagnosis:
                 "check from the host (or run Pulse there) before relaunching",
                 None,
             )
+        nccl = self._nccl_summary()
         return Verdict(
             "dead",
-            gone,
-            self._process_lines() + self._problem_lines(list(ev.problems)) + self._log_lines() + self._gpu_lines(),
+            f"{gone}: {nccl}" if nccl else gone,
+            self._nccl_lines()
+            + self._process_lines()
+            + self._problem_lines(list(ev.problems))
+            + self._log_lines()
+            + self._gpu_lines(),
             "read the end of the log (l) for the cause, then restart (R)",
             "l",
         )
+
+    def _nccl_lines(self) -> list[str]:
+        return nccl_lines(list(self.ev.nccl), list(self.ev.flight))
+
+    def _nccl_summary(self) -> str | None:
+        """'the NCCL watchdog timed out in ALLREDUCE #5530; rank 1 never joined it', when NCCL says so."""
+        ev = self.ev
+        seq, op, missing = never_joined(list(ev.flight))
+        timed_out = next((f for f in ev.nccl if f.op), None)
+        if timed_out is None and not missing:
+            return None
+        text = f"the NCCL watchdog timed out in {timed_out.op} #{timed_out.seq}" if timed_out else f"{op} #{seq} stalled"
+        if missing:
+            text += f"; {', '.join(f'rank {r}' for r in missing)} never joined {op} #{seq}"
+        return text
+
+    def _dead_thread_lines(self, dead) -> list[str]:
+        return [
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {_seconds(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            + (" (the log went on for a while after)" if t.progress_after else "")
+            for t in dead
+        ]
 
     def _thread_died(self, dead: list[DeadThread]) -> Verdict:
         """A thread died and the process lives on without progress: whatever waits on that thread waits forever."""
@@ -694,10 +734,7 @@ class _Diagnosis:
         others = f" (and {len(dead) - 1} more thread(s))" if len(dead) > 1 else ""
         waits = self._program_threads()
         waiting = f"; the main thread waits on {waits[0].wait} in {waits[0].where}" if waits and waits[0].wait else ""
-        lines = [
-            f'thread "{t.name}" died{"" if t.age_s is None else f" {_seconds(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
-            for t in dead
-        ]
+        lines = self._dead_thread_lines(dead)
         return Verdict(
             "hung",
             f'thread "{first.name}" died of {_clip(first.exception, 100)}{others}, and the process lives on{waiting}',
@@ -735,7 +772,9 @@ class _Diagnosis:
             return Verdict(
                 "hung",
                 f"{self._hung_summary()}: {self._quiet_text()}",
-                self._rank_lines()
+                self._nccl_lines()
+                + self._dead_thread_lines(self.ev.dead_threads)
+                + self._rank_lines()
                 + self._worker_lines()
                 + self._log_lines()
                 + self._process_lines()
@@ -748,7 +787,8 @@ class _Diagnosis:
         return Verdict(
             "unknown",
             f"the run is busy but its log is silent, and stdout is not a block-buffered file: {self._quiet_text()}",
-            self._log_lines()
+            self._nccl_lines()
+            + self._log_lines()
             + self._stdout_lines()
             + self._process_lines()
             + self._gpu_lines()
@@ -757,6 +797,13 @@ class _Diagnosis:
             "dump the stacks (p) to see what it is busy with",
             "p",
         )
+
+
+def _call_text(collective: str | None) -> str:
+    """'all_reduce', 'a CUDA synchronize', or 'a collective' when the stack does not say which."""
+    if collective == "synchronize":
+        return "a CUDA synchronize"
+    return collective or "a collective"
 
 
 def _who(thread: StackSummary) -> str:

@@ -10,6 +10,8 @@ parallel, each summarised per thread. A key press to a verdict stays under ~3 s.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import re
 import statistics
 import time
@@ -22,6 +24,16 @@ from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, di
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
+from console.observe.nccl import (
+    DEFAULT_DUMP_PREFIX,
+    DUMP_PREFIX_VARIABLES,
+    MAX_DUMP_BYTES,
+    FlightRecord,
+    NcclFact,
+    dump_rank,
+    nccl_fact,
+    parse_flight_record,
+)
 from console.observe.pyspy import (
     ProcessDump,
     classify_wait,
@@ -34,7 +46,7 @@ from console.observe.pyspy import (
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote
-from console.remote.target import Target
+from console.remote.target import Target, TargetError
 from console.state import RunState
 
 DumpStacks = Literal["auto", "always", "never"]
@@ -45,6 +57,10 @@ TAIL_BYTES = 256 * 1024
 TAIL_TIMEOUT_S = 10.0
 #: Problem lines an Evidence keeps (the newest).
 MAX_PROBLEMS = 20
+#: NCCL facts an Evidence keeps (the newest).
+MAX_NCCL_FACTS = 20
+#: Flight-recorder dumps read at most (one per rank on this host).
+MAX_FLIGHT_DUMPS = 64
 #: Throughput is the median of this many newest values (one noisy line is not a trend).
 RATE_VALUES = 5
 DUMP_TIMEOUT_S = 5.0
@@ -90,11 +106,58 @@ async def gather(
         state.add_lines(lines)
         evidence = from_samples(first, last, config, state, timed=False, launched_at=launched_at)
 
+    if evidence.nccl:
+        evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
     if dump_stacks == "never" or not evidence.processes:
         return evidence
     if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK:
         return evidence
     return await with_stacks(target, config, evidence)
+
+
+def dump_prefixes(processes: tuple[ProcessReading, ...]) -> list[str]:
+    """Where the run's flight recorder writes: its ranks' TORCH_FR_DUMP_TEMP_FILE /
+    TORCH_NCCL_DEBUG_INFO_TEMP_FILE, and PyTorch's default."""
+    found = [dict(p.run_env).get(name) for p in processes for name in DUMP_PREFIX_VARIABLES]
+    return list(dict.fromkeys([*(f for f in found if f), DEFAULT_DUMP_PREFIX]))
+
+
+def flight_script(prefixes: list[str]) -> str:
+    """Bash printing `== PATH` and the base64 of each flight-recorder dump `PREFIX<rank>` (small files only)."""
+    globs = " ".join(f"{quote(prefix)}[0-9]*" for prefix in prefixes)
+    return (
+        f"n=0; for f in {globs}; do [ -f \"$f\" ] || continue; n=$((n+1)); [ $n -le {MAX_FLIGHT_DUMPS} ] || break; "
+        f'[ "$(stat -c %s -- "$f")" -le {MAX_DUMP_BYTES} ] || continue; '
+        'echo "== $f"; base64 -w0 -- "$f"; echo; done; true'
+    )
+
+
+async def read_flight_records(target: Target, processes: tuple[ProcessReading, ...], *, timeout: float) -> tuple[FlightRecord, ...]:
+    """The ranks' flight-recorder dumps on `target`, parsed safely; none when there are none or they cannot be read."""
+    prefixes = dump_prefixes(processes)
+    try:
+        result = await target.run(flight_script(prefixes), timeout)
+    except TargetError:
+        return ()
+    return parse_flight_listing(result.stdout, prefixes)
+
+
+def parse_flight_listing(listing: str, prefixes: list[str]) -> tuple[FlightRecord, ...]:
+    """FlightRecords from flight_script's output (a dump that does not parse is left out)."""
+    records = []
+    lines = listing.split("\n")
+    for header, body in zip(lines, lines[1:]):
+        if not header.startswith("== "):
+            continue
+        path = header[3:]
+        rank = next((r for prefix in prefixes if (r := dump_rank(path, prefix)) is not None), None)
+        if rank is None:
+            continue
+        try:
+            records.append(parse_flight_record(base64.b64decode(body, validate=True), rank))
+        except (ValueError, binascii.Error):
+            continue
+    return tuple(sorted(records, key=lambda r: r.rank))
 
 
 def tail_script(log: str, tail_bytes: int) -> str:
@@ -237,9 +300,10 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
         )
         for name, exception, _, last, arrived in deaths
     )
+    nccl = [fact for line in lines if (fact := _nccl_line(line.text)) is not None][-MAX_NCCL_FACTS:]
     metric = state.rate_metric
     values = state.rate_values()[-RATE_VALUES:]
-    fields: dict = {"problems": problems, "dead_threads": dead}
+    fields: dict = {"problems": problems, "dead_threads": dead, "nccl": tuple(nccl)}
     if timed:
         fields["log_write_interval_s"] = state.write_interval_s()
     if metric is None or not values:
@@ -248,6 +312,13 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     if timed and state.last_rate_at is not None:
         fields.update(rate_silent_s=round(now - state.last_rate_at, 1), rate_interval_s=state.rate_interval_s())
     return fields
+
+
+def _nccl_line(text: str) -> NcclFact | None:
+    # Most lines are neither: a cheap test first, the parse only for NCCL's own lines.
+    if "NCCL" not in text and "light recorder" not in text:
+        return None
+    return nccl_fact("", text)
 
 
 def _progress(line: LogLine) -> bool:
@@ -296,17 +367,23 @@ async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evi
             return await dump(target, process.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
 
     results = await asyncio.gather(*(one(p) for p in chosen), return_exceptions=True)
+    for result in results:
+        if not isinstance(result, (ProcessDump, DumpError)):
+            raise result
+    return with_dumps(evidence, list(zip(chosen, results)))
+
+
+def with_dumps(evidence: Evidence, dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]) -> Evidence:
+    """`evidence` with each process's dump summarised, or why none could be taken (pure)."""
     stacks: list[StackSummary] = []
     failures: list[str] = []
-    for process, result in zip(chosen, results):
+    for process, result in dumps:
         if isinstance(result, ProcessDump):
             stacks += summarise(result, process)
-        elif not isinstance(result, DumpError):
-            raise result
         elif result.code in ("no_such_process", "unsupported_python") and process.role not in ("rank", "main"):
-            continue  # a worker that ended meanwhile, or a child that is not Python (a shell, a compiler)
+            continue  # a worker that ended meanwhile, or a child that is not Python (a shell, MPI's orted)
         else:
-            failures.append(f"{process.label or 'pid ' + str(process.pid)}: {result}" if process.label else str(result))
+            failures.append(f"{process.label}: {result}" if process.label else str(result))
     if not stacks:
         return replace(evidence, stack_error=failures[0] if failures else "no process of the run could be dumped")
     return replace(evidence, stacks=tuple(stacks), stacks_missing=tuple(failures))

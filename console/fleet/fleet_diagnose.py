@@ -12,7 +12,6 @@ among the nodes' problem lines are read for the collective, its sequence number 
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass, field
 
 from console.actions.pyspy import DumpError, dump
@@ -21,6 +20,7 @@ from console.evidence import DUMP_TIMEOUT_S, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
+from console.observe.nccl import FLIGHT, NcclFact, nccl_fact, nccl_lines  # noqa: F401  (nccl_lines: the fleet's evidence)
 from console.observe.pyspy import ProcessDump
 from console.remote.target import TargetError
 
@@ -45,19 +45,6 @@ class RankStack:
     @property
     def label(self) -> str:
         return f"{self.node}:{self.pid}"
-
-
-@dataclass(frozen=True, slots=True)
-class NcclFact:
-    """What one NCCL watchdog / flight-recorder line says."""
-
-    node: str
-    rank: int | None
-    op: str | None
-    seq: int | None
-    timeout_ms: int | None
-    flight_recorder: bool
-    text: str
 
 
 @dataclass
@@ -128,48 +115,6 @@ def group_ranks(ranks: list[RankStack]) -> list[StackGroup]:
     return group_stacks(members)
 
 
-_SEQ = re.compile(r"\bSeqNum=(\d+)")
-_OP = re.compile(r"\bOpType=(\w+)")
-_TIMEOUT = re.compile(r"\bTimeout\(ms\)=(\d+)")
-_RANK = re.compile(r"\[(?:PG \S+ )?[Rr]ank ?(\d+)\]")
-_FLIGHT = re.compile(r"flight.?recorder|dump(?:ing)? debug info|DUMP_ON_TIMEOUT", re.IGNORECASE)
-
-
-def nccl_fact(node: str, text: str) -> NcclFact | None:
-    """The facts of an NCCL watchdog or flight-recorder line; None for any other line."""
-    flight = bool(_FLIGHT.search(text))
-    if not flight and "nccl" not in text.lower():
-        return None
-    seq, op, timeout, rank = (m.group(1) if (m := r.search(text)) else None for r in (_SEQ, _OP, _TIMEOUT, _RANK))
-    return NcclFact(
-        node=node,
-        rank=int(rank) if rank else None,
-        op=op,
-        seq=int(seq) if seq else None,
-        timeout_ms=int(timeout) if timeout else None,
-        flight_recorder=flight,
-        text=text[:300],
-    )
-
-
-def nccl_lines(facts: list[NcclFact]) -> list[str]:
-    """The NCCL facts as evidence: the collective and, when ranks differ, the ones behind."""
-    if not facts:
-        return []
-    lines = []
-    seqs = {f.rank if f.rank is not None else f.node: f.seq for f in facts if f.seq is not None}
-    ops = sorted({f.op for f in facts if f.op})
-    if ops:
-        lines.append(f"NCCL watchdog timed out in {', '.join(ops)} on {len({f.node for f in facts})} node(s)")
-    if seqs and len(set(seqs.values())) > 1:
-        low = min(seqs.values())
-        behind = sorted(str(k) for k, v in seqs.items() if v == low)
-        lines.append(f"ranks {', '.join(behind)} are behind at collective #{low} (others reached #{max(seqs.values())})")
-    if any(f.flight_recorder for f in facts):
-        lines.append("NCCL flight recorder dumped (see the nodes' logs)")
-    return lines
-
-
 # -- gathering -------------------------------------------------------------------------------
 
 
@@ -224,7 +169,7 @@ async def diagnose_fleet(
         for report in reports
         if report.evidence is not None
         for line in report.evidence.problems
-        if line.kind in (LineKind.NCCL_TIMEOUT, LineKind.TRACEBACK, LineKind.KILLED) or _FLIGHT.search(line.text)
+        if line.kind in (LineKind.NCCL_TIMEOUT, LineKind.TRACEBACK, LineKind.KILLED) or FLIGHT.search(line.text)
         if (fact := nccl_fact(report.name, line.text)) is not None
     ]
     diagnosis = FleetDiagnosis(reports, nccl=facts, job=job)

@@ -329,7 +329,12 @@ def where(thread: ThreadStack) -> str:
     index = next((i for i, frame in enumerate(frames) if is_user_frame(frame)), None)
     if index is None or index == 0:
         return frame_text(frames[0])
-    return f"{frame_text(frames[index - 1])} ← {frame_text(frames[index])}"
+    # A main thread waiting on its DataLoader workers is said so, however deep the trainer's frames go.
+    call = next((f for f in frames[:index] if _DATALOADER_WAIT.search(f.function)), frames[index - 1])
+    return f"{frame_text(call)} ← {frame_text(frames[index])}"
+
+
+_DATALOADER_WAIT = re.compile(r"DataLoaderIter\._get_data$")
 
 
 def frame_text(frame: StackFrame) -> str:

@@ -93,7 +93,7 @@ def test_nccl_watchdog_and_flight_recorder_lines() -> None:
     assert recorder is not None and recorder.flight_recorder and recorder.rank == 3
     assert nccl_fact("gpu01", "step 10 loss 2.0") is None
     assert nccl_lines([fact, behind, recorder]) == [
-        "NCCL watchdog timed out in ALLREDUCE on 2 node(s)",
-        "ranks 9 are behind at collective #4511 (others reached #4512)",
+        "NCCL watchdog timed out in ALLREDUCE #4512 after 600 s on 2 node(s)",
+        "rank 9 is behind at collective #4511 (others reached #4512)",
         "NCCL flight recorder dumped (see the nodes' logs)",
     ]
