@@ -35,7 +35,8 @@ SLOW_INIT = (
 )
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PY_SPY = Path(sys.executable).with_name("py-spy")
-HUNG_PROGRAM = REPO_ROOT / "tests" / "procs" / "hung_queue.py"
+#: The two-rank hang `d` is measured on: a torchrun stand-in whose rank 1 never reaches the all-reduce.
+TWO_RANK_HANG = (REPO_ROOT / "tests" / "procs" / "torchrun", REPO_ROOT / "tests" / "procs" / "straggler_rank.py")
 
 
 class World:
