@@ -271,7 +271,8 @@ def group_sentence(group: StackGroup) -> str:
     who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
     if in_collective(group):
         call = _call_text(group.collective)
-        doing = f"{'wait' if many else 'waits'} in {call} ({group.wait or 'NCCL collective'})"
+        named = group.collective not in (None, "synchronize")
+        doing = f"{'wait' if many else 'waits'} in {call}" + (f" ({group.wait})" if named and group.wait else "")
         if group.cpu_pct is not None and group.cpu_pct > 50:
             doing += f", spinning at {group.cpu_pct:.0f}% CPU"
     elif group.wait or group.idle:
@@ -426,7 +427,8 @@ class _Diagnosis:
             if lifetime is not None:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
-            lines.append(f"pid {p.pid} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
+            role = f" ({p.label})" if p.label else ""
+            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
                 busy.sort(key=lambda t: -t.cpu_pct)

@@ -46,7 +46,7 @@ EXPECTED = {
         "hung",
         [
             "rank 0 waits in a CUDA synchronize; rank 1 is not in it (Event.wait (threading.py:655) ← read_batch (ddp_allreduce.py:32))",
-            "rank 0 (pid 1217) waits in a CUDA synchronize (CUDA synchronize), spinning at 100% CPU",
+            "rank 0 (pid 1217) waits in a CUDA synchronize, spinning at 100% CPU",
             "rank 1 is the straggler",
             {"nvidia-smi": "GPU 0 100%, 82% SM from the run: pid 1210 16% is not the run's",
              "nvml": "GPU 0 100%, 60% SM from the run: pid 1210 40% is not the run's"},
