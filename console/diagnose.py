@@ -427,7 +427,7 @@ class _Diagnosis:
             if lifetime is not None:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
-            role = f" ({p.label})" if p.label else ""
+            role = f" [{p.label}]" if p.label else ""
             lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
