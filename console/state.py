@@ -68,6 +68,9 @@ class RunState:
         self.last_rate_at: float | None = None
         self.write_times: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
         """Arrival times of the log's writes (lines arriving together are one): its rhythm."""
+        self.log_mtimes: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
+        """The log's mtime (target clock) each time a sample saw it change: writes that are not
+        lines (a progress bar redrawn with \\r) still count, at the samples' resolution."""
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
         self.log_path: str | None = None
@@ -77,6 +80,9 @@ class RunState:
     def add_sample(self, sample: Sample) -> None:
         self.samples.append(sample)
         self.last_sample_at = self.clock()
+        log = sample.log
+        if log is not None and log.exists and (not self.log_mtimes or log.mtime > self.log_mtimes[-1]):
+            self.log_mtimes.append(log.mtime)
 
     def add_lines(self, lines: Iterable[LogLine]) -> None:
         for line in lines:
@@ -117,6 +123,7 @@ class RunState:
         self.step = self.total_steps = None
         self.last_rate_at = None
         self.write_times.clear()
+        self.log_mtimes.clear()
         self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 
     # -- readers -------------------------------------------------------------
@@ -164,8 +171,10 @@ class RunState:
         return usual_gap_s([p.time for p in self.series[name]][-RHYTHM_WRITES:])
 
     def write_interval_s(self) -> float | None:
-        """The median gap between the log's writes: how often it usually writes (None until learned)."""
-        return usual_gap_s(list(self.write_times))
+        """How often the log usually writes (None until learned): the shorter of the median gaps
+        between line arrivals and between the mtimes samples saw; each can only overstate it."""
+        found = [gap for gap in (usual_gap_s(list(self.write_times)), usual_gap_s(list(self.log_mtimes))) if gap]
+        return min(found, default=None)
 
 
 def usual_gap_s(times: list[float]) -> float | None:

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from console.evidence import dump_prefixes, parse_flight_listing, read_flight_records, thread_deaths
-from console.model import LogLine, ProcessReading
+from console.model import LogLine, LogStatus, ProcessReading, Sample
 from console.observe.lines import classify_line
 from console.observe.nccl import DEFAULT_DUMP_PREFIX, nccl_fact
 from console.observe.smi import ParseError, parse_pmon
 from console.remote.target import LocalTarget
+from console.state import RunState
 from tests.real_captures import REAL
 
 WATCHDOG = REAL / "torchrun_watchdog"
@@ -96,3 +97,15 @@ async def test_flight_records_are_read_from_the_prefix_the_ranks_were_given(tmp_
     assert dump_prefixes((rank,)) == [prefix, DEFAULT_DUMP_PREFIX]
     records = await read_flight_records(LocalTarget(), (rank,), timeout=10)
     assert [(r.rank, r.last_seq, r.last_state) for r in records] == [(0, 5530, "scheduled"), (1, 5529, "completed")]
+
+
+def test_a_log_redrawn_with_carriage_returns_gets_its_rhythm_from_the_samples_mtimes():
+    """A tqdm bar writes every 0.1 s without a newline: lines come rarely, the log's mtime moves every sample."""
+    state = RunState(clock=lambda: 100.0)
+    state.add_lines([LogLine(1, "{'loss': '8.99'}", classify_line("{'loss': '8.99'}"), time=0.0)])
+    for second in range(10):
+        log = LogStatus("/w/train.log", True, size=1000 + 50 * second, mtime=5000.0 + second - 0.05, inode=7)
+        state.add_sample(Sample(time=5000.0 + second, log=log))
+    assert state.write_interval_s() == pytest.approx(1.0)
+    state.start_new_log("/w/train2.log")
+    assert state.write_interval_s() is None
