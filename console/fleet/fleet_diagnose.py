@@ -15,8 +15,8 @@ import asyncio
 from dataclasses import dataclass, field
 
 from console.actions.pyspy import DumpError, dump
-from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity
-from console.evidence import DUMP_TIMEOUT_S, gather, summarise
+from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
+from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
@@ -94,6 +94,10 @@ class FleetDiagnosis:
             verb = ("wait" if many else "waits") if g.wait else ("run" if many else "runs")
             doing = f"{verb} on {g.wait}" if g.wait else verb
             lines.append(f"{who} {doing} in {g.where}")
+        behind = stragglers(self.groups)
+        if behind:
+            names = [rank for g in behind for rank in g.ranks]
+            lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
         failed = [r for r in self.ranks if r.dump is None]
         if failed:
             lines.append(f"{len(failed)} rank(s) not dumped: {failed[0].label}: {failed[0].error}")
@@ -149,7 +153,8 @@ async def _dump_node(node: FleetNode, report: NodeReport) -> list[RankStack]:
                 return RankStack(node.name, pid, error=str(exc))
             return RankStack(node.name, pid, dump=process)
 
-    live = [p.pid for p in report.evidence.processes if p.state not in ("Z", "X")]
+    # Ranks (or each node's main program) only: a launcher waits on its ranks, and workers are not ranks.
+    live = [p.pid for p in dump_order(report.evidence.processes) if p.role not in ("worker", "child")]
     return list(await asyncio.gather(*(one(pid) for pid in live)))
 
 
