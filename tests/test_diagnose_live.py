@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_check import CAPTURED_GPU_FIELDS, H200, PROCS, Check, Run, check, wait_for  # noqa: F401  (fixture)
+from tests.test_check import CAPTURED_GPU_FIELDS, H200, PROCS, Run, check, write_nvidia_smi  # noqa: F401  (fixture)
 from tests.test_restart import procs  # noqa: F401  (fixture)
 
 #: `nvidia-smi pmon -c 1 -s u` as a 550-series driver prints it: two header lines, then one row per process.
@@ -31,22 +31,7 @@ def shared_gpu_stand_in(folder: Path, run_pid: int, other_pid: int) -> Path:
         f"    0    {other_pid:>7}     C     95     41      -      -      -      -    python3        \n"
         f"    0    {run_pid:>7}     C      -      -      -      -      -      -    python3        \n"
     )
-    path = folder / "nvidia-smi"
-    path.write_text(
-        "#!/usr/bin/python3\n"
-        "import sys\n"
-        f"GPU = {gpu!r}\nAPPS = {apps!r}\nPMON = {pmon!r}\n"
-        "if sys.argv[1:2] == ['pmon']:\n"
-        "    sys.stdout.write(PMON)\n"
-        "    sys.exit(0)\n"
-        "query = next(a for a in sys.argv[1:] if a.startswith('--query-'))\n"
-        "kind, _, fields = query.partition('=')\n"
-        "rows = [GPU] if kind == '--query-gpu' else APPS\n"
-        "for row in rows:\n"
-        "    print(', '.join(row[f] for f in fields.split(',')))\n"
-    )
-    path.chmod(0o755)
-    return path
+    return write_nvidia_smi(folder, gpu, apps, pmon)
 
 
 def by_label(report: dict) -> dict[str, dict]:

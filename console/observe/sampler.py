@@ -226,7 +226,8 @@ def parse_sample(obj: dict) -> Sample:
 
 
 def _with_process_use(gpus: tuple[GpuReading, ...], obj: dict) -> tuple[tuple[GpuReading, ...], str | None]:
-    """The GPUs with their per-process SM % when the line carries it (NVML `process_sm` or pmon's text)."""
+    """The GPUs with their per-process SM % when the line carries it (NVML `process_sm` or pmon's text);
+    a GPU the answer does not list keeps None (not read), never an empty list (none of its use is anyone's)."""
     error = _optional_text(obj.get("process_sm_error"))
     if obj.get("smi_pmon") is not None:
         try:
@@ -246,7 +247,7 @@ def _with_process_use(gpus: tuple[GpuReading, ...], obj: dict) -> tuple[tuple[Gp
             by_index[int(index)] = tuple(pairs)
     else:
         return gpus, error
-    return tuple(replace(g, process_sm_pct=by_index.get(g.index, ())) for g in gpus), error
+    return tuple(replace(g, process_sm_pct=by_index.get(g.index)) for g in gpus), error
 
 
 def parse_line(line: str) -> Sample:
