@@ -55,6 +55,8 @@ def test_a_two_rank_hang_names_the_rank_not_in_the_all_reduce(procs, tmp_path, c
     assert "rank 1 is the straggler" in report["evidence"]
     dumped = {s["pid"] for s in report["stacks"]}
     assert dumped == {roles["rank 0"]["pid"], rank1}  # every rank, never the launcher
+    main0 = next(s for s in report["stacks"] if s["main"] and s["label"].startswith("rank 0"))
+    assert (main0["collective"], main0["wait"]) == ("all_reduce", "NCCL collective")
 
 
 def test_a_dataloader_hang_on_a_gpu_busy_with_another_job_is_hung(procs, tmp_path, check):
