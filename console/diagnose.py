@@ -356,7 +356,7 @@ class _Diagnosis:
         """The run's own use of GPU `g`: its processes' SM% when read, else the device's use when the run is on it."""
         idle = self.stall.gpu_idle_pct
         working = self._run_gpu_pids(working_only=True)
-        if g.process_sm_pct is not None:
+        if g.process_sm_pct is not None and not self.ev.in_pid_namespace:  # in a container the PIDs are the host's
             return sum(pct for pid, pct in g.process_sm_pct if pid in working) > idle
         if g.utilization_pct is None or g.utilization_pct <= idle:
             return False
@@ -636,7 +636,7 @@ class _Diagnosis:
             return self._not_alive()
 
         dead = [t for t in ev.dead_threads if not t.progress_after]
-        if dead:
+        if dead and (self._quiet() or not self._busy_cpu()):  # a busy run may still log its next step
             return self._thread_died(dead)
 
         if self._silent():

@@ -9,6 +9,7 @@ import pytest
 from console.config import Config, MetricsConfig, StallConfig, WarmupConfig
 from console.diagnose import (
     VERDICTS,
+    DeadThread,
     Evidence,
     ProblemLine,
     StackSummary,
@@ -299,3 +300,35 @@ def test_unknown_when_alive_without_a_log_to_judge():
                                rate_now=None, rate_silent_s=None), CONFIG)
     assert verdict.name == "unknown"
     assert "no log configured" in verdict.evidence
+
+
+# -- a thread that died ---------------------------------------------------------------------------
+
+DIED = DeadThread("TargetForwardLoop", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB.", 4.0)
+
+
+def test_a_dead_thread_in_an_idle_live_process_is_hung_not_oom():
+    oom_line = ProblemLine(LineKind.OOM, DIED.exception, 4.0, thread="TargetForwardLoop")
+    idle = replace(HUNG, log_silent_s=4.0, rate_silent_s=4.0, problems=(oom_line,), dead_threads=(DIED,))
+    verdict = diagnose(idle, CONFIG)
+    assert verdict.name == "hung"
+    assert verdict.summary.startswith('thread "TargetForwardLoop" died of torch.OutOfMemoryError: CUDA out of memory.')
+    assert verdict.evidence[0] == f'thread "TargetForwardLoop" died 4 s ago: {DIED.exception}'
+
+
+def test_a_dead_thread_does_not_stop_a_busy_run_that_still_logs():
+    busy = replace(HEALTHY, dead_threads=(DIED,))
+    assert diagnose(busy, CONFIG).name == "healthy"
+    went_on = replace(HUNG, log_silent_s=4.0, rate_silent_s=4.0, dead_threads=(replace(DIED, progress_after=True),))
+    assert diagnose(went_on, CONFIG).name == "healthy"
+
+
+def test_a_run_in_a_pid_namespace_keeps_its_gpu_use_by_the_device_reading():
+    """Inside a container the driver's per-process PIDs are the host's: none would match the run's."""
+    gpu_bound = replace(
+        HUNG,
+        in_pid_namespace=True,
+        processes=(proc(cpu=1.0, stdout="/workspace/train.log", unbuffered=False),),
+        gpus=(replace(gpu(util=97.0, pids=(90447,)), process_sm_pct=((90447, 97.0),)),),
+    )
+    assert diagnose(gpu_bound, CONFIG).name == "buffered"
