@@ -4,7 +4,6 @@ the real parsers and the pure diagnosis, and the verdict must be the truth."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 

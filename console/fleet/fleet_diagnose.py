@@ -20,7 +20,7 @@ from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
-from console.observe.nccl import FLIGHT, NcclFact, nccl_fact, nccl_lines  # noqa: F401  (nccl_lines: the fleet's evidence)
+from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
 from console.observe.pyspy import ProcessDump
 from console.remote.target import TargetError
 

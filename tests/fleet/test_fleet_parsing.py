@@ -6,7 +6,7 @@ import pytest
 
 from console.config import ConfigError, parse_config
 from console.fleet.fleet import node_config, node_host, node_logs
-from console.fleet.fleet_diagnose import nccl_fact, nccl_lines
+from console.observe.nccl import nccl_fact, nccl_lines
 from console.fleet.slurm_text import SlurmError, parse_duration, parse_fields, parse_job, parse_submitted, expand_filename
 
 #: `scontrol show job -o` of a two-node job (22.05), shortened to the fields Pulse reads and a few it skips.
