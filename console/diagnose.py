@@ -479,6 +479,24 @@ class _Diagnosis:
         mains = [t for t in self.ev.stacks if t.main and t.role not in ("worker", "child", "launcher", "shell")]
         return sorted(mains, key=lambda t: (t.rank if t.rank is not None else -1, t.pid))
 
+    def _blocked_ranks(self) -> list[StackSummary]:
+        """Ranks stopped on something of their own (their data, a queue, a lock, I/O; not a collective),
+        every thread and worker of theirs idle, while another rank still runs: a collective cannot
+        complete without them, so the running ranks only spin. Empty unless there are two ranks or more."""
+        mains = self._program_threads()
+        if len(mains) < 2:
+            return []
+        waiting = self._waiting_pids()
+        cpu = {p.pid: p.cpu_pct for p in self.alive}
+
+        def blocked(main: StackSummary) -> bool:
+            workers = [t.pid for t in self.ev.stacks if t.role == "worker" and t.parent == main.pid]
+            idle = (cpu.get(main.pid) or 0.0) <= self.stall.cpu_idle_pct
+            return bool(main.wait) and not in_collective(main) and idle and main.pid in waiting and set(workers) <= waiting
+
+        stuck = [m for m in mains if blocked(m)]
+        return stuck if len(stuck) < len(mains) else []
+
     def _rank_groups(self) -> list[StackGroup]:
         return group_stacks((_who(t), t) for t in self._program_threads())
 
@@ -488,9 +506,9 @@ class _Diagnosis:
         if len(self._program_threads()) < 2:
             return []
         lines = [group_sentence(g) for g in groups]
-        behind = stragglers(groups)
-        if behind:
-            names = [_short_who(who) for g in behind for who in g.ranks]
+        names = [_short_who(who) for g in stragglers(groups) for who in g.ranks]
+        names = names or [_short_who(_who(t)) for t in self._blocked_ranks()]
+        if names:
             lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
         return lines
 
@@ -529,6 +547,15 @@ class _Diagnosis:
             )
         if waiting:
             return f"every rank waits in {_call_text(waiting[0].collective)}"
+        blocked = self._blocked_ranks()
+        if blocked:
+            first = blocked[0]
+            on = "its DataLoader workers" if "_get_data" in first.where and self._worker_lines() else first.wait
+            others = [_short_who(_who(t)) for t in self._program_threads() if t not in blocked]
+            return (
+                f"{_short_who(_who(first))} waits on {on} in {first.where}, "
+                f"so {', '.join(others)} cannot finish a step without it"
+            )
         mains = self._program_threads()
         if len(mains) == 1 and mains[0].wait:
             workers = self._worker_lines()
@@ -755,7 +782,7 @@ class _Diagnosis:
     def _stalled(self) -> Verdict:
         ev = self.ev
         working = self._working()
-        busy = bool(working) or self._busy_gpu()
+        busy = (bool(working) or self._busy_gpu()) and not self._blocked_ranks()
         waiting = self._waiting_pids()
         to_file = [
             p

@@ -332,3 +332,47 @@ def test_a_run_in_a_pid_namespace_keeps_its_gpu_use_by_the_device_reading():
         gpus=(replace(gpu(util=97.0, pids=(90447,)), process_sm_pct=((90447, 97.0),)),),
     )
     assert diagnose(gpu_bound, CONFIG).name == "buffered"
+
+
+# -- ranks ----------------------------------------------------------------------------------------
+
+
+def rank(pid: int, n: int, cpu: float) -> ProcessReading:
+    return replace(proc(pid, cpu), role="rank", rank=n, label=f"rank {n} · GPU {n}")
+
+
+def main_thread(pid: int, n: int, *, wait=None, idle=True, collective=None, where="step (train.py:9)", cpu=0.0) -> StackSummary:
+    return StackSummary(pid, pid, "MainThread", idle, wait, where, main=True, signature=(where,), collective=collective,
+                        label=f"rank {n} · GPU {n}", role="rank", rank=n, cpu_pct=cpu)
+
+
+def test_a_rank_saving_a_checkpoint_while_the_others_wait_in_a_barrier_is_not_hung():
+    saving = replace(
+        HUNG,
+        processes=(rank(10, 0, 100.0), rank(11, 1, 0.0)),
+        gpus=(),
+        stacks=(
+            main_thread(10, 0, idle=False, where="save (torch/serialization.py:900) ← save_checkpoint (train.py:40)", cpu=100.0),
+            main_thread(11, 1, wait="NCCL collective", collective="barrier", where="barrier (distributed_c10d.py:4100)"),
+        ),
+    )
+    verdict = diagnose(saving, CONFIG)
+    assert verdict.name == "unknown"  # busy writing: stacks tell, no rule calls it hung
+    assert "rank 1 (pid 11) waits in barrier (NCCL collective) in barrier (distributed_c10d.py:4100)" in verdict.evidence
+    assert "rank 0 is the straggler" in verdict.evidence
+
+
+def test_a_rank_stopped_on_its_own_data_holds_up_a_rank_that_still_spins():
+    stuck = replace(
+        HUNG,
+        processes=(rank(10, 0, 100.0), rank(11, 1, 0.0)),
+        gpus=(),
+        stacks=(
+            main_thread(10, 0, idle=False, where="compute_loss (trainer.py:2088)", cpu=100.0),
+            main_thread(11, 1, wait="I/O", where="read (socket.py:700) ← read_batch (train.py:13)"),
+        ),
+    )
+    verdict = diagnose(stuck, CONFIG)
+    assert verdict.name == "hung"
+    assert verdict.summary.startswith("rank 1 waits on I/O in read (socket.py:700) ← read_batch (train.py:13), so rank 0 cannot finish")
+    assert "rank 1 is the straggler" in verdict.evidence

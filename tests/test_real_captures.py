@@ -17,6 +17,16 @@ EXPECTED = {
     "accelerate_tqdm": ("healthy", ["the run is alive and its log progresses"]),
     "hf_healthy": ("healthy", ["the run is alive and its log progresses"]),
     "hf_healthy_buffered": ("healthy", ["the run is alive and its log progresses"]),
+    "hf_ddp_worker_hang": (
+        "hung",
+        [
+            "rank 1 waits on its DataLoader workers in _MultiProcessingDataLoaderIter._get_data (dataloader.py:1473) "
+            "← <module> (hf_trainer.py:78), so rank 0 cannot finish a step without it",
+            "rank 1 is the straggler",
+            "2 DataLoader workers of rank 1 (pid 673) blocked on lock/condition wait in Event.wait (threading.py:655) "
+            "← RandomTokens.__getitem__ (hf_trainer.py:42) (pids 721, 723)",
+        ],
+    ),
     "hf_nan": ("diverged", ["the loss went NaN/Inf"]),
     "hf_nan_filtered": ("diverged", ["the loss went NaN/Inf"]),
     "hf_oom": ("oom", ["CUDA out of memory; the run is dead"]),
@@ -52,6 +62,7 @@ EXPECTED = {
         ],
     ),
     "torchrun_watchdog": ("hung", ["rank 1 is the straggler", "quiet 12 s, usually writes every 0.5 s"]),
+    "torchrun_watchdog_postmortem": ("hung", ["rank 1 is the straggler", "quiet 12 s, usually writes every 0.1 s"]),
     "triton_oom": ("dead", ["no process of the run is alive"]),
     "triton_oom_thread": (
         "hung",
@@ -99,17 +110,18 @@ def test_a_spinning_rank_is_waiting_not_busy_once_its_stack_is_seen():
     assert diagnose(capture.evidence(), capture.config).name == "hung"
 
 
-def test_after_the_watchdog_fired_the_collective_and_the_rank_that_never_joined_are_named():
-    capture = Capture("torchrun_watchdog", ended=True)
+@pytest.mark.parametrize("name, seq", [("torchrun_watchdog", 5530), ("torchrun_watchdog_postmortem", 70444)])
+def test_after_the_watchdog_fired_the_collective_and_the_rank_that_never_joined_are_named(name, seq):
+    capture = Capture(name, ended=True)
     verdict = diagnose(capture.evidence(), capture.config)
     assert verdict.name == "dead"
     assert verdict.summary == (
-        "no process of the run is alive: the NCCL watchdog timed out in ALLREDUCE #5530; rank 1 never joined all_reduce #5530"
+        f"no process of the run is alive: the NCCL watchdog timed out in ALLREDUCE #{seq}; rank 1 never joined all_reduce #{seq}"
     )
     assert verdict.evidence[:3] == [
-        "NCCL watchdog timed out in ALLREDUCE #5530 after 20 s",
-        "rank 1 is behind at collective #5529 (others reached #5530)",
-        "flight recorder: all_reduce #5530 never joined by rank 1 (rank 0: scheduled)",
+        f"NCCL watchdog timed out in ALLREDUCE #{seq} after 20 s",
+        f"rank 1 is behind at collective #{seq - 1} (others reached #{seq})",
+        f"flight recorder: all_reduce #{seq} never joined by rank 1 (rank 0: scheduled)",
     ]
 
 
