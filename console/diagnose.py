@@ -5,24 +5,30 @@ wrong, shows the observations that say so, and the next step with its console ke
 
 Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
 growth for longer than the silence limit, or no throughput line for longer than the limit
-for progress; "idle" = every process under `stall.cpu_idle_pct` by the delta of
-utime+stime over the sampling window, never ps's lifetime average, and every run GPU under
-`stall.gpu_idle_pct`).
+for progress; "busy" = a process of the run over `stall.cpu_idle_pct` by the delta of
+utime+stime over the sampling window (never ps's lifetime average), or the run's own use of
+a GPU over `stall.gpu_idle_pct`: its processes' SM % when read (NVML process samples, pmon),
+else the device's use when a process of the run is on it. A process whose dumped threads all
+wait (a collective, a CUDA synchronize, a queue, a lock, I/O) or sleep is never busy, even
+at 100 % CPU).
 
 The silence limit is the run's own rhythm: QUIET_INTERVALS of its usual gap between writes
 (between throughput lines for progress), at least QUIET_FLOOR_S; UNLEARNED_QUIET_S while no
 rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` overrides it.
+After QUIET_SHOWN_INTERVALS usual gaps without a write the summary says "quiet N s,
+usually writes every X s" instead of "its log progresses".
 
 | verdict             | when                                                                             | key |
 | ------------------- | -------------------------------------------------------------------------------- | --- |
 | unknown             | no process reading and no log reading at all                                     | —   |
-| oom                 | an OOM line since the launch; nothing alive, or the line newer than log_silent_s | w/R |
+| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | w/R |
 | diverged            | a NaN/Inf loss line since the launch                                             | l   |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
-| dead                | nothing alive (the last problem lines are the evidence)                          | l   |
-| buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u               | R   |
-| hung                | alive, idle, silent (the waiting threads are the evidence when dumped)           | p   |
+| dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | l   |
+| hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | R |
+| buffered            | alive, busy, silent, stdout a regular file without -u                            | R   |
+| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | p |
 | unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
 | healthy             | the log progresses (in a PID namespace, unseen GPU PIDs are an evidence line)    | —   |

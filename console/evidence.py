@@ -1,10 +1,12 @@
 """Gather the evidence for one diagnosis from a target (the I/O half of console.diagnose).
 
 In parallel: two samples `window_s` apart from the sampling agent (processes with CPU% by
-delta, GPUs, the log's stat at both ends of the window) and the log's last bytes (problem
-kinds and throughput), unless the console already follows the log into a RunState. Then, only
-when the run looks stuck (silent, idle or busy), every rank and worker is dumped with py-spy in
-parallel, each summarised per thread. A key press to a verdict stays under ~3 s.
+delta, GPUs with each process's SM % on the second, the log's stat at both ends of the
+window) and the log's last bytes (problem kinds, throughput, dead threads, NCCL lines),
+unless the console already follows the log into a RunState. When NCCL's watchdog spoke, the
+ranks' flight-recorder dumps are read. Then, only when the run looks stuck (silent, idle or
+busy), every rank and worker is dumped with py-spy in parallel, each summarised per thread.
+A key press to a verdict stays under ~3 s.
 """
 
 from __future__ import annotations
