@@ -282,7 +282,9 @@ def thread_deaths(lines: list[LogLine]) -> list[tuple[str, str, int, int, float]
 
 def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     now = state.clock()
-    lines = list(state.lines)
+    # A thread's death and NCCL's account come with problem lines: a log without any is not scanned
+    # (the fleet judges every node this way on each repaint).
+    lines = list(state.lines) if state.problems else []
     deaths = thread_deaths(lines)
     in_thread = [(first, last, name) for name, _, first, last, _ in deaths]
 
