@@ -72,7 +72,7 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     if command == "check":
         parser.description = "One-shot diagnosis; exit 0 healthy, 1 a problem, 2 unreachable or bad config."
         parser.add_argument("--json", action="store_true", help="print the documented JSON object")
-        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall")
+        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall (default: learned from the run's rhythm)")
     elif command == "dump":
         parser.description = "py-spy dump of the run's main process (or --pid)."
         parser.add_argument("--pid", type=int)
