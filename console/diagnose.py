@@ -166,7 +166,7 @@ class Evidence:
     log_growth: int = 0
     """Bytes the log grew during the window."""
     log_silent_s: float | None = None
-    """Seconds since the log last grew (now − mtime), 0 when it grew in the window."""
+    """Seconds since the log last grew (now − its mtime)."""
     log_written_since_launch: bool | None = None
     """None when no launch is known."""
     rate_metric: str | None = None
@@ -402,7 +402,7 @@ class _Diagnosis:
     def _quiet(self) -> bool:
         """Not written for several of its usual intervals (not yet a stall): the header must not say it progresses."""
         ev = self.ev
-        if ev.log_growth > 0 or ev.log_silent_s is None:
+        if ev.log_silent_s is None:
             return False
         usual = ev.log_write_interval_s
         return ev.log_silent_s > max(QUIET_SHOWN_S, QUIET_SHOWN_INTERVALS * (usual or 0.0))

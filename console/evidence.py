@@ -242,7 +242,7 @@ def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float 
         "log_exists": True,
         "log_size": log.size,
         "log_growth": growth,
-        "log_silent_s": 0.0 if growth else round(max(0.0, last.time - log.mtime), 1),
+        "log_silent_s": round(max(0.0, last.time - log.mtime), 1),  # the last write, however long the window
         "log_written_since_launch": None if launched_at is None else log.mtime >= launched_at,
     }
 

@@ -133,9 +133,9 @@ def sample(at: float, log: LogStatus | None) -> Sample:
     "before, after, growth, silent",
     [
         (LogStatus("/l", True, 100, 50.0, 7), LogStatus("/l", True, 100, 50.0, 7), 0, 50.0),
-        (LogStatus("/l", True, 100, 50.0, 7), LogStatus("/l", True, 160, 99.9, 7), 60, 0.0),
-        (LogStatus("/l", True, 900, 50.0, 7), LogStatus("/l", True, 40, 99.9, 8), 40, 0.0),  # replaced by a new file
-        (LogStatus("/l", False), LogStatus("/l", True, 30, 99.9, 8), 30, 0.0),  # appeared
+        (LogStatus("/l", True, 100, 50.0, 7), LogStatus("/l", True, 160, 99.9, 7), 60, 0.1),  # the last write, not the window
+        (LogStatus("/l", True, 900, 50.0, 7), LogStatus("/l", True, 40, 99.9, 8), 40, 0.1),  # replaced by a new file
+        (LogStatus("/l", False), LogStatus("/l", True, 30, 99.9, 8), 30, 0.1),  # appeared
     ],
 )
 def test_log_growth_and_silence(before, after, growth, silent):

@@ -429,7 +429,7 @@ class PulseApp(ThemedApp):
         if first is last:
             first = samples[-2]
         verdict = diagnose(from_samples(first, last, self.config, self.state, timed=True), self.config)
-        if self.verdict is None or verdict.name != self.verdict.name:
+        if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
             self.set_verdict(verdict)
 
     def action_dump(self) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from benchlib import poll, writer
 from benchlib.apps import SIZE
 from benchlib.stats import summary
-from benchlib.world import REPO_ROOT, TWO_RANK_HANG, World, config_to_spec, stop_process, wait_for
+from benchlib.world import REPO_ROOT, STOPPING_RUN, TWO_RANK_HANG, World, config_to_spec, stop_process, wait_for
 from console.config import TargetConfig
 
 BENCH_SCRIPT = REPO_ROOT / "scripts" / "bench.py"
@@ -275,3 +275,20 @@ def run_diagnosis(world: World, quick: bool) -> dict:
         return child(world, "diagnosis", spec)
     finally:
         stop_process(hung)
+
+
+# -- 8. silence ------------------------------------------------------------------------------
+
+
+def run_silence(world: World, quick: bool) -> dict:
+    log = world.dir / "stopping.log"
+    tag = f"pulse-bench-stopping-{os.getpid()}"
+    argv = [sys.executable, "-u", str(STOPPING_RUN), "--interval", "1", "--steps", "12", "--tag", tag]
+    with log.open("wb") as out:
+        run = world.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        # No [stall] log_silent_s: the limit is learned from the run's rhythm, as by default.
+        config = world.log_config("clean", log, rf"healthy\.py .*--tag {tag}\b", stall_s=None, gpu_source="none")
+        return child(world, "silence", {"config": config_to_spec(config), "steps": 12})
+    finally:
+        stop_process(run)
