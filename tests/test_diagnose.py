@@ -337,24 +337,23 @@ def test_a_run_in_a_pid_namespace_keeps_its_gpu_use_by_the_device_reading():
 # -- ranks ----------------------------------------------------------------------------------------
 
 
-def rank(pid: int, n: int, cpu: float) -> ProcessReading:
-    return replace(proc(pid, cpu), role="rank", rank=n, label=f"rank {n} · GPU {n}")
+def rank_thread(n: int, *, wait=None, collective=None, where: str) -> StackSummary:
+    """Rank n's main thread (pid 10 + n); a thread without a wait runs at 100 % CPU."""
+    pid, cpu = 10 + n, (0.0 if wait else 100.0)
+    return StackSummary(pid, pid, "MainThread", wait is not None, wait, where, main=True, signature=(where,),
+                        collective=collective, label=f"rank {n} · GPU {n}", role="rank", rank=n, cpu_pct=cpu)
 
 
-def main_thread(pid: int, n: int, *, wait=None, idle=True, collective=None, where="step (train.py:9)", cpu=0.0) -> StackSummary:
-    return StackSummary(pid, pid, "MainThread", idle, wait, where, main=True, signature=(where,), collective=collective,
-                        label=f"rank {n} · GPU {n}", role="rank", rank=n, cpu_pct=cpu)
+def two_ranks(*threads: StackSummary):
+    """A silent two-rank run whose ranks' main threads are `threads`."""
+    processes = tuple(replace(proc(t.pid, t.cpu_pct), role="rank", rank=t.rank, label=t.label) for t in threads)
+    return replace(HUNG, processes=processes, gpus=(), stacks=threads)
 
 
 def test_a_rank_saving_a_checkpoint_while_the_others_wait_in_a_barrier_is_not_hung():
-    saving = replace(
-        HUNG,
-        processes=(rank(10, 0, 100.0), rank(11, 1, 0.0)),
-        gpus=(),
-        stacks=(
-            main_thread(10, 0, idle=False, where="save (torch/serialization.py:900) ← save_checkpoint (train.py:40)", cpu=100.0),
-            main_thread(11, 1, wait="NCCL collective", collective="barrier", where="barrier (distributed_c10d.py:4100)"),
-        ),
+    saving = two_ranks(
+        rank_thread(0, where="save (torch/serialization.py:900) ← save_checkpoint (train.py:40)"),
+        rank_thread(1, wait="NCCL collective", collective="barrier", where="barrier (distributed_c10d.py:4100)"),
     )
     verdict = diagnose(saving, CONFIG)
     assert verdict.name == "unknown"  # busy writing: stacks tell, no rule calls it hung
@@ -363,14 +362,9 @@ def test_a_rank_saving_a_checkpoint_while_the_others_wait_in_a_barrier_is_not_hu
 
 
 def test_a_rank_stopped_on_its_own_data_holds_up_a_rank_that_still_spins():
-    stuck = replace(
-        HUNG,
-        processes=(rank(10, 0, 100.0), rank(11, 1, 0.0)),
-        gpus=(),
-        stacks=(
-            main_thread(10, 0, idle=False, where="compute_loss (trainer.py:2088)", cpu=100.0),
-            main_thread(11, 1, wait="I/O", where="read (socket.py:700) ← read_batch (train.py:13)"),
-        ),
+    stuck = two_ranks(
+        rank_thread(0, where="compute_loss (trainer.py:2088)"),
+        rank_thread(1, wait="I/O", where="read (socket.py:700) ← read_batch (train.py:13)"),
     )
     verdict = diagnose(stuck, CONFIG)
     assert verdict.name == "hung"
