@@ -72,3 +72,13 @@ def test_a_single_process_run_is_main_with_spawned_workers():
 def test_mpi_and_slurm_ranks_are_read_from_their_own_variables():
     tree = (proc(1, 0, "mpirun -np 2 python train.py"), proc(2, 1, "python train.py", OMPI_COMM_WORLD_RANK="1"))
     assert [p.label for p in label_processes(tree)] == ["launcher (mpirun)", "rank 1"]
+
+
+def test_forkserver_workers_belong_to_the_rank_that_started_the_forkserver():
+    tree = (
+        proc(1, 0, "torchrun --nproc_per_node 1 train.py"),
+        proc(2, 1, "python -u train.py", RANK="0"),
+        proc(3, 2, "python -c from multiprocessing.forkserver import main; main(12, 13, ['__main__'])"),
+        proc(4, 3, "python -c from multiprocessing.forkserver import main; main(12, 13, ['__main__'])"),
+    )
+    assert [p.label for p in label_processes(tree)][2:] == ["worker of rank 0", "worker of rank 0"]

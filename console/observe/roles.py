@@ -105,6 +105,8 @@ def _label(process: ProcessReading, parent: ProcessReading | None, gpus: tuple[i
     rank = rank_of(process)
     if launcher is not None:
         return replace(process, role="launcher", rank=None, gpus=gpus, label=f"launcher ({launcher})")
+    if parent is not None and parent.role == "worker":  # forkserver's children: workers of the same owner
+        return replace(process, role="worker", rank=parent.rank, gpus=gpus, label=parent.label.split(" · ")[0] + on)
     if parent is not None and parent.role in ("rank", "main"):
         forked = process.cmdline == parent.cmdline or any(mark in process.cmdline for mark in SPAWNED_CHILD_MARKS)
         owner = f"rank {parent.rank}" if parent.role == "rank" else f"pid {parent.pid}"
