@@ -7,17 +7,67 @@ them, so `pulse classify` and `pulse check` start fast.
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
-COMMANDS = ("demo", "check", "classify", "dump", "restart", "warmup")
+import shtab
+
+from console import paths
+from console.crash import report_crash
+
+#: The commands, with the one line `pulse --help` gives each.
+COMMANDS = {
+    "demo": "the whole console on a simulated run (no GPU, no remote host needed)",
+    "check": "one-shot diagnosis; exit 0 healthy, 1 a problem, 2 unreachable or bad config",
+    "classify": "log lines in, one JSON object per line out: kind and metrics",
+    "dump": "py-spy dump of the run's main process",
+    "restart": "safe kill-and-relaunch: the plan, a confirm, stop, wait for GPU memory, launch, verify",
+    "warmup": "the configured warmup, once per (GPU, sequence length)",
+}
+#: What `pulse COMMAND --help` shows last.
+COMMAND_EXAMPLES = {
+    "demo": ["pulse demo", "pulse demo --scenario hang --theme pulse-light"],
+    "check": ["pulse check run.toml", "pulse check --host gpu-box --log /workspace/train.log --match 'train\\.py' --json"],
+    "classify": ["pulse classify train.log", "tail -f train.log | pulse classify --config run.toml"],
+    "dump": ["pulse dump run.toml", "pulse dump --pid 4242 --native"],
+    "restart": ["pulse restart run.toml", "pulse restart run.toml --yes --grace 60"],
+    "warmup": ["pulse warmup run.toml --yes"],
+}
+EXIT_USAGE = 2
+
+EXAMPLES = r"""
+examples:
+  pulse run.toml                      the console on the run run.toml describes
+  pulse train                         a named run: ~/.config/pulse/runs/train.toml
+  pulse --host root@gpu-box --pct 200 --log /workspace/train.log --match 'python3.*train\.py'
+  pulse --slurm-job 123456            a multi-node Slurm job, one row per node
+  pulse check run.toml --json         one-shot diagnosis as JSON
+  pulse demo --scenario hang          try it on a simulated hung run
+  pulse --print-completion bash > ~/.local/share/bash-completion/completions/pulse
+"""
+
+
+def pulse_version() -> str:
+    try:
+        return version("pulse-console")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config", nargs="?", help="run config (TOML), or the NAME of ~/.config/pulse/runs/NAME.toml; flags below override it"
+    ).complete = shtab.FILE
 
 
 def add_target_flags(parser: argparse.ArgumentParser) -> None:
     """The flags that stand in for a config file (same meaning as its keys)."""
-    parser.add_argument("config", nargs="?", help="run config (TOML); flags below override it")
     g = parser.add_argument_group("target (instead of, or on top of, a config)")
     g.add_argument("--host", help="user@host or a ~/.ssh/config alias; default: this machine")
-    g.add_argument("--port", type=int)
+    g.add_argument("--port", type=int, help="SSH port (default: ~/.ssh/config's, else 22)")
     c = g.add_mutually_exclusive_group()
     c.add_argument("--pct", metavar="ID", help="run inside Proxmox container ID (pct exec ID --)")
     c.add_argument("--docker", metavar="NAME", help="run inside docker container NAME")
@@ -41,68 +91,142 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    command_lines = "\n".join(f"  {name:<10} {line}" for name, line in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="pulse",
         description="Terminal operations console for long multi-GPU training runs.",
-        epilog="commands: demo, check, classify, dump, restart, warmup (pulse COMMAND --help)",
+        epilog=f"commands (pulse COMMAND --help):\n{command_lines}\n{EXAMPLES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_target_flags(parser)
-    parser.add_argument("--theme", help="theme name (see themes/)")
+    parser.add_argument("--version", action="version", version=f"pulse {pulse_version()}")
+    shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script", parent=completion_parser())
+    add_config_argument(parser)
+    add_console_flags(parser)
     return parser
 
 
+def add_console_flags(parser: argparse.ArgumentParser) -> None:
+    """`pulse [CONFIG]`'s flags: the target's and the theme."""
+    add_target_flags(parser)
+    parser.add_argument("--theme", help="theme name or a theme .toml file (built-in, or ~/.config/pulse/themes)")
+
+
 def build_command_parser(command: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"pulse {command}")
+    parser = argparse.ArgumentParser(
+        prog=f"pulse {command}",
+        description=COMMANDS[command].capitalize() + ".",
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in COMMAND_EXAMPLES[command]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     if command == "classify":
-        parser.description = "Log lines in, one JSON object per line out: kind and metrics."
-        parser.add_argument("file", nargs="?", help="log file; standard input when absent")
-        parser.add_argument("--config", help="config whose [metrics] patterns to apply")
+        parser.add_argument("file", nargs="?", help="log file; standard input when absent").complete = shtab.FILE
+        parser.add_argument("--config", help="config (or named run) whose [metrics] patterns to apply").complete = shtab.FILE
         return parser
     if command == "demo":
-        parser.description = "The whole console on a simulated run, through a real in-process SSH server."
         parser.add_argument(
             "--scenario",
             default="healthy",
             choices=("healthy", "slow", "oom", "nan", "hang", "buffered", "dead"),
+            help="what the simulated run does (default: %(default)s)",
         )
-        parser.add_argument("--theme")
-        parser.add_argument("--read-only", action="store_true")
+        parser.add_argument("--theme", help="theme name or a theme .toml file")
+        parser.add_argument("--read-only", action="store_true", help="disable every mutating action")
         return parser
+    add_config_argument(parser)
     add_target_flags(parser)
     if command == "check":
-        parser.description = "One-shot diagnosis; exit 0 healthy, 1 a problem, 2 unreachable or bad config."
         parser.add_argument("--json", action="store_true", help="print the documented JSON object")
         parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall (default: learned from the run's rhythm)")
     elif command == "dump":
-        parser.description = "py-spy dump of the run's main process (or --pid)."
-        parser.add_argument("--pid", type=int)
-        parser.add_argument("--native", action="store_true")
-        parser.add_argument("--locals", action="store_true")
+        parser.add_argument("--pid", type=int, help="dump this PID instead of the run's main process")
+        parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
+        parser.add_argument("--locals", action="store_true", help="show each frame's local variables")
         parser.add_argument("--children", action="store_true", help="dump child processes too")
-        parser.add_argument("--nonblocking", action="store_true")
-        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--nonblocking", action="store_true", help="do not pause the process while reading it")
+        parser.add_argument("--json", action="store_true", help="print the dump as JSON")
     elif command == "restart":
-        parser.description = "Safe kill-and-relaunch: show the plan, ask, stop, wait for GPU memory, launch, verify."
         parser.add_argument("--yes", action="store_true", help="do not ask")
-        parser.add_argument("--grace", type=float, metavar="SECONDS")
+        parser.add_argument("--grace", type=float, metavar="SECONDS", help="wait this long after SIGTERM before SIGKILL")
         parser.add_argument("--force", action="store_true", help="launch even if old PIDs still hold GPU memory")
+        parser.add_argument("--root", type=int, metavar="PID", help="the run, when the match finds several process trees")
+        parser.add_argument("--all-roots", action="store_true", help="stop every process tree the match finds")
     elif command == "warmup":
-        parser.description = "Run the configured warmup once per (GPU, sequence length), one at a time."
         parser.add_argument("--yes", action="store_true", help="do not ask")
+    if command in ("restart", "warmup"):
+        parser.add_argument("--no-audit", action="store_true", help="run even when the audit log cannot be written")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def completion_parser() -> argparse.ArgumentParser:
+    """The whole CLI as one parser with subcommands, for shtab: `pulse <TAB>` offers the commands."""
+    parser = argparse.ArgumentParser(prog="pulse")
+    parser.add_argument("--version", action="store_true", help="print the version")
+    add_console_flags(parser)
+    commands = parser.add_subparsers(metavar="COMMAND")
+    for name, line in COMMANDS.items():
+        commands.add_parser(name, help=line, parents=[build_command_parser(name)], add_help=False)
+    return parser
+
+
+class UsageError(Exception):
+    """The command line names nothing Pulse can use; the message is one line."""
+
+
+def named_runs() -> list[str]:
+    folder = paths.runs_dir()
+    return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []
+
+
+def resolve_config(name: str, command: str) -> str:
+    """`name` as given when it is a file; else ~/.config/pulse/runs/NAME.toml; else a UsageError that
+    names the commands and named runs and suggests the closest."""
+    if Path(name).expanduser().exists() or os.sep in name or name.endswith(".toml"):
+        return name  # a path: the config loader reports a missing one
+    named = paths.runs_dir() / f"{name}.toml"
+    if named.is_file():
+        return str(named)
+    runs = named_runs()
+    known = f"named runs in {paths.runs_dir()}: {', '.join(runs) if runs else 'none'}"
+    if command == "console":
+        problem = f"{name!r} is not a command, a config file or a named run (commands: {', '.join(COMMANDS)}; {known})"
+        candidates = [*COMMANDS, *runs]
+    else:
+        problem = f"{name!r} is not a config file or a named run ({known})"
+        candidates = runs
+    close = difflib.get_close_matches(name, candidates, n=1)
+    raise UsageError(problem + (f"; did you mean {close[0]}?" if close else ""))
+
+
+def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
+    """The command ("console" when none is named) and its arguments, named runs resolved."""
     if argv and argv[0] in COMMANDS:
-        command, rest = argv[0], argv[1:]
-        args = build_command_parser(command).parse_args(rest)
+        command, args = argv[0], build_command_parser(argv[0]).parse_args(argv[1:])
     else:
         command, args = "console", build_parser().parse_args(argv)
+    if getattr(args, "config", None):
+        args.config = resolve_config(args.config, command)
+    return command, args
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        return _dispatch(command, args)
+        command, args = parse(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        print(f"pulse: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        status = _dispatch(command, args)
+        sys.stdout.flush()  # a reader gone by now shows here, not in the interpreter's last flush
+        return status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`pulse check … | head`): stop quietly, as a Unix filter does. Standard output
+        # now points at /dev/null so that the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # as if killed by SIGPIPE
+    except Exception as exc:  # noqa: BLE001 - the last stop: a crash is saved, not lost
+        return report_crash(exc)
 
 
 def _dispatch(command: str, args: argparse.Namespace) -> int:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from console.paths import audit_log_path
 from console.remote.shell import Container
 
 
@@ -119,7 +122,7 @@ class CustomAction:
     description: str = ""
 
 
-DEFAULT_AUDIT_LOG = "~/.local/state/pulse/audit.jsonl"
+DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,4 +485,14 @@ def load_from_args(args) -> Config:
     stall = config.stall
     if get("stall_after"):
         stall = replace(stall, log_silent_s=get("stall_after"))
-    return replace(config, target=target, run=run, metrics=metrics, stall=stall)
+    return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall)
+
+
+def _with_local_py_spy(target: TargetConfig) -> TargetConfig:
+    """On this machine, outside a container, the default `py-spy` falls back to the one installed with
+    Pulse when none is on PATH (pipx puts only `pulse` there)."""
+    local = target.host is None and target.container is None and not (target.slurm_job or target.hosts)
+    if not local or target.py_spy != "py-spy" or shutil.which("py-spy"):
+        return target
+    installed = Path(sys.executable).with_name("py-spy")
+    return replace(target, py_spy=str(installed)) if installed.is_file() else target

@@ -46,6 +46,7 @@ from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
 from console.state import RATE_UNITS
+from console.units import format_indices, spread
 
 VERDICTS = (
     "healthy",
@@ -446,13 +447,22 @@ class _Diagnosis:
         ev = self.ev
         if ev.gpu_error and not ev.gpus:
             return [f"GPUs unreadable ({ev.gpu_source}): {ev.gpu_error}"]
-        lines = []
+        # GPUs that read alike (same utilization, same holders) are one line: eight near-identical
+        # lines would push the stacks and the next step out of view.
+        groups: dict[tuple, list] = {}
         for g in ev.gpus:
             util = "util ?" if g.utilization_pct is None else f"util {g.utilization_pct:.0f}%"
-            mem = "mem ?" if g.memory_used_mib is None else f"{g.memory_used_mib} MiB used"
-            held = ", ".join(f"pid {gp.pid} {gp.used_mib if gp.used_mib is not None else '?'} MiB" for gp in g.processes)
-            lines.append(f"GPU {g.index} {util}, {mem}" + (f" ({held})" if held else ""))
-            lines += self._gpu_share_lines(g)
+            holders = tuple(sorted(gp.pid for gp in g.processes))
+            groups.setdefault((util, holders, g.memory_used_mib is None), []).append(g)
+        lines = []
+        for (util, holders, unknown), members in groups.items():
+            name = f"GPU {members[0].index}" if len(members) == 1 else f"GPUs {format_indices([g.index for g in members])}"
+            used = [g.memory_used_mib for g in members if g.memory_used_mib is not None]
+            mem = "mem ?" if unknown else f"{spread([mib / 1024 for mib in used], '{:.1f}')} GiB used"
+            held = f" (pid {', '.join(map(str, holders))})" if holders else ""
+            lines.append(f"{name} {util}, {mem}{held}")
+        for g in ev.gpus:
+            lines += self._gpu_share_lines(g)  # whose work each busy GPU does: one line per GPU, it differs
         if ev.gpu_contexts_unseen:
             run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
             pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)
@@ -540,7 +550,7 @@ class _Diagnosis:
         nccl = self._nccl_summary()
         if nccl:
             return nccl
-        died = [f'thread "{t.name}" died of {_clip(t.exception, 80)}' for t in self.ev.dead_threads]
+        died = [f'thread "{t.name}" died of {_exception_type(t.exception)}' for t in self.ev.dead_threads]
         if died:
             return "; ".join(died) + ", then the run stopped"
         if waiting and behind:
@@ -549,25 +559,25 @@ class _Diagnosis:
             outside = [_short_who(w) for g in behind for w in g.ranks]
             return (
                 f"{', '.join(inside)} {'waits' if len(inside) == 1 else 'wait'} in {call}; "
-                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it ({behind[0].where})"
+                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {_user_frame(behind[0].where)}"
             )
         if waiting:
             return f"every rank waits in {_call_text(waiting[0].collective)}"
         blocked = self._blocked_ranks()
         if blocked:
             first = blocked[0]
-            on = "its DataLoader workers" if "_get_data" in first.where and self._worker_lines() else first.wait
             others = [_short_who(_who(t)) for t in self._program_threads() if t not in blocked]
-            return (
-                f"{_short_who(_who(first))} waits on {on} in {first.where}, "
-                f"so {', '.join(others)} cannot finish a step without it"
-            )
+            return f"{_short_who(_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
         mains = self._program_threads()
         if len(mains) == 1 and mains[0].wait:
-            workers = self._worker_lines()
-            on = "its DataLoader workers" if workers and "_get_data" in mains[0].where else mains[0].wait
-            return f"the main thread waits on {on} in {mains[0].where}"
-        return "the run is alive, idle and silent"
+            return f"the main thread {self._waits_on(mains[0])}"
+        return "the run is alive and idle"
+
+    def _waits_on(self, main: StackSummary) -> str:
+        """'waits on its DataLoader workers (hf_trainer.py:75)', 'waits on queue get in pack_hidden (hung.py:9)'."""
+        if "_get_data" in main.where and any(t.role == "worker" and t.parent == main.pid for t in self.ev.stacks):
+            return f"waits on its DataLoader workers ({_user_frame(main.where).rpartition(' (')[2].rstrip(')')})"
+        return f"waits on {main.wait} in {_user_frame(main.where)}"
 
     def _log_lines(self) -> list[str]:
         ev = self.ev
@@ -644,9 +654,18 @@ class _Diagnosis:
 
         ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or (self._recent(p) and p.thread is None)]
         if ooms:
+            state = "the run is dead" if not self.alive else "a process is still alive"
+            if any("OutOfResources" in p.text for p in ooms):
+                # Triton: a kernel config asks for more shared memory than the GPU has; the batch is not the cause.
+                return Verdict(
+                    "oom",
+                    f"a Triton kernel asked for more shared memory than the GPU has (OutOfResources); {state}",
+                    self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
+                    "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart (R)",
+                    "R",
+                )
             key = "w" if self.has_warmup else "R"
             step = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
-            state = "the run is dead" if not self.alive else "a process is still alive"
             return Verdict(
                 "oom",
                 f"CUDA out of memory; {state}",
@@ -686,7 +705,7 @@ class _Diagnosis:
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
             if self._quiet():
-                summary = f"the run is alive; its log is {self._quiet_text()}"
+                summary = f"its log is {self._quiet_text()}; the run is alive"
             else:
                 summary = "the run is alive and its log progresses"
             return Verdict(
@@ -767,14 +786,14 @@ class _Diagnosis:
         """A thread died and the process lives on without progress: whatever waits on that thread waits forever."""
         first = dead[-1]
         others = f" (and {len(dead) - 1} more thread(s))" if len(dead) > 1 else ""
-        waits = self._program_threads()
-        waiting = f"; the main thread waits on {waits[0].wait} in {waits[0].where}" if waits and waits[0].wait else ""
-        lines = self._dead_thread_lines(dead)
+        mains = self._program_threads()
+        waiting = [f"the main thread {self._waits_on(mains[0])}"] if len(mains) == 1 and mains[0].wait else []
         return Verdict(
             "hung",
-            f'thread "{first.name}" died of {_clip(first.exception, 100)}{others}, and the process lives on{waiting}',
-            lines
+            f'thread "{first.name}" died of {_exception_type(first.exception)}{others}; the process lives on',
+            self._dead_thread_lines(dead)
             + ["no progress was logged after it died"]
+            + waiting
             + self._rank_lines()
             + self._log_lines()
             + self._process_lines()
@@ -806,7 +825,7 @@ class _Diagnosis:
         if not busy and (self._cpu_known() or ev.gpus):
             return Verdict(
                 "hung",
-                f"{self._hung_summary()}: {self._quiet_text()}",
+                f"{self._hung_summary()}; quiet {_seconds(ev.log_silent_s or 0.0)}",
                 self._nccl_lines()
                 + self._dead_thread_lines(self.ev.dead_threads)
                 + self._rank_lines()
@@ -821,7 +840,7 @@ class _Diagnosis:
             )
         return Verdict(
             "unknown",
-            f"the run is busy but its log is silent, and stdout is not a block-buffered file: {self._quiet_text()}",
+            f"the run is busy but its log is {self._quiet_text()}",
             self._nccl_lines()
             + self._log_lines()
             + self._stdout_lines()
@@ -832,6 +851,16 @@ class _Diagnosis:
             "dump the stacks (p) to see what it is busy with",
             "p",
         )
+
+
+def _exception_type(line: str) -> str:
+    """'torch.OutOfMemoryError' from a traceback's last line (the whole line is evidence)."""
+    return _clip(line.split(":", 1)[0].strip() or line, 80)
+
+
+def _user_frame(where: str) -> str:
+    """The run's own frame of a 'call ← frame' where, e.g. 'read_batch (ddp_allreduce.py:32)'."""
+    return where.rpartition(" ← ")[2]
 
 
 def _call_text(collective: str | None) -> str:

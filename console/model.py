@@ -46,6 +46,10 @@ class LineInfo:
     loss: float | None = None
     step: int | None = None
     total_steps: int | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    mfu: float | None = None
+    """Model FLOPs utilization as the log prints it: a percentage (nanoGPT, torchtitan) or, for composer, a fraction."""
 
     def as_json(self) -> dict:
         return {
@@ -56,7 +60,30 @@ class LineInfo:
             "loss": self.loss,
             "step": self.step,
             "total_steps": self.total_steps,
+            "lr": self.lr,
+            "grad_norm": self.grad_norm,
+            "mfu": self.mfu,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressLine:
+    """The redraw a progress bar (tqdm, Lightning, accelerate, Keras) shows now, before its newline."""
+
+    text: str
+    info: LineInfo
+    """What classify_line reads from the redraw: step, total, rate, postfix loss."""
+    time: float
+    """Local monotonic time the redraw was written, as LogLine.time: the follower dates what it
+    reads by the file's mtime then (a backlog read at start-up is history, not news)."""
+    rate: float | None = None
+    rate_unit: str | None = None
+    """The rate as the bar prints it: `6.59` `it/s`, `1.31` `s/it`, `2.1K` `examples/s`."""
+    elapsed_s: float | None = None
+    eta_s: float | None = None
+    """Seconds left by the bar's own estimate, as of `time`."""
+    postfix: tuple[tuple[str, str], ...] = ()
+    """`loss=1.2, lr=3e-05` after the rate, as (name, value) pairs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +97,8 @@ class LogLine:
     cut: bool = False
     """True when the line was longer than the bound and its tail was dropped."""
     time: float = 0.0
+    sgr: tuple[tuple[int, int, str], ...] = ()
+    """The line's own colours: (start, end, SGR parameters) spans over `text` (textsafe.sanitize_styled)."""
 
 
 @dataclass(frozen=True, slots=True)

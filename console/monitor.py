@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 
 from console.config import Config
-from console.model import ConnectionState, Event, LogLine
+from console.model import ConnectionState, Event, LogLine, ProgressLine
 from console.observe.follow import LogFollower
 from console.observe.sampler import Sampler
 from console.remote.target import Target, TargetError
@@ -55,7 +55,9 @@ class Monitor:
         self._running = True
         self._spawn(self._sample_forever(), "sampler")
         if self.config.run.log:
-            follower = LogFollower(self.target, self.config, self._lines, on_event=self._log_event)
+            follower = LogFollower(
+                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress
+            )
             self._spawn(follower.run(), "log follower")
 
     async def stop(self) -> None:
@@ -114,6 +116,10 @@ class Monitor:
 
     def _lines(self, lines: list[LogLine]) -> None:
         self.state.add_lines(lines)
+        self._changed()
+
+    def _progress(self, progress: ProgressLine | None) -> None:
+        self.state.set_progress(progress)
         self._changed()
 
     def _log_event(self, event: Event) -> None:

@@ -16,11 +16,18 @@ from console.model import (
     ConnectionState,
     ConnectionStatus,
     Event,
+    LineInfo,
     LogLine,
+    ProgressLine,
     Sample,
 )
+from console.observe.progress import TerminalOnlyProgress, terminal_only_progress
 from console.observe.textsafe import sanitize
 
+#: Other series a log can give, shown beside the rate.
+TRAINING_METRICS = ("loss", "lr", "grad_norm", "mfu")
+#: A bar redraws up to ten times a second: its figures join the series at most this often.
+PROGRESS_POINT_S = 1.0
 #: Metrics a log can give for throughput, best first: the console shows the first one seen.
 RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
 RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s", "it_per_s": "it/s"}
@@ -34,7 +41,7 @@ RHYTHM_MIN_GAPS = 5
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """A value from the log and the local time its line arrived."""
+    """A value from the log and the local time its line was written (LogLine.time)."""
 
     time: float
     value: float
@@ -59,7 +66,7 @@ class RunState:
         self.problems: deque[LogLine] = deque(maxlen=max_problems)
         self.events: deque[Event] = deque(maxlen=max_events)
         self.series: dict[str, deque[Point]] = {
-            name: deque(maxlen=max_points) for name in (*RATE_METRICS, "loss")
+            name: deque(maxlen=max_points) for name in (*RATE_METRICS, *TRAINING_METRICS)
         }
         self.step: int | None = None
         self.total_steps: int | None = None
@@ -74,6 +81,13 @@ class RunState:
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
         self.log_path: str | None = None
+        # Lines, and last_rate_at, are dated by when they were written: a backlog's rates are history.
+        self.progress: ProgressLine | None = None
+        """The progress bar's current redraw (the log's unfinished last line), if one is drawing."""
+        self.terminal_only_progress: TerminalOnlyProgress | None = None
+        """Set when the log shows a framework starting whose progress display draws only on a
+        terminal (so a silent log is not a stall by itself); cleared once progress reaches the log."""
+        self._progress_point_at: float | None = None
 
     # -- writers -------------------------------------------------------------
 
@@ -91,20 +105,55 @@ class RunState:
             info = line.info
             if info.kind in PROBLEM_KINDS:
                 self.problems.append(line)
-            for name in RATE_METRICS:
-                value = getattr(info, name)
-                if value is not None:
-                    self.series[name].append(Point(line.time, value))
-                    self.last_rate_at = line.time
-            if info.loss is not None:
-                self.series["loss"].append(Point(line.time, info.loss))
+            if self.step is None and self.progress is None and self.terminal_only_progress is None:
+                self._look_for_terminal_only_progress(line.text)
+            self._add_series(info, line.time)
             if info.step is not None:
                 self.step = info.step
             if info.total_steps is not None:
                 self.total_steps = info.total_steps
             self.last_line_at = line.time
-            if not self.write_times or line.time - self.write_times[-1] > SAME_WRITE_S:
-                self.write_times.append(line.time)
+            self._note_write(line.time)
+
+    def _note_write(self, written: float) -> None:
+        """One more write for the log's rhythm (lines or redraws arriving together are one)."""
+        if not self.write_times or written - self.write_times[-1] > SAME_WRITE_S:
+            self.write_times.append(written)
+
+    def _look_for_terminal_only_progress(self, text: str) -> None:
+        """Until progress first shows, a start-up banner may name a progress display the log never sees."""
+        hidden = self.terminal_only_progress = terminal_only_progress(text)
+        if hidden is not None:
+            self.add_event("log", f"no progress will reach the log: {hidden.framework}: {hidden.advice}")
+
+    def _add_series(self, info: LineInfo, written: float) -> None:
+        for name in RATE_METRICS:
+            value = getattr(info, name)
+            if value is not None:
+                self.series[name].append(Point(written, value))
+                self.last_rate_at = written
+        for name in TRAINING_METRICS:
+            value = getattr(info, name)
+            if value is not None:
+                self.series[name].append(Point(written, value))
+        if info.step is not None:
+            self.terminal_only_progress = None  # progress reaches the log after all
+
+    def set_progress(self, progress: ProgressLine | None) -> None:
+        """The bar's latest redraw (None: its line was finished); its figures join the series
+        at most every PROGRESS_POINT_S of write time, its step at once."""
+        self.progress = progress
+        if progress is None:
+            return
+        self._note_write(progress.time)  # a bar's redraw is a write of the log, though no line
+        self.terminal_only_progress = None
+        if self._progress_point_at is None or abs(progress.time - self._progress_point_at) >= PROGRESS_POINT_S:
+            self._progress_point_at = progress.time
+            self._add_series(progress.info, progress.time)
+        if progress.info.step is not None:
+            self.step = progress.info.step
+        if progress.info.total_steps is not None:
+            self.total_steps = progress.info.total_steps
 
     def set_connection(self, state: ConnectionState) -> None:
         if state != self.connection:
@@ -118,6 +167,7 @@ class RunState:
         """The run was relaunched onto a new log: forget the old run's problems and rates."""
         self.log_path = path
         self.problems.clear()
+        self.progress = self.terminal_only_progress = self._progress_point_at = None
         for points in self.series.values():
             points.clear()
         self.step = self.total_steps = None

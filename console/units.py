@@ -1,4 +1,4 @@
-"""How Pulse writes a duration for people: one format everywhere (panes, action steps, the fleet)."""
+"""How Pulse writes durations and memory for people: one format everywhere (panes, action steps, the diagnosis, the fleet)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,27 @@ def format_duration(seconds: float, *, compact: bool = False) -> str:
     if minutes:
         return f"{minutes}m{gap}{s:02d}s"
     return f"{s}s"
+
+
+def format_gib(mib: float, *, unit: bool = True) -> str:
+    """Memory given in MiB, written in GiB as every pane and the diagnosis write it: `118.5 GiB`."""
+    return f"{mib / 1024:.1f} GiB" if unit else f"{mib / 1024:.1f}"
+
+
+def spread(values: list[float], form: str) -> str:
+    """`lo–hi` of `values` written with `form` (`{:.1f}`), one figure when both ends read alike, `—` for none."""
+    if not values:
+        return "—"
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}–{high}"
+
+
+def format_indices(indices: list[int]) -> str:
+    """GPU indices, runs joined: `0–4, 6`."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs)

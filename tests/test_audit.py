@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 
 import pytest
@@ -61,3 +62,25 @@ def test_read_only_refusal_names_the_action():
     refuse_if_read_only("restart", False)
     with pytest.raises(ActionRefused, match=r"^read-only: restart disabled \(started with --read-only\)$"):
         refuse_if_read_only("restart", True)
+
+
+def test_entries_are_how_actions_ended_records_include_the_started_ones(tmp_path):
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.record("restart", "h", {"pids": [41]}, [], "started", record="started")
+    log.record("restart", "h", {"pids": [41]}, [], "interrupted at step stop (SIGHUP)", record="interrupted")
+    assert [r["record"] for r in log.records()] == ["started", "interrupted"]
+    [entry] = log.entries()
+    assert entry["outcome"] == "interrupted at step stop (SIGHUP)"
+
+
+def test_an_unwritable_log_says_why_and_the_check_creates_nothing(tmp_path):
+    assert AuditLog(tmp_path / "new" / "audit.jsonl").unwritable() is None
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "folder.jsonl").mkdir()
+    assert AuditLog(tmp_path / "folder.jsonl").unwritable() == "Is a directory"
+    os.mkfifo(tmp_path / "fifo.jsonl")  # nobody reads it: a blocking open would hang here
+    assert AuditLog(tmp_path / "fifo.jsonl").unwritable() == "No such device or address"
+    (tmp_path / "file").write_text("")
+    assert AuditLog(tmp_path / "file" / "audit.jsonl").unwritable() == f"{tmp_path / 'file'} is not a folder"
+    with pytest.raises(OSError):
+        AuditLog(tmp_path / "fifo.jsonl").record("restart", "h", {}, [], "ok")

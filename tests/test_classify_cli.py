@@ -41,6 +41,9 @@ def test_file_gives_one_object_per_line_in_order() -> None:
         "loss": 2.31,
         "step": 1,
         "total_steps": None,
+        "lr": None,
+        "grad_norm": None,
+        "mfu": None,
     }
 
 

@@ -50,7 +50,7 @@ def test_a_two_rank_hang_names_the_rank_not_in_the_all_reduce(procs, tmp_path, c
     assert roles["rank 0"]["rank"] == 0 and roles["rank 1"]["rank"] == 1
     assert roles["rank 0"]["cpu_pct"] > 5.0  # spinning: busy by the CPU counter, yet waiting
     rank1 = roles["rank 1"]["pid"]
-    assert report["summary"].startswith("rank 0 waits in all_reduce; rank 1 is not in it (read_batch (straggler_rank.py:")
+    assert report["summary"].startswith("rank 0 waits in all_reduce; rank 1 is not in it, in read_batch (straggler_rank.py:")
     assert f"rank 1 (pid {rank1}) stopped in read_batch (straggler_rank.py:" in "\n".join(report["evidence"])
     assert "rank 1 is the straggler" in report["evidence"]
     dumped = {s["pid"] for s in report["stacks"]}
@@ -74,6 +74,5 @@ def test_a_dataloader_hang_on_a_gpu_busy_with_another_job_is_hung(procs, tmp_pat
     evidence = "\n".join(report["evidence"])
     assert f"GPU 0 95%, none of it from the run: pid {other.pid} 95% is not the run's" in evidence
     assert report["gpus"][0]["utilization_pct"] == 95.0
-    assert report["summary"].startswith("the main thread waits on its DataLoader workers in Queue.get (queues.py:")
-    assert "← _get_data (loader_hang.py:" in report["summary"]
+    assert report["summary"].startswith("the main thread waits on its DataLoader workers (loader_hang.py:")
     assert f"2 DataLoader workers of main (pid {main}) blocked in Dataset.__getitem__ (loader_hang.py:" in evidence

@@ -90,7 +90,7 @@ def test_hf_trainer_log() -> None:
     assert [classify_line(line).kind for line in lines] == [N] * 10 + [LineKind.WARNING, LineKind.NAN, N, N]
     # the banner's `Total optimization steps = 782` is not a step report
     assert all(metrics(line) == {} for line in lines[:8])
-    assert metrics(lines[8]) == {"loss": 3.4571}
+    assert metrics(lines[8]) == {"loss": 3.4571, "grad_norm": 1.8327, "lr": 4.936e-05}
     assert metrics(lines[12]) == {"samples_per_s": 80.6, "it_per_s": 10.1}  # eval: no training loss
     assert metrics(lines[13]) == {
         "tokens_per_s": 34081.2,
@@ -104,7 +104,7 @@ def test_tqdm_log_keeps_the_last_redraw() -> None:
     lines = read_lines(LOGS / "tqdm.log")
     assert lines[0] == "  2%|2         | 16/782 [00:06<04:58,  2.57it/s]"
     assert metrics(lines[0]) == {"it_per_s": 2.57, "step": 16, "total_steps": 782}
-    assert metrics(lines[1]) == {"loss": 3.4571}
+    assert metrics(lines[1]) == {"loss": 3.4571, "grad_norm": 1.8327, "lr": 4.936e-05}
     assert metrics(lines[2]) == {"it_per_s": pytest.approx(1 / 1.31), "step": 32, "total_steps": 782}
     assert metrics(lines[3]) == {"it_per_s": 2.59, "step": 782, "total_steps": 782}
     assert kinds(LOGS / "tqdm.log") == ["normal"] * 4
@@ -126,6 +126,8 @@ def test_megatron_log() -> None:
         "loss": 6.159759,
         "step": 609,
         "total_steps": 500000,
+        "lr": 5.999998e-05,
+        "grad_norm": 1.095,
     }
     assert metrics(lines[8]) == {
         "samples_per_s": 2.66,
@@ -133,6 +135,8 @@ def test_megatron_log() -> None:
         "loss": 63.84045,
         "step": 2,
         "total_steps": 95367,
+        "lr": 3.787e-06,
+        "grad_norm": 15906.21,
     }
     assert classify_line(lines[9]).loss is None  # lm loss: NaN
 
@@ -140,8 +144,8 @@ def test_megatron_log() -> None:
 def test_torchtitan_log_with_colours() -> None:
     lines = read_lines(LOGS / "torchtitan.log")
     assert kinds(LOGS / "torchtitan.log") == ["normal", "normal", "normal", "normal", "warning"]
-    assert metrics(lines[1]) == {"tokens_per_s": 3502.0, "loss": 8.1661, "step": 1}
-    assert metrics(lines[3]) == {"tokens_per_s": 177138.0, "loss": 6.1098, "step": 2}
+    assert metrics(lines[1]) == {"tokens_per_s": 3502.0, "loss": 8.1661, "step": 1, "grad_norm": 3.6855, "mfu": 0.19}
+    assert metrics(lines[3]) == {"tokens_per_s": 177138.0, "loss": 6.1098, "step": 2, "grad_norm": 4.6416, "mfu": 9.72}
     assert metrics(lines[2]) == {}  # "adjusting timeout" is not an NCCL timeout
 
 
@@ -150,14 +154,15 @@ def test_nanogpt_log() -> None:
     assert set(kinds(LOGS / "nanogpt.log")) == {"normal"}
     assert metrics(lines[0]) == {}  # "tokens per iteration will be: 491,520" is not a rate
     assert metrics(lines[7]) == {"loss": 10.9889, "step": 0}
-    assert metrics(lines[9]) == {"it_per_s": pytest.approx(1000 / 120), "loss": 9.5411, "step": 10}
+    assert metrics(lines[9]) == {"it_per_s": pytest.approx(1000 / 120), "loss": 9.5411, "step": 10, "mfu": 30.0}
 
 
 def test_deepspeed_log() -> None:
     lines = read_lines(LOGS / "deepspeed.log")
-    assert kinds(LOGS / "deepspeed.log") == ["normal", "warning", "normal", "normal", "normal", "normal", "killed", "killed"]
+    # the OVERFLOW line skips one step: a warning, not a problem
+    assert kinds(LOGS / "deepspeed.log") == ["normal", "warning", "warning", "normal", "normal", "normal", "killed", "killed"]
     assert metrics(lines[2]) == {}  # OVERFLOW ... Attempted loss scale: a loss scale, not a loss
-    assert metrics(lines[3]) == {"step": 10}
+    assert metrics(lines[3]) == {"step": 10, "lr": 4.99804827338393e-05}
     assert metrics(lines[4]) == {"samples_per_s": pytest.approx(25.704280480541442), "step": 10}
     assert metrics(lines[5]) == {"samples_per_s": 62.5, "it_per_s": pytest.approx(1 / 0.512), "loss": 2.3031, "step": 20}
 
@@ -264,7 +269,11 @@ def test_false_positives_are_normal(line: str) -> None:
         ("throughput 9,876 tok/sec", {"tokens_per_s": 9876.0}),
         ("tokens_per_second=512.5", {"tokens_per_s": 512.5}),
         ("tps: 14,200", {"tokens_per_s": 14200.0}),
-        ("1234 tok/s/gpu", {}),  # per GPU, not the run's rate
+        ("1234 tok/s/gpu", {"tokens_per_s": 1234.0}),  # a per-GPU rate is the rate the log gives
+        ("lr 3.0e-04 | grad_norm 1.10 | mfu 41.2%", {"lr": 3e-4, "grad_norm": 1.1, "mfu": 41.2}),
+        ("base_lr: 2.0e-03 lrm: 1.00", {}),  # the schedule's peak and a multiplier, not the lr
+        ("1e999 tok/s | lr 1e400 | grad_norm: -1e999", {}),  # too large to be a reading
+        ("'learning_rate': '4.9e-05'", {"lr": 4.9e-05}),
         ("64.0 samples/s", {"samples_per_s": 64.0}),
         ("12.3it/s", {"it_per_s": 12.3}),
         ("1.52s/it", {"it_per_s": pytest.approx(1 / 1.52)}),
@@ -344,7 +353,7 @@ def test_parse_metric_value() -> None:
 @given(st.text(max_size=400))
 def test_any_text_gives_a_line_info_with_finite_metrics(text: str) -> None:
     info = classify_line(text)
-    for value in (info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss):
+    for value in (info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss, info.lr, info.grad_norm, info.mfu):
         assert value is None or math.isfinite(value)
 
 

@@ -138,7 +138,7 @@ def test_launch_script_is_separate_lines_and_quoted():
         "mkdir -p -- \"$(dirname -- \"$HOME\"/'logs/run $(x).log')\" || exit 1",
         "setsid nohup env PYTHONUNBUFFERED=1 'NCCL_DEBUG=INFO; rm -rf ~' bash -c "
         "'exec python3 -u train.py --name '\"'\"'a b'\"'\"'' </dev/null >>\"$HOME\"/'logs/run $(x).log' 2>&1 &",
-        "echo $! > /tmp/run.pid",
+        "echo $! > /tmp/run.pid.pulse-new && mv -f -- /tmp/run.pid.pulse-new /tmp/run.pid",
         "echo $!",
     ]
 
@@ -218,7 +218,7 @@ async def test_restart_replaces_the_run_and_spares_every_decoy(where, request, p
     entry = AuditLog(config.audit_log).entries()[-1]
     assert entry["action"] == "restart"
     assert entry["outcome"].startswith("ok") and str(new_pid) in entry["outcome"]
-    assert [s["step"] for s in entry["steps"]] == ["stop", "gpu", "launch", "verify"]
+    assert [s["step"] for s in entry["steps"]] == ["stop", "gpu", "alive", "launch", "verify"]
 
 
 async def test_sigterm_ignoring_run_is_killed_after_grace_and_pidfile_rewritten(procs, tmp_path):

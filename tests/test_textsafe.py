@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from console.observe.textsafe import sanitize, split_lines
+from console.observe.textsafe import sanitize, sanitize_styled, split_lines
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -94,3 +94,36 @@ def test_split_lines_keeps_the_unfinished_rest() -> None:
     assert split_lines(b"a\n") == ([b"a"], b"")
     assert split_lines(b"partial") == ([], b"partial")
     assert split_lines(b"") == ([], b"")
+
+
+def test_colours_are_kept_as_spans_over_the_plain_text() -> None:
+    """A rich/loguru-style line: the text as sanitize gives it, the SGR state of each stretch beside it."""
+    raw = b"\x1b[32m2025-10-09 04:12:01.337\x1b[0m | \x1b[1m\x1b[31mERROR   \x1b[0m | train:step:88 - loss is nan"
+    text, cut, spans = sanitize_styled(raw)
+    assert (text, cut) == sanitize(raw)
+    assert text == "2025-10-09 04:12:01.337 | ERROR    | train:step:88 - loss is nan"
+    assert spans == ((0, 23, "32"), (26, 34, "1;31"))
+    redraws = b"\x1b[38;5;208morange\x1b[0m\r\x1b[34mblue redraw"
+    assert sanitize_styled(redraws) == (*sanitize(redraws), ())  # redraws: sanitize's text, no colours
+
+
+def test_only_sgr_is_kept_and_other_sequences_still_go() -> None:
+    text, _, spans = sanitize_styled(b"\x1b[31mred\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J still red\x1b[0m")
+    assert text == "red still red" and spans == ((0, 13, "31"),)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(b"\x1b[31mred\x1b[0m plain", "red plain"), (b"\x1b[1;38;5;208mbold orange\x1b[K", "bold orange")])
+def test_styled_text_is_the_sanitized_text(raw: bytes, expected: str) -> None:
+    assert sanitize_styled(raw)[0] == sanitize(raw)[0] == expected
+
+
+PIECES = ["\x1b[", "\x9b", "31", ";", "m", "0", "\r", "\t", "\x07", "\x1b]", "a", " ", "\x00", "\u202e"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
+def test_no_control_character_survives_styled(raw: str) -> None:
+    text, cut, spans = sanitize_styled(raw, max_len=40)
+    assert not UNSAFE.search(text) and len(text) <= 40
+    for start, end, parameters in spans:
+        assert 0 <= start < end <= len(text)
+        assert re.fullmatch(r"[0-9;]+", parameters)

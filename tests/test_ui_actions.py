@@ -125,4 +125,20 @@ async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
         assert any("warmed gpu 1 len 1216" in line for line in screen.query_one("#output").lines)
         await pilot.press("escape")
         assert app.screen is app.screen_stack[0]
-    assert (tmp_path / "audit.jsonl").read_text().count('"action": "warmup"') == 1
+    assert (tmp_path / "audit.jsonl").read_text().count('"action": "warmup"') == 2  # started, finished
+
+
+async def test_p_on_a_selected_row_dumps_that_pid(hung_process):
+    """The table's selected row, not the run's main process, is what `p` dumps while the table has focus."""
+    from tests.snapshot_apps.scenarios import select_process
+
+    config = dataclasses.replace(make_config(), target=TargetConfig(py_spy=str(PY_SPY)))
+    app = make_app("hang", target=LocalTarget(), config=config)
+    reading = ProcessReading(hung_process.pid, 4127, "S", 3.0, 2, 10.0, 0.0, "python3 -u hung.py")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await select_process(app, pilot, reading)
+        await pilot.press("p")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert isinstance(app.screen, DumpScreen), [n.message for n in app._notifications]
+        assert app.screen.dump.pid == hung_process.pid

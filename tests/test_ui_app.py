@@ -40,7 +40,7 @@ async def test_help_opens_and_closes_and_q_quits():
         console = Console(width=120, record=True, file=io.StringIO())
         console.print(app.screen.query_one("Static").content)
         shown = console.export_text()
-        assert "Jump to the next OOM" in shown and "Pause or resume following" in shown
+        assert "Next OOM" in shown and "Pause or resume following" in shown and "PgUp PgDn" in shown
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("q")
@@ -102,26 +102,26 @@ async def test_n_and_N_jump_between_problem_lines():
         assert [line.info.kind.value for line in problems] == ["traceback", "oom"]
         await pilot.press("home")
         await pilot.press("n")
-        assert log.current_problem == problems[0].number
+        assert log.current_line == problems[0].number
         assert not log.following
         await pilot.press("n")
-        assert log.current_problem == problems[1].number
+        assert log.current_line == problems[1].number
         await pilot.press("n")  # none below: stays, says so
-        assert log.current_problem == problems[1].number
+        assert log.current_line == problems[1].number
         assert any("no problem line below" in n.message for n in app._notifications)
         await pilot.press("N")
-        assert log.current_problem == problems[0].number
+        assert log.current_line == problems[0].number
         first_visible = int(log.scroll_y)
         visible = [line.number for line in log.shown_lines[first_visible : first_visible + log.size.height]]
         assert problems[0].number in visible
 
 
-async def test_slash_filters_lines_and_escape_clears():
+async def test_backslash_filters_lines_and_escape_clears_and_follows():
     app = make_app("nan")
     async with app.run_test(size=SIZE) as pilot:
         log = app.query_one(LogPane)
         total = log.line_count
-        await pilot.press("slash")
+        await pilot.press("backslash")
         search = app.query_one("#search", Input)
         search.cursor_blink = False
         assert search.has_focus
@@ -132,8 +132,11 @@ async def test_slash_filters_lines_and_escape_clears():
         assert "filter" in app.query_one("#log-box").border_subtitle
         await pilot.press("enter")
         assert log.has_focus and log.line_count == 1
+        await pilot.press("f")
+        assert not log.following
         await pilot.press("escape")
         assert log.filter_text == "" and log.line_count == total
+        assert log.following and log.scroll_y == log.max_scroll_y
 
 
 async def test_t_cycles_all_three_themes_and_textual_themes_still_render():
@@ -204,7 +207,7 @@ async def test_eight_gpus_fit_100x30():
         for index, line in enumerate(lines):
             assert line.lstrip().startswith(str(index))
             assert ("target" if index < 5 else "drafter") in line
-            assert "/140.4G" in line and "°C" in line
+            assert "/140.4 GiB" in line and "°C" in line
 
 
 async def test_gpu_fault_and_read_error_are_shown_not_raised():
@@ -267,6 +270,283 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
         app.clock.advance(95)
         app.refresh_panes()
         await pilot.pause()
-        assert "last line 1m 35s ago" in str(pane.query_one("#rate-line").render())
+        assert "last rate written 1m 35s ago" in str(pane.query_one("#rate-line").render())
         assert "no rate now" in str(pane.query_one("#baseline-line").render())
         assert pane.has_class("-stale")
+
+
+async def test_N_while_following_finds_the_problem_line_on_screen():
+    """The hung run's traceback is at the end of the log: N from the end selects its last line."""
+    app = make_app("hang")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        assert log.following
+        last_problem = [line for line in log.shown_lines if line.info.kind.value == "traceback"][-1]
+        await pilot.press("N")
+        assert log.current_line == last_problem.number
+        assert not any("no problem line" in n.message for n in app._notifications)
+
+
+async def test_end_resumes_following_after_a_jump():
+    app = make_app("oom")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("home", "n")
+        assert not log.following and log.current_line is not None
+        await pilot.press("end")
+        await pilot.pause()
+        assert log.following and log.current_line is None
+        add_lines(app, ["step 1 | loss 1.0"] * 3)
+        app.flush_log()
+        await pilot.pause()
+        assert log.scroll_y == log.max_scroll_y and log.unseen == 0
+
+
+async def test_regex_search_highlights_matches_and_n_N_step_between_them():
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("slash")
+        app.query_one("#search", Input).cursor_blink = False
+        await pilot.press(*r"step 2[01][48]0/", "enter")
+        await pilot.pause()
+        matches = [line.number for line in log.shown_lines if line.text.startswith(("step 2040/", "step 2080/", "step 2140/", "step 2180/"))]
+        assert len(matches) == 4 and log.line_count > 100  # a search shows every line
+        assert log.current_line == matches[-1]  # Enter: the nearest match above the end
+        await pilot.press("N")
+        assert log.current_line == matches[-2]
+        await pilot.press("n")
+        assert log.current_line == matches[-1]
+        await pilot.press("n")
+        assert log.current_line == matches[-1]
+        assert any("no match below" in n.message for n in app._notifications)
+        row = log.shown_lines.index(next(line for line in log.shown_lines if line.number == matches[-1])) - int(log.scroll_y)
+        strip = log.render_line(row)
+        match_bg = log.get_component_rich_style("log-pane--match").bgcolor
+        highlighted = "".join(segment.text for segment in strip if segment.style and segment.style.bold and segment.style.bgcolor != log.rich_style.bgcolor)
+        assert "step 2180/" in highlighted and match_bg is not None
+        assert "search “step 2[01][48]0/” · n/N" in app.query_one("#log-box").border_subtitle
+
+
+async def test_a_pattern_that_is_not_a_regex_matches_literally_and_says_so():
+    app = make_app("nan")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("backslash")
+        app.query_one("#search", Input).cursor_blink = False
+        await pilot.press(*"nan(")
+        await pilot.pause()
+        assert log.line_count == 0
+        assert "not a regex" in app.query_one("#log-box").border_subtitle
+
+
+async def test_line_numbers_toggle_and_go_to_line():
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        await pilot.press("number_sign")
+        assert log.line_numbers
+        first_visible = int(log.scroll_y)
+        number = log.shown_lines[first_visible].number
+        assert log.render_line(0).text.lstrip().startswith(f"{number} ")
+        await pilot.press("colon")
+        app.query_one("#search", Input).cursor_blink = False
+        await pilot.press(*"42", "enter")
+        assert log.current_line == 42 and not log.following
+        top = int(log.scroll_y)
+        assert 42 in [line.number for line in log.shown_lines[top : top + log.size.height]]
+        await pilot.press("colon", *"0", "enter")
+        assert log.current_line == 1
+        assert any("line 0 is not held" in n.message for n in app._notifications)
+        await pilot.press("colon", *"x1", "enter")
+        assert any("not a line number" in n.message for n in app._notifications)
+        await pilot.press("escape", "number_sign")
+        assert not log.line_numbers and log.render_line(0).text.startswith("  ")
+
+
+async def test_l_shows_the_log_at_the_newest_problem_line():
+    """Verdicts say "read the log (l)": the key exists and lands on the problem."""
+    app = make_app("nan")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        newest = [line for line in log.shown_lines if line.info.kind.value in ("nan", "traceback")][-1]
+        await pilot.press("tab")
+        await pilot.press("l")
+        assert log.has_focus and log.current_line == newest.number
+        top = int(log.scroll_y)
+        assert newest.number in [line.number for line in log.shown_lines[top : top + log.size.height]]
+
+
+async def test_80x24_is_compact_one_line_per_role_and_the_log_keeps_room():
+    app = make_app("hang")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        pane = app.query_one(GpuPane)
+        assert app.screen.has_class("-compact") and pane.size.height == 2
+        target, drafter = (pane.render_line(y).text for y in range(2))
+        assert target.startswith("target  0–4") and "118.5–123.4/140.4 GiB" in target and "util 0%" in target
+        assert drafter.startswith("drafter 5–7") and "74.8–76.4/140.4 GiB" in drafter
+        assert app.query_one(LogPane).size.height >= 8
+        assert app.screen.max_scroll_y == 0  # nothing overflows
+
+
+async def test_the_verdict_leads_the_header_and_read_only_is_never_cut():
+    from tests.snapshot_apps.scenarios import diagnosed
+
+    for width in (80, 120):
+        app = make_app("hang", read_only=True)
+        async with app.run_test(size=(width, 30)) as pilot:
+            diagnosed(app)
+            await pilot.pause()
+            shown = app.query_one(StatusBar).render_line(0).text
+            assert shown.startswith(" ◆ hung") and "read-only" in shown, shown
+            if width == 120:
+                assert 'hung: thread "TargetForwardLoop" died of RuntimeError; the process lives on' in shown
+
+
+async def test_read_only_hides_mutating_keys_from_the_footer():
+    from console.config import CustomAction
+
+    config = dataclasses.replace(
+        make_config(),
+        warmup=WarmupConfig(command="python3 /root/warmup.py --gpu {gpu} --seq-len {seq_len}", gpus=(0, 1), seq_lens=(770,)),
+        actions=(CustomAction(name="drop caches", key="x", command="sync", confirm=True), CustomAction(name="smi", key="y", command="nvidia-smi", confirm=False)),
+    )
+    for read_only in (False, True):
+        app = make_app(read_only=read_only, target=LocalTarget(), config=config)
+        async with app.run_test(size=(240, 40)) as pilot:
+            await pilot.pause()
+            shown = {binding.key for _, binding, enabled, _ in app.screen.active_bindings.values() if binding.show and enabled}
+            assert {"d", "p", "l", "y"} <= shown
+            assert ({"R", "w", "k", "x"} & shown) == (set() if read_only else {"R", "w", "k", "x"})
+
+
+def test_memory_is_written_in_gib_everywhere():
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+    from tests.snapshot_apps.scenarios import build_state
+
+    state = build_state("hang")
+    config = make_config()
+    verdict = diagnose(from_samples(state.samples[0], state.samples[-1], config, state, timed=False), config)
+    gpu_lines = [line for line in verdict.evidence if line.startswith("GPU")]
+    assert gpu_lines == ["GPUs 0–7 util 0%, 74.8–123.4 GiB used (pid 4127)"]  # eight alike GPUs, one line
+
+
+async def test_gpu_and_pid_placeholders_come_from_the_selection():
+    """A custom action on the GPU row and the process row the operator selected, not GPU 0 and the main PID."""
+    from console.config import CustomAction
+
+    show = CustomAction(name="show", key="x", command="echo gpu={gpu} pid={pid}", confirm=True)
+    app = make_app(target=LocalTarget(), config=dataclasses.replace(make_config(), actions=(show,)))
+    async with app.run_test(size=SIZE) as pilot:
+        gpus = app.query_one(GpuPane)
+        gpus.focus()
+        await pilot.press("down", "down", "down")
+        assert gpus.selected_gpus() == (3,)
+        processes = app.query_one(ProcessPane)
+        processes.focus()
+        processes.move_cursor(row=processes.get_row_index("4191"))
+        await pilot.press("x")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.lines[-1] == "  $ echo gpu=3 pid=4191"
+
+
+async def test_the_command_column_shows_the_script_and_its_arguments():
+    from console.ui.process_pane import script_and_args
+
+    assert script_and_args("/usr/bin/python3.11 -u -X faulthandler /root/train.py --lr 3") == "train.py --lr 3"
+    assert script_and_args("python -m torch.distributed.run --nproc_per_node 2 train.py") == "torch.distributed.run --nproc_per_node 2 train.py"
+    assert script_and_args("/opt/conda/bin/torchrun --nproc_per_node 8 train.py") == "/opt/conda/bin/torchrun --nproc_per_node 8 train.py"
+    app = make_app()
+    async with app.run_test(size=SIZE):
+        assert str(app.query_one(ProcessPane).get_cell("4127", "command")).startswith("train_dflash_pipeline.py --target-gpus")
+
+
+async def test_ctrl_c_quits():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("slash")  # even from the search box
+        await pilot.press("ctrl+c")
+    assert app.return_code == 0
+
+
+async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
+    from console.ui.process_pane import tree_order
+
+    launcher = dataclasses.replace(run_processes()[0], pid=4100, ppid=1, cmdline="bash -lc python3 -u /root/train.py")
+    main, *workers = (dataclasses.replace(p, ppid=4100) if p.pid == 4127 else p for p in run_processes())
+    flat = (*workers, main, launcher)  # as /proc lists them: any order
+    assert [(p.pid, depth) for p, depth in tree_order(list(flat))] == [(4100, 0), (4127, 1), (4190, 2), (4191, 2)]
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.state.add_sample(Sample(time=1.0, processes=flat))
+        app.refresh_panes()
+        await pilot.pause()
+        table = app.query_one(ProcessPane)
+        table.focus()
+        table.move_cursor(row=table.get_row_index("4190"))
+        await pilot.press("f5")
+        assert [key.value for key in table.rows] == ["4100", "4127", "4190", "4191"]
+        assert str(table.get_cell("4190", "command")).startswith("  └ train_dflash_pipeline.py")
+        assert table.selected_pid() == 4190
+        await pilot.press("v")
+        assert str(table.get_cell("4190", "command")).startswith("train_dflash_pipeline.py")
+
+
+def test_every_key_a_verdict_names_is_bound():
+    """The rule table's key column and every "(x)" in a verdict's next step name a key of the action table."""
+    import re
+
+    import console.diagnose as diagnose_module
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+    from console.ui.keymap import ACTIONS
+    from tests.snapshot_apps.scenarios import SCENARIOS, build_state
+
+    bound = {key for spec in ACTIONS for key in spec.key_display.split()}
+    table_keys = set(re.findall(r"\|\s+([A-Za-z/]+)\s+\|\n", diagnose_module.__doc__))
+    named = {key for cell in table_keys - {"key"} for key in cell.split("/")}  # "key": the header
+    config = make_config()
+    for scenario in SCENARIOS:
+        state = build_state(scenario)
+        verdict = diagnose(from_samples(state.samples[0], state.samples[-1], config, state, timed=False), config)
+        named |= set(re.findall(r"\(([A-Za-z])\)", verdict.next_step)) | ({verdict.key} if verdict.key else set())
+    assert named >= {"p", "l", "R", "w"}
+    assert named <= bound, named - bound
+
+
+async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
+    from console.ui.diagnosis_screen import DiagnosisScreen, verdict_text
+    from tests.snapshot_apps.scenarios import diagnosed
+
+    app = make_app("nan")
+    async with app.run_test(size=(80, 24)) as pilot:
+        diagnosed(app)
+        verdict = app.verdict
+        text = verdict_text(verdict, None).plain
+        assert verdict.key == "l" and text.count("(l)") == 1 and "(key" not in text
+        assert text.index("Next step") < text.index("Evidence")
+        await app.push_screen(DiagnosisScreen(verdict))
+        await pilot.press("l")
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        assert app.screen is app.screen_stack[0] and log.has_focus and log.current_line is not None
+
+
+async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
+    from console.ui.diagnosis_screen import DiagnosisScreen
+    from tests.snapshot_apps.scenarios import diagnosed
+
+    app = make_app("buffered", read_only=True, target=LocalTarget())
+    async with app.run_test(size=SIZE) as pilot:
+        diagnosed(app)
+        assert app.verdict.key == "R"
+        await app.push_screen(DiagnosisScreen(app.verdict))
+        await pilot.press("R")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]
+        assert any(n.message.startswith("read-only: restart disabled") for n in app._notifications)

@@ -76,3 +76,27 @@ async def test_filter_applies_to_lines_that_arrive_later():
         assert shown[-1] == 450 and 399 not in shown and 400 in shown
         pane.filter_text = ""
         assert pane.line_count == 450
+
+
+async def test_the_logs_own_colours_are_kept():
+    """SGR colours from the log (sanitize_styled's spans) colour their stretch; the rest keeps the pane's style."""
+    from console.observe.lines import classify_line
+    from console.observe.textsafe import sanitize_styled
+
+    text, cut, sgr = sanitize_styled(b"\x1b[1;31mERROR\x1b[0m [bold]not markup[/bold]")
+    app = LogApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        pane = app.query_one(LogPane)
+        pane.append([LogLine(1, text, classify_line(text), cut, 0.0, sgr)])
+        await pilot.pause()
+        segments = [segment for segment in pane.render_line(0) if segment.text.strip()]
+        assert "".join(segment.text for segment in segments).startswith("ERROR [bold]not markup[/bold]")
+        red = [segment for segment in segments if segment.style.color is not None and segment.style.color.number == 1]
+        assert "".join(segment.text for segment in red) == "ERROR" and all(segment.style.bold for segment in red)
+
+
+def test_a_log_cannot_hide_its_text_or_blink():
+    from console.ui.styles import sgr_style
+
+    hidden = sgr_style("8;5;31")
+    assert not hidden.conceal and not hidden.blink and hidden.color.number == 1

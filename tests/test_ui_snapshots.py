@@ -10,10 +10,17 @@ import pytest
 
 from console.model import LogLine
 from console.observe.lines import classify_line
-from tests.snapshot_apps.scenarios import NOW, make_app
+from tests.snapshot_apps.scenarios import NOW, diagnosed, make_app
 
 LARGE = (120, 40)
+MEDIUM = (100, 30)
 SMALL = (80, 24)
+
+
+async def with_verdict(pilot):
+    """The header as it is once the cheap diagnosis has run: the verdict leads it."""
+    diagnosed(pilot.app)
+    await pilot.pause()
 
 
 class TestScenarios:
@@ -26,13 +33,29 @@ class TestScenarios:
 
     @pytest.mark.parametrize("scenario", ["healthy", "oom", "hang"])
     def test_small(self, snap_compare, scenario):
-        """80×24: all eight GPUs still fit; the log gets what is left."""
-        assert snap_compare(make_app(scenario), terminal_size=SMALL)
+        """80×24, compact: one GPU line per role, the verdict first in the header, the log keeps room."""
+        assert snap_compare(make_app(scenario), run_before=with_verdict, terminal_size=SMALL)
+
+    @pytest.mark.parametrize("scenario", ["healthy", "hang"])
+    def test_medium(self, snap_compare, scenario):
+        """100×30: every GPU on its own line, nothing overflows, the verdict first in the header."""
+        assert snap_compare(make_app(scenario), run_before=with_verdict, terminal_size=MEDIUM)
+
+    def test_read_only_badge_at_120(self, snap_compare):
+        """The verdict and the read-only badge both whole at 120 columns; R, w and k not offered."""
+        from console.remote.target import LocalTarget
+
+        app = make_app("hang", read_only=True, target=LocalTarget())
+        assert snap_compare(app, run_before=with_verdict, terminal_size=LARGE)
 
     @pytest.mark.parametrize("scenario", ["slow", "nan", "buffered", "dead"])
     def test_other_scenarios(self, snap_compare, scenario):
         """The remaining verdicts' screens at 120×40."""
         assert snap_compare(make_app(scenario), terminal_size=LARGE)
+
+    def test_live_progress_bar(self, snap_compare):
+        """A real HF Trainer log: its tqdm bar live under the log, the throughput pane reading it."""
+        assert snap_compare(make_app("bar"), terminal_size=LARGE)
 
 
 class TestThemes:
@@ -57,18 +80,41 @@ class TestInteractions:
         assert snap_compare(make_app(), press=["question_mark"], terminal_size=LARGE)
 
     def test_filter(self, snap_compare):
-        """`/` then text: only matching lines, the match highlighted."""
+        """`\\` then text: only matching lines, the match highlighted."""
 
         async def run_before(pilot):
-            await pilot.press("slash")
+            await pilot.press("backslash")
             pilot.app.query_one("#search").cursor_blink = False
             await pilot.press(*"error")
             await pilot.pause()
 
         assert snap_compare(make_app("nan"), run_before=run_before, terminal_size=LARGE)
 
+    def test_search_with_line_numbers(self, snap_compare):
+        """`#` numbers the lines; `/` a regex: its matches highlighted, Enter on the nearest one above."""
+
+        async def run_before(pilot):
+            await pilot.press("number_sign", "slash")
+            pilot.app.query_one("#search").cursor_blink = False
+            await pilot.press(*r"loss 2\.4[0-4]", "enter")
+            await pilot.pause()
+
+        assert snap_compare(make_app("healthy"), run_before=run_before, terminal_size=LARGE)
+
+    def test_diagnosis_at_80x24(self, snap_compare):
+        """The hung run's diagnosis: the next step (one key, said once) above the evidence, alike GPUs on one line."""
+        from console.ui.diagnosis_screen import DiagnosisScreen
+
+        async def run_before(pilot):
+            diagnosed(pilot.app)
+            await pilot.app.push_screen(DiagnosisScreen(pilot.app.verdict))
+            await pilot.pause()
+
+        assert snap_compare(make_app("hang"), run_before=run_before, terminal_size=SMALL)
+
     def test_paused_with_new_lines_and_a_problem_selected(self, snap_compare):
-        """`N` from the end selects the last problem line; new lines are counted, not scrolled to."""
+        """`N` from the end while following selects the last problem line (the OOM); new lines are
+        counted, not scrolled to."""
 
         async def run_before(pilot):
             await pilot.pause()

@@ -19,3 +19,11 @@ from console.units import format_duration
 def test_format_duration_shows_the_two_largest_units(seconds, spaced, compact):
     assert format_duration(seconds) == spaced
     assert format_duration(seconds, compact=True) == compact
+
+
+def test_memory_and_index_ranges_read_one_way():
+    from console.units import format_gib, format_indices, spread
+
+    assert format_gib(101_863) == "99.5 GiB"
+    assert spread([118.54, 123.4], "{:.1f}") == "118.5–123.4" and spread([2.0, 2.04], "{:.1f}") == "2.0" and spread([], "{:.0f}") == "—"
+    assert format_indices([4, 0, 1, 2, 3, 6]) == "0–4, 6" and format_indices([5, 6]) == "5, 6"

@@ -1,16 +1,21 @@
 """What every mutating action reports while it runs, and the append-only record it leaves.
 
 Actions are executed step by step; each step reports `StepEvent`s (a UI shows them live,
-a terminal prints them) and commands' output arrives as `OutputLine`s. When the action
-ends, its plan and every step's final result go to the audit log: one JSON object per
-line in `config.audit_log`, on the machine where Pulse runs, readable only by its owner.
+a terminal prints them) and commands' output arrives as `OutputLine`s. Before the first
+step, a "started" record with the plan goes to the audit log; when the action ends (or is
+interrupted) a "finished" or "interrupted" record with every step's final result follows:
+one JSON object per line in `config.audit_log`, on the machine where Pulse runs, readable
+only by its owner. An action whose "started" record cannot be written does not run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import os
 import socket
+import stat
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -69,6 +74,14 @@ class ActionRefused(Exception):
     """The action will not run at all (read-only, nothing configured, nothing to act on): one line."""
 
 
+def checked_seconds(what: str, value: float) -> float:
+    """`value` when it is a finite number of seconds ≥ 0; ActionRefused naming `what` otherwise
+    (a NaN or infinite grace would never end its wait)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ActionRefused(f"{what} must be a finite number of seconds ≥ 0, not {value!r}")
+    return float(value)
+
+
 def refuse_if_read_only(action: str, read_only: bool) -> None:
     """Raise ActionRefused when the console was started read-only."""
     if read_only:
@@ -95,9 +108,14 @@ class AuditLog:
         outcome: str,
         *,
         container: str | None = None,
+        record: str = "finished",
     ) -> dict:
-        """Append one entry and return it. Raises OSError when the file cannot be written."""
+        """Append one entry and return it. Raises OSError when the file cannot be written.
+
+        `record` is "started" (written before the action acts), "finished" or "interrupted".
+        """
         entry = {
+            "record": record,
             "time": time.time(),
             "operator_host": socket.gethostname(),
             "host": target_label,
@@ -107,32 +125,67 @@ class AuditLog:
             "steps": [event.as_json() for event in final_steps(steps)],
             "outcome": outcome,
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(entry, default=str, ensure_ascii=False) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = self._open()
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
         return entry
 
-    def entries(self) -> list[dict]:
-        """Every entry so far, oldest first (an absent file has none)."""
+    def _open(self, create: bool = True) -> int:
+        """The log opened for appending; OSError when it cannot be, or is not a regular file."""
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # O_NONBLOCK: a FIFO in the log's place fails (ENXIO) or is refused below instead of blocking.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | (os.O_CREAT if create else 0)
+        fd = os.open(self.path, flags, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(0, "not a regular file")
+        return fd
+
+    def unwritable(self) -> str | None:
+        """Why an entry cannot be appended now, in a few words; None when it can. Creates nothing."""
+        try:
+            if os.path.lexists(self.path):
+                os.close(self._open(create=False))
+                return None
+            folder = self.path.parent
+            while not os.path.lexists(folder):
+                folder = folder.parent
+            if not folder.is_dir():
+                return f"{folder} is not a folder"
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:
+                return "Read-only file system"
+            if not os.access(folder, os.W_OK | os.X_OK):
+                return "Permission denied"
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        return None
+
+    def records(self) -> list[dict]:
+        """Every record so far, "started" ones included, oldest first (an absent file has none)."""
         try:
             text = self.path.read_text()
         except FileNotFoundError:
             return []
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
+    def entries(self) -> list[dict]:
+        """How each action ended (its "finished" or "interrupted" record), oldest first."""
+        return [record for record in self.records() if record.get("record") != "started"]
 
-def outcome_of(events: list[StepEvent], finished: bool) -> str:
-    """One line for the audit log: ok (with the last step's detail), failed at a step, or cancelled."""
+
+def outcome_of(events: list[StepEvent], finished: bool, why: str = "") -> str:
+    """One line for the audit log: ok (with the last step's detail), failed at a step, or interrupted."""
     failed = [event for event in events if event.status is StepStatus.FAILED]
     if failed:
         return f"failed: {failed[0].step}: {failed[0].detail}"
     if not finished:
         last = events[-1].step if events else "start"
-        return f"cancelled during {last}"
+        at = last if last.startswith("step ") else f"step {last}"  # warmup's steps are named "step N/M"
+        return f"interrupted at {at}" + (f" ({why})" if why else "")
     warnings = sum(event.status is StepStatus.WARNING for event in events)
     done = final_steps(events)
     detail = done[-1].detail if done else ""
@@ -140,36 +193,62 @@ def outcome_of(events: list[StepEvent], finished: bool) -> str:
     return f"ok{note}: {detail}" if detail else f"ok{note}"
 
 
+def _unwritable_text(action: str, log: AuditLog, why: str) -> str:
+    return f"audit log {log.path} cannot be written ({why}): {action} refused; --no-audit runs it without a record"
+
+
+def audit_refusal(action: str, log: AuditLog) -> str | None:
+    """The one-line refusal of a mutating action whose audit log cannot be written; None when it can."""
+    why = log.unwritable()
+    return None if why is None else _unwritable_text(action, log, why)
+
+
 async def audited(
     events: AsyncGenerator[StepEvent | OutputLine, None],
     *,
-    log: AuditLog,
+    log: AuditLog | None,
     action: str,
     target: Target,
     plan: dict,
 ) -> AsyncIterator[StepEvent | OutputLine]:
-    """Pass an executor's events through and record the action when it ends, however it ends.
+    """Record the plan, pass an executor's events through, and record how the action ended.
 
-    A cancelled or failed action is recorded too (as such); an audit log that cannot be
-    written is reported as a final warning step when the action ran to its end.
+    The "started" record is written before the executor takes its first step: ActionRefused
+    (nothing done) when it cannot be. A cancelled action (a signal to Pulse, a closed screen)
+    is recorded as interrupted at its last step. `log` None (--no-audit) runs unrecorded and says so.
     """
     seen: list[StepEvent] = []
     finished = False
     container = target.container.describe() if target.container is not None else None
+    if log is None:
+        yield StepEvent("audit", StepStatus.WARNING, f"no audit record of this {action} (--no-audit)")
+    else:
+        try:
+            log.record(action, target.label, plan, [], "started", container=container, record="started")
+        except OSError as exc:
+            await events.aclose()
+            raise ActionRefused(_unwritable_text(action, log, exc.strerror or str(exc))) from None
+    why = ""
     try:
         async for event in events:
             if isinstance(event, StepEvent):
                 seen.append(event)
             yield event
         finished = True
+    except asyncio.CancelledError as exc:
+        why = " ".join(map(str, exc.args))
+        raise
     finally:
-        if not finished:
+        if not finished and log is not None:
             # Let the executor clean up (stop what it started) before the record is written.
             await events.aclose()
             try:
-                log.record(action, target.label, plan, seen, outcome_of(seen, False), container=container)
+                log.record(action, target.label, plan, seen, outcome_of(seen, False, why),
+                           container=container, record="interrupted")
             except OSError:
                 pass  # the action's own error (or the cancellation) is what the caller must see
+    if log is None:
+        return
     try:
         log.record(action, target.label, plan, seen, outcome_of(seen, True), container=container)
     except OSError as exc:

@@ -1,7 +1,7 @@
 """Config-defined actions (like k9s plugins): a command template filled from the run, then run.
 
-`[[actions]]` in the config names a key and a command with placeholders {pid} (the run's
-main PID), {pids} (all of them, space-separated words), {log}, {gpu} and {host}. Values
+`[[actions]]` in the config names a key and a command with placeholders {pid} (the process
+the operator selected, else the run's main PID), {pids} (all of them, space-separated words), {log}, {gpu} and {host}. Values
 come from the run and the config, so they are untrusted: every value is shell-quoted
 before it goes into the template, and a log path `x; rm -rf ~` arrives as that literal
 path. Other braces in a template are left alone.

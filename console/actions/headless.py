@@ -5,6 +5,10 @@ terminal and no --yes it refuses), prints every step's result as it happens, and
 the exit code: 0 when the new run was verified alive (restart) / every step passed
 (warmup), 1 when the action failed, 2 when it was refused or not confirmed.
 `dump` changes nothing, so it neither asks nor is refused by --read-only.
+
+A mutating command whose audit log cannot be written is refused before it plans (exit 2),
+unless --no-audit says to run it unrecorded. SIGHUP, SIGTERM or SIGINT during an action
+stop it where it is; the audit log records the step it was interrupted at (exit 128+N).
 """
 
 from __future__ import annotations
@@ -12,14 +16,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import replace
 from typing import TextIO
 
-from console.actions.audit import ActionRefused, OutputLine, StepEvent, StepStatus
+from console.actions.audit import (
+    ActionRefused,
+    AuditLog,
+    OutputLine,
+    StepEvent,
+    StepStatus,
+    audit_refusal,
+    checked_seconds,
+)
 from console.actions.pyspy import DumpError, dump_tree
-from console.actions.restart import execute_restart, plan_restart
+from console.actions.restart import PlanRefused, execute_restart, plan_restart
 from console.actions.warmup import execute_warmup, plan_warmup
 from console.config import Config
 from console.model import PROBLEM_KINDS
@@ -75,6 +88,44 @@ async def _print_events(events: AsyncGenerator[StepEvent | OutputLine, None], ou
     return steps
 
 
+#: Signals that interrupt a running action (the audit log then records where it stopped).
+INTERRUPTING_SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
+
+
+def _interruptible(action: str, main: Coroutine) -> int:
+    """Run `main`; an interrupting signal cancels it where it is and gives exit 128+N."""
+
+    async def guarded() -> int:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        caught: list[signal.Signals] = []
+
+        def interrupt(signum: signal.Signals) -> None:
+            if not caught:
+                caught.append(signum)
+                task.cancel(signum.name)
+
+        for signum in INTERRUPTING_SIGNALS:
+            loop.add_signal_handler(signum, interrupt, signum)
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if not caught:
+                raise
+            task.uncancel()
+            _say(f"{action}: interrupted by {caught[0].name}", sys.stderr)
+            return 128 + caught[0].value
+        finally:
+            for signum in INTERRUPTING_SIGNALS:
+                loop.remove_signal_handler(signum)
+
+    return asyncio.run(guarded())
+
+
+def _no_audit(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "no_audit", False))
+
+
 async def _mutating(
     action: str,
     config: Config,
@@ -84,9 +135,19 @@ async def _mutating(
     if getattr(args, "read_only", False):
         _say(f"read-only: {action} disabled (started with --read-only)", sys.stderr)
         return EXIT_REFUSED
+    unwritable = None if _no_audit(args) else audit_refusal(action, AuditLog(config.audit_log))
+    if unwritable:
+        _say(f"{action}: {unwritable}", sys.stderr)
+        return EXIT_REFUSED
     target = make_target(config.target)
     try:
         return await plan_and_run(target)
+    except PlanRefused as exc:
+        _say(f"{action} on {target.label}:", sys.stdout)
+        for line in exc.lines:
+            _say(f"  {line}", sys.stdout)
+        _say(f"{action}: {exc}", sys.stderr)
+        return EXIT_REFUSED
     except ActionRefused as exc:
         _say(f"{action}: {exc}", sys.stderr)
         return EXIT_REFUSED
@@ -113,19 +174,25 @@ def restart(config: Config, args: argparse.Namespace) -> int:
     """`pulse restart`: plan, confirm, stop, wait for GPU memory, launch, verify; 0 only when verified alive."""
 
     async def plan_and_run(target: Target) -> int:
-        plan = await plan_restart(target, config)
+        if getattr(args, "grace", None) is not None:
+            checked_seconds("--grace", args.grace)  # before the plan is shown and confirmed
+        plan = await plan_restart(
+            target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
+        )
         _say(f"restart on {target.label}:", sys.stdout)
         for line in plan.describe():
             _say(f"  {line}", sys.stdout)
         refused = _ask("restart", args)
         if refused is not None:
             return refused
-        events = execute_restart(target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force))
+        events = execute_restart(
+            target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force), audit=not _no_audit(args)
+        )
         steps = await _print_events(events, sys.stdout)
         verified = [e for e in steps if e.step == "verify" and e.status is StepStatus.OK]
         return EXIT_OK if verified else EXIT_FAILED
 
-    return asyncio.run(_mutating("restart", config, args, plan_and_run))
+    return _interruptible("restart", _mutating("restart", config, args, plan_and_run))
 
 
 def warmup(config: Config, args: argparse.Namespace) -> int:
@@ -139,12 +206,12 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
         refused = _ask("warmup", args)
         if refused is not None:
             return refused
-        steps = await _print_events(execute_warmup(target, config, plan), sys.stdout)
+        steps = await _print_events(execute_warmup(target, config, plan, audit=not _no_audit(args)), sys.stdout)
         done = [e for e in steps if e.status is StepStatus.OK and e.step.startswith("step ")]
         failed = any(e.status is StepStatus.FAILED for e in steps)
         return EXIT_OK if len(done) == len(plan.steps) and not failed else EXIT_FAILED
 
-    return asyncio.run(_mutating("warmup", config, args, plan_and_run))
+    return _interruptible("warmup", _mutating("warmup", config, args, plan_and_run))
 
 
 # -- dump ------------------------------------------------------------------------------------

@@ -2,27 +2,36 @@
 
 The plan is pure data: which processes (found by the sampling agent's selection, never by
 a second pattern match), their process groups and start times, the GPU memory each holds,
-and the exact launch command line. Executing it:
+and the exact launch command line. It guards the operator: a plan whose targets include
+PID 1, Pulse or its ancestors (on the target: the shell chain that runs Pulse's commands),
+a program Pulse runs, sshd or a login shell, whose match selects everything (it matches the
+empty string), whose pidfile is not a regular file or holds no usable PID, or whose match
+found several unrelated process trees the operator did not choose between, is refused
+(PlanRefused, with what was found); --force does not override it. Executing it:
 
-1. stop: SIGTERM to each planned process group (only a group whose leader is a planned
-   process; any other planned process alone), each PID re-verified by its start time right
-   before the signal so a reused PID is never hit; SIGKILL what is left after the grace.
-   A process in D state (stuck in the kernel) or a zombie is reported, not waited on.
+1. stop: SIGTERM to each planned process group (only a group whose leader is planned, whose
+   every member is planned, and that holds neither Pulse nor an ancestor of it; any other
+   planned process alone), each PID re-verified by its start time right before the signal
+   so a reused PID is never hit; SIGKILL what is left after the grace. A process in D state
+   (stuck in the kernel) or a zombie is reported, not waited on.
 2. gpu: wait until the old PIDs no longer hold GPU memory; refuse to launch if they still
    do after the timeout, unless forced.
-3. launch: a command of its own (never the same shell line as the stop), in a new session,
+3. alive: no process of the run, by match or by pidfile, may be left; else nothing is launched.
+4. launch: a command of its own (never the same shell line as the stop), in a new session,
    stdout and stderr appended to a fresh log, PID written to the pidfile. If the link drops
    here the launch state is unknown: it is checked, and never retried.
-4. verify: the new PID is alive after a few seconds and its log grows.
+5. verify: the new PID (or, when the launch daemonized, new processes matching the run) is
+   alive after a few seconds and the log grows; a failed verify shows the log's last lines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shlex
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 
 from console.actions.audit import (
@@ -32,12 +41,25 @@ from console.actions.audit import (
     StepEvent,
     StepStatus,
     audited,
+    checked_seconds,
     refuse_if_read_only,
 )
 from console.actions.custom import env_assignments, fill_placeholders, shell_path
+from console.actions.guards import (
+    PROBE_TIMEOUT_S,
+    choose_tree,
+    log_glob,
+    matches_empty,
+    pidfile_refusals,
+    probe_target,
+    process_trees,
+    protected_reason,
+    run_evidence,
+)
 from console.config import Config
-from console.model import Sample
+from console.model import ProcessReading, Sample
 from console.observe.sampler import sample_once
+from console.observe.textsafe import sanitize
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
@@ -56,9 +78,6 @@ sig() { local line f
   if kill -$1 -- $4 2>/dev/null; then echo "$2 sent"; else echo "$2 gone"; fi
 }
 """
-
-PROBE_TIMEOUT_S = 15.0
-
 
 @dataclass(frozen=True, slots=True)
 class PlannedProcess:
@@ -103,6 +122,12 @@ class RestartPlan:
     """False when the target gave no GPU readings: memory release cannot be checked."""
     notes: tuple[str, ...] = ()
     """What the operator should know before confirming (e.g. GPU PIDs are host PIDs)."""
+    trees: tuple[str, ...] = ()
+    """One line per unrelated process tree the match found (when it found more than one)."""
+    left_alone: tuple[int, ...] = ()
+    """Matching processes the operator chose not to stop (the other trees when --root names one)."""
+    refusals: tuple[str, ...] = ()
+    """Why this plan must not run; a plan with refusals is never executed, --force or not."""
 
     def as_json(self) -> dict:
         return {
@@ -122,6 +147,9 @@ class RestartPlan:
             "grace_s": self.grace_s,
             "gpus_read": self.gpus_read,
             "notes": list(self.notes),
+            "trees": list(self.trees),
+            "left_alone": list(self.left_alone),
+            "refusals": list(self.refusals),
         }
 
     def describe(self) -> list[str]:
@@ -135,6 +163,11 @@ class RestartPlan:
             lines.append("  signals to: " + " ".join(s.dest for s in self.signals))
         else:
             lines.append("stop: no run process found; nothing to stop")
+        if self.trees:
+            lines.append(f"the match found {len(self.trees)} unrelated process trees:")
+            lines += [f"  {tree}" for tree in self.trees]
+        if self.left_alone:
+            lines.append("left alone (not the run, as chosen): " + " ".join(map(str, self.left_alone)))
         if self.held_gpu_pids:
             lines.append("wait until GPU memory of PIDs " + " ".join(map(str, self.held_gpu_pids)) + " is released")
         lines.append(f"launch: {self.launch}")
@@ -144,7 +177,16 @@ class RestartPlan:
         if self.pidfile:
             lines.append(f"  pid -> {self.pidfile}")
         lines += [f"note: {note}" for note in self.notes]
+        lines += [f"REFUSED: {why}" for why in self.refusals]
         return lines
+
+
+class PlanRefused(ActionRefused):
+    """A plan the guards refuse: the message gives the reasons, `lines` the plan that shows them."""
+
+    def __init__(self, plan: RestartPlan) -> None:
+        super().__init__("refused: " + "; ".join(plan.refusals) + " (--force does not override this)")
+        self.lines = plan.describe()
 
 
 def timestamp(at: float) -> str:
@@ -163,14 +205,28 @@ def is_simple_command(command: str) -> bool:
     return "\n" not in command and not any(token and set(token) <= set(";&|()<>") for token in tokens)
 
 
+#: `NAME=value` words in front of a command (quoted values included), as bash reads them.
+_LEADING_ASSIGNMENTS = re.compile(r"""\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:[^\s'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")*\s+)*""")
+
+
+def exec_body(launch: str) -> str:
+    """What the launch's bash runs: a simple command replaces the bash (`exec`) so the recorded
+    PID is the run itself; environment assignments in front of it stay in front of `exec`."""
+    if not is_simple_command(launch):
+        return launch
+    assignments = _LEADING_ASSIGNMENTS.match(launch)
+    command = launch[assignments.end():]
+    return f"{launch[:assignments.end()]}exec {command}" if command else launch
+
+
 def launch_script(launch: str, *, cwd: str | None, env: dict[str, str], log: str, pidfile: str | None) -> str:
     """The launch as bash: new session, unbuffered, appended to `log`, PID to `pidfile` and stdout.
 
     Each line is its own command: `cd X && setsid … &` would put the whole `&&` list in a
-    background subshell, and `$!` would then be that subshell, not the run.
+    background subshell, and `$!` would then be that subshell, not the run. The pidfile is
+    written beside it and renamed into place: a FIFO put there since the plan never blocks it.
     """
-    # A simple command replaces the bash so the recorded PID is the run itself.
-    body = f"exec {launch}" if is_simple_command(launch) else launch
+    body = exec_body(launch)
     env_words = env_assignments({"PYTHONUNBUFFERED": "1", **env})
     log_word = shell_path(log)
     lines = []
@@ -179,21 +235,33 @@ def launch_script(launch: str, *, cwd: str | None, env: dict[str, str], log: str
     lines.append(f'mkdir -p -- "$(dirname -- {log_word})" || exit 1')
     lines.append(f"setsid nohup env {env_words} bash -c {quote(body)} </dev/null >>{log_word} 2>&1 &")
     if pidfile:
-        lines.append(f"echo $! > {shell_path(pidfile)}")
+        written = shell_path(pidfile + ".pulse-new")
+        lines.append(f"echo $! > {written} && mv -f -- {written} {shell_path(pidfile)}")
     lines.append("echo $!")
     return "\n".join(lines)
 
 
-def _signal_targets(processes: list[PlannedProcess]) -> list[SignalTarget]:
+def signal_targets(
+    processes: Iterable[PlannedProcess], group_members: dict[int, tuple[int, ...]], own_groups: set[int]
+) -> list[SignalTarget]:
+    """One signal per whole group of planned processes, one per PID for the rest.
+
+    A group is signalled only when its leader is planned, every member is planned, and
+    neither Pulse nor an ancestor of it is in it: otherwise the signal would reach a
+    launcher shell, an operator's session or Pulse itself, so each planned process goes alone.
+    """
     planned = {p.pid: p for p in processes}
+    whole = {
+        pgid
+        for pgid, members in group_members.items()
+        if pgid in planned and pgid not in own_groups and set(members) <= set(planned)
+    }
     targets = []
-    for p in processes:
-        leader = planned.get(p.pgid)
-        if leader is p:
-            targets.append(SignalTarget(p.pid, p.start_ticks, f"-{p.pgid}"))
-        elif leader is None:
-            # Its group is led by something that is not the run (a launcher shell, an operator's
-            # session): signalling the group would hit that too, so this process goes alone.
+    for p in planned.values():
+        if p.pgid in whole:
+            if p.pid == p.pgid:
+                targets.append(SignalTarget(p.pid, p.start_ticks, f"-{p.pgid}"))
+        else:
             targets.append(SignalTarget(p.pid, p.start_ticks, str(p.pid)))
     return targets
 
@@ -224,11 +292,19 @@ def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
 
 
 async def plan_restart(
-    target: Target, config: Config, *, read_only: bool = False, window_s: float = 0.2
+    target: Target,
+    config: Config,
+    *,
+    read_only: bool = False,
+    window_s: float = 0.2,
+    root: int | None = None,
+    all_roots: bool = False,
 ) -> RestartPlan:
     """Find the run (the agent's selection), read groups, start times and GPU memory; build the launch.
 
-    ActionRefused when the restart cannot be planned as configured.
+    `root` names the run when the match found several unrelated process trees (the others
+    are left alone); `all_roots` says to stop every tree. ActionRefused when the restart
+    cannot be planned as configured; PlanRefused when the guards refuse what was found.
     """
     refuse_if_read_only("restart", read_only)
     run = config.run
@@ -238,23 +314,51 @@ async def plan_restart(
         raise ActionRefused(f"{config.source}: set [run] match or pidfile so restart can find the run to stop")
     if not run.log:
         raise ActionRefused(f"{config.source}: set [run] log: restart appends the new run's output to it")
+    checked_seconds("[run] grace_s", run.grace_s)
+    if run.match and matches_empty(run.match):
+        raise ActionRefused(
+            f"refused: [run] match {run.match!r} matches the empty string, so it selects every process;"
+            " match the run's script name (--force does not override this)"
+        )
     try:
         _, sample = await sample_once(target, config, window_s)
+        found = list(sample.processes)
+        if run.match and run.pidfile:
+            # The agent lets a pidfile win over the match: what the match finds is the run's too.
+            _, matched = await sample_once(target, _by_match(config), 0.0)
+            found += [p for p in matched.processes if p.pid not in {f.pid for f in found}]
+        probe = await probe_target(target, [p.pid for p in found], run.pidfile)
     except TargetError as exc:
         raise ActionRefused(f"cannot read the run's processes: {exc}") from None
     notes = []
     if sample.process_error:
         notes.append(sample.process_error)
-    try:
-        info = await _proc_info(target, [p.pid for p in sample.processes])
-    except TargetError as exc:
-        raise ActionRefused(f"cannot read the run's process groups: {exc}") from None
+    refusals: list[str] = []
     gpu_mib = _gpu_mib_by_pid(sample)
-    processes = [
-        PlannedProcess(p.pid, info[p.pid][1], info[p.pid][2], info[p.pid][0], p.cmdline, gpu_mib.get(p.pid))
-        for p in sample.processes
-        if p.pid in info
-    ]
+    stdout_glob = log_glob(run.log)
+    pidfile_pid = probe.named.pid if probe.named is not None else None
+    own_pids = {p.pid for p in probe.own}
+
+    trees = process_trees(found)
+    chosen, tree_lines = trees, []
+    if len(trees) > 1 or root is not None:
+        evidence = {r: run_evidence(tree, gpu_mib, stdout_glob, pidfile_pid) for r, tree in trees.items()}
+        chosen, tree_lines, refused = choose_tree(trees, evidence, root, all_roots)
+        refusals += refused
+    kept = {p.pid for tree in chosen.values() for p in tree}
+    left_alone = tuple(sorted(p.pid for p in found if p.pid not in kept))
+
+    processes = []
+    for p in found:
+        facts = probe.procs.get(p.pid)
+        if p.pid not in kept or facts is None:
+            continue
+        why = protected_reason(facts, own_pids)
+        if why:
+            refusals.append(f"{facts.label()} is {why}")
+        processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
+    refusals += pidfile_refusals(run.pidfile, probe, own_pids, notes)
+
     if sample.in_pid_namespace and gpu_mib:
         # The driver lists host PIDs, which never equal the container's: wait for every context seen now.
         held = sorted(gpu_mib)
@@ -270,9 +374,9 @@ async def plan_restart(
     if re.search(r"[*?\[]", log):
         raise ActionRefused(f"{config.source}: [run] log {run.log!r} is a glob; use {{started}} to name each run's log")
     script = launch_script(run.launch, cwd=run.cwd, env=dict(run.env), log=log, pidfile=run.pidfile)
-    return RestartPlan(
+    plan = RestartPlan(
         processes=tuple(processes),
-        signals=tuple(_signal_targets(processes)),
+        signals=tuple(signal_targets(processes, probe.group_members, {p.pgid for p in probe.own})),
         held_gpu_pids=tuple(held),
         launch=run.launch,
         cwd=run.cwd,
@@ -283,7 +387,13 @@ async def plan_restart(
         grace_s=run.grace_s,
         gpus_read=bool(sample.gpus),
         notes=tuple(notes),
+        trees=tuple(tree_lines),
+        left_alone=left_alone,
+        refusals=tuple(refusals),
     )
+    if refusals:
+        raise PlanRefused(plan)
+    return plan
 
 
 @dataclass
@@ -403,11 +513,61 @@ async def _log_size(target: Target, log: str) -> int | None:
     return int(result.stdout) if result.ok and result.stdout.strip().isdigit() else None
 
 
+#: How much of the new log a failed verify shows (and the audit keeps).
+LOG_TAIL_LINES = 20
+
+
+def _by_match(config: Config) -> Config:
+    """`config` finding the run by its match alone (the agent lets a pidfile win over the match)."""
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, pidfile=None))
+
+
+async def _run_processes(target: Target, config: Config) -> list[ProcessReading]:
+    """The processes matching the run now (none without a match), zombies left out."""
+    if not config.run.match:
+        return []
+    _, sample = await sample_once(target, _by_match(config), 0.0)
+    return [p for p in sample.processes if p.state not in ("Z", "X")]
+
+
+def _names(processes: Iterable[ProcessReading]) -> str:
+    return ", ".join(f"PID {p.pid} ({p.cmdline[:60]})" for p in processes)
+
+
+async def _still_alive(
+    target: Target, config: Config, plan: RestartPlan, force: bool
+) -> AsyncGenerator[StepEvent, None]:
+    """The check before the launch: no process of the run, by match or by pidfile, may be left."""
+    step = "alive"
+    left_alone = set(plan.left_alone)
+    alive = [p for p in await _run_processes(target, config) if p.pid not in left_alone]
+    named = None
+    if plan.pidfile:
+        probe = await probe_target(target, [], plan.pidfile)
+        if probe.pidfile == "notregular":
+            yield StepEvent(step, StepStatus.FAILED, f"pidfile {plan.pidfile} is no longer a regular file; not launching")
+            return
+        named = probe.named if probe.named is not None and probe.named.state not in ("Z", "X") else None
+    described = [_names(alive)] if alive else []
+    if named is not None and named.pid not in {p.pid for p in alive}:
+        described.append(f"{named.label()} named by the pidfile")
+    if not described:
+        yield StepEvent(step, StepStatus.OK, "no process of the run is left")
+        return
+    states = [p.state for p in alive] + ([named.state] if named is not None else [])
+    if force and all(state == "D" for state in states):
+        yield StepEvent(step, StepStatus.WARNING,
+                        f"still there, stuck in D state: {'; '.join(described)}; launching anyway (--force)")
+        return
+    yield StepEvent(step, StepStatus.FAILED, f"still alive: {'; '.join(described)}; not launching a second run",
+                    {"pids": [p.pid for p in alive] + ([named.pid] if named is not None else [])})
+
+
 async def _after_unknown_launch(target: Target, config: Config, plan: RestartPlan) -> StepEvent:
     """What can be learned about a launch whose result never came back (never launches again)."""
     step = "check"
     try:
-        _, sample = await sample_once(target, config, 0.0)
+        _, sample = await sample_once(target, _by_match(config) if config.run.match else config, 0.0)
     except TargetError as exc:
         return StepEvent(step, StepStatus.FAILED, f"cannot check ({exc}); look for the run before launching again")
     old = {p.pid for p in plan.processes}
@@ -420,10 +580,60 @@ async def _after_unknown_launch(target: Target, config: Config, plan: RestartPla
                      "no new run process found yet; the launch may still start: check before launching again")
 
 
+async def _log_tail(target: Target, log: str) -> list[str]:
+    """The log's last lines (from at most its last 16 KiB), made safe for a terminal."""
+    script = f"tail -c 16384 -- {shell_path(log)} 2>/dev/null | tail -n {LOG_TAIL_LINES}"
+    try:
+        result = await target.run(script, PROBE_TIMEOUT_S, login=False)
+    except TargetError:
+        return []
+    return [sanitize(line, 300)[0] for line in result.stdout.splitlines()]
+
+
+async def _verify(
+    target: Target, config: Config, plan: RestartPlan, pid: int, t: _Timing
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    step = "verify"
+    data = {"pid": pid, "log": plan.log, "pidfile": plan.pidfile}
+    yield StepEvent(step, StepStatus.RUNNING, f"checking PID {pid} in {t.verify_after_s:g} s", data)
+    try:
+        size_at_launch = await _log_size(target, plan.log)
+        await asyncio.sleep(t.verify_after_s)
+        info = await _proc_info(target, [pid])
+        size_now = await _log_size(target, plan.log)
+        grew = size_now is not None and size_now > (size_at_launch or 0)
+        gone = info.get(pid, ("gone",))[0] in ("gone", "Z", "X")
+        old = {p.pid for p in plan.processes}
+        # A launch that daemonizes: its first PID exits, the run lives on in new processes.
+        daemons = [p for p in await _run_processes(target, config) if p.pid not in old and p.pid != pid] if gone else []
+    except TargetError as exc:
+        yield StepEvent(step, StepStatus.FAILED, f"cannot check PID {pid}: {exc}", data)
+        return
+    if gone and daemons:
+        data = {**data, "pid": daemons[0].pid, "launcher_pid": pid, "pids": [p.pid for p in daemons]}
+        growth = "log grows" if grew else f"log {plan.log} has not grown yet"
+        yield StepEvent(step, StepStatus.OK, f"launcher PID {pid} exited; the run daemonized: {_names(daemons)} alive, "
+                        f"{growth}; log {plan.log}", data)
+        return
+    if gone:
+        tail = await _log_tail(target, plan.log)
+        for line in tail:
+            yield OutputLine(step, line)
+        data = {**data, "log_tail": tail}
+        unseen = "" if config.run.match else " (without [run] match a run that daemonized cannot be found)"
+        yield StepEvent(step, StepStatus.FAILED, f"PID {pid} exited within {t.verify_after_s:g} s and no new process"
+                        f" of the run is alive{unseen}; last lines of {plan.log} above", data)
+        return
+    if not grew:
+        yield StepEvent(step, StepStatus.WARNING,
+                        f"log {plan.log} has not grown in {t.verify_after_s:g} s (slow start or buffered output)", data)
+    yield StepEvent(step, StepStatus.OK, f"new run PID {pid} alive, log {plan.log}", data)
+
+
 async def _restart(
     target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    stopped_ok = gpu_ok = True
+    stopped_ok = gpu_ok = alive_ok = True
     phase = "stop"
     try:
         async for event in _stop(target, plan, t):
@@ -433,12 +643,17 @@ async def _restart(
         async for event in _gpu_release(target, config, plan, t, force):
             gpu_ok = gpu_ok and event.status is not StepStatus.FAILED
             yield event
+        phase = "alive"
+        async for event in _still_alive(target, config, plan, force):
+            alive_ok = alive_ok and event.status is not StepStatus.FAILED
+            yield event
     except TargetError as exc:
         yield StepEvent(phase, StepStatus.FAILED, f"{exc}; nothing launched")
         yield StepEvent("launch", StepStatus.SKIPPED, "not launched: the target could not be checked")
         return
-    if not (stopped_ok or force) or not gpu_ok:
-        why = "old processes still running" if not stopped_ok else "GPU memory still held"
+    if not (stopped_ok or force) or not gpu_ok or not alive_ok:
+        why = ("old processes still running" if not stopped_ok else
+               "GPU memory still held" if not gpu_ok else "a process of the run is still alive")
         yield StepEvent("launch", StepStatus.SKIPPED, f"not launched: {why}")
         return
 
@@ -457,26 +672,10 @@ async def _restart(
         yield StepEvent("launch", StepStatus.FAILED, f"exit {result.exit_status}: {said[-1] if said else 'no output'}")
         return
     pid = int(words[-1])
-    data = {"pid": pid, "log": plan.log, "pidfile": plan.pidfile}
-    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", data)
-
-    yield StepEvent("verify", StepStatus.RUNNING, f"checking PID {pid} in {t.verify_after_s:g} s")
-    try:
-        size_at_launch = await _log_size(target, plan.log)
-        await asyncio.sleep(t.verify_after_s)
-        info = await _proc_info(target, [pid])
-        size_now = await _log_size(target, plan.log)
-    except TargetError as exc:
-        yield StepEvent("verify", StepStatus.FAILED, f"cannot check PID {pid}: {exc}", data)
-        return
-    state = info.get(pid, ("gone",))[0]
-    if state in ("gone", "Z", "X"):
-        yield StepEvent("verify", StepStatus.FAILED, f"PID {pid} exited within {t.verify_after_s:g} s; see {plan.log}", data)
-        return
-    if size_now is None or size_now <= (size_at_launch or 0):
-        yield StepEvent("verify", StepStatus.WARNING,
-                        f"log {plan.log} has not grown in {t.verify_after_s:g} s (slow start or buffered output)", data)
-    yield StepEvent("verify", StepStatus.OK, f"new run PID {pid} alive, log {plan.log}", data)
+    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", {"pid": pid, "log": plan.log,
+                                                                            "pidfile": plan.pidfile})
+    async for event in _verify(target, config, plan, pid, t):
+        yield event
 
 
 def execute_restart(
@@ -491,23 +690,29 @@ def execute_restart(
     verify_after_s: float = 5.0,
     poll_s: float = 0.25,
     launch_timeout_s: float = 30.0,
+    audit: bool = True,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Stop, wait for GPU memory, launch once, verify: step events as they happen; audited.
+    """Stop, wait for GPU memory, check nothing of the run is left, launch once, verify: step events
+    as they happen; audited ("started" before the first signal) unless `audit` is False (--no-audit).
 
     `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
-    processes or their GPU memory remain. Stop iterating to cancel between steps.
+    processes' GPU memory remains, or processes stuck in D state. Stop iterating to cancel
+    between steps. ActionRefused at once for a plan the guards refused or a time that is
+    not a finite number of seconds ≥ 0.
     """
+    if plan.refusals:
+        raise PlanRefused(plan)
     timing = _Timing(
-        grace_s=plan.grace_s if grace_s is None else grace_s,
-        kill_wait_s=kill_wait_s,
-        gpu_timeout_s=gpu_timeout_s,
-        verify_after_s=verify_after_s,
-        poll_s=poll_s,
-        launch_timeout_s=launch_timeout_s,
+        grace_s=checked_seconds("the grace", plan.grace_s if grace_s is None else grace_s),
+        kill_wait_s=checked_seconds("the kill wait", kill_wait_s),
+        gpu_timeout_s=checked_seconds("the GPU timeout", gpu_timeout_s),
+        verify_after_s=checked_seconds("the verify wait", verify_after_s),
+        poll_s=checked_seconds("the poll interval", poll_s),
+        launch_timeout_s=checked_seconds("the launch timeout", launch_timeout_s),
     )
     return audited(
         _restart(target, config, plan, timing, force),
-        log=AuditLog(config.audit_log),
+        log=AuditLog(config.audit_log) if audit else None,
         action="restart",
         target=target,
         plan=plan.as_json(),

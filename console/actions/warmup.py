@@ -25,6 +25,7 @@ from console.actions.audit import (
     StepEvent,
     StepStatus,
     audited,
+    checked_seconds,
     refuse_if_read_only,
 )
 from console.actions.custom import fill_placeholders, shell_path, stream_grouped, unknown_placeholders
@@ -151,15 +152,20 @@ async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEv
         yield StepEvent(label, StepStatus.OK, f"{step.name} done in {format_duration(took)}", data)
 
 
-def execute_warmup(target: Target, config: Config, plan: WarmupPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Run the plan's steps one after another; stop at the first failure; audited.
+def execute_warmup(
+    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """Run the plan's steps one after another; stop at the first failure; audited unless `audit`
+    is False (--no-audit).
 
     Iterate to run it; stop iterating (or cancel the task) to cancel: the step that is
     running is stopped by its own process group and nothing else is touched.
+    ActionRefused at once when the step timeout is not a finite number of seconds ≥ 0.
     """
+    checked_seconds("the warmup's step timeout", plan.step_timeout_s)
     return audited(
         _run_warmup(target, plan),
-        log=AuditLog(config.audit_log),
+        log=AuditLog(config.audit_log) if audit else None,
         action="warmup",
         target=target,
         plan=plan.as_json(),

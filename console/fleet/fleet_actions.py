@@ -220,12 +220,14 @@ def execute_fleet_restart(
     start_timeout_s: float = 300.0,
     verify_timeout_s: float = 60.0,
     poll_s: float = 0.5,
+    audit: bool = True,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Stop through Slurm, wait, resubmit if planned, wait for the start, verify every node; audited."""
+    """Stop through Slurm, wait, resubmit if planned, wait for the start, verify every node; audited
+    unless `audit` is False (--no-audit)."""
     timing = _Timing(stop_timeout_s, start_timeout_s, verify_timeout_s, poll_s)
     return audited(
         _restart(slurm, config, plan, timing),
-        log=AuditLog(config.audit_log),
+        log=AuditLog(config.audit_log) if audit else None,
         action="fleet restart",
         target=slurm.target,
         plan=plan.as_json(),

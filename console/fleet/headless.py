@@ -47,10 +47,14 @@ async def _restart(config: Config, args: argparse.Namespace) -> int:
             print(f"restart: not confirmed: {why}", file=sys.stderr)
             return EXIT_REFUSED
         verified = False
-        async for event in execute_fleet_restart(slurm, config, plan):
-            print(format_event(event), flush=True)
-            if isinstance(event, StepEvent) and event.step == "verify" and event.status is StepStatus.OK:
-                verified = True
+        try:
+            async for event in execute_fleet_restart(slurm, config, plan, audit=not getattr(args, "no_audit", False)):
+                print(format_event(event), flush=True)
+                if isinstance(event, StepEvent) and event.step == "verify" and event.status is StepStatus.OK:
+                    verified = True
+        except ActionRefused as exc:  # its audit log cannot be written: nothing was done
+            print(f"restart: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
         return EXIT_OK if verified else EXIT_FAILED
     finally:
         await target.close()

@@ -454,14 +454,23 @@ def describe_process(
     }
 
 
+#: A pidfile holds one PID and a newline; anything longer is not one.
+PIDFILE_MAX_BYTES = 64
+
+
 def read_pidfile(path: str, procs: List[Record]) -> Tuple[Optional[int], Optional[str]]:
     """The run's PID from a pidfile, or an error saying why there is none."""
     path_on_disk = os.path.expanduser(path)
     try:
-        if not stat.S_ISREG(os.stat(path_on_disk).st_mode):
-            # A FIFO or device would block the agent on open, past its stdin's EOF.
-            return None, "pidfile %s is not a regular file: point [run] pidfile at the file the launch writes" % path
-        text = _read_text(path_on_disk).strip()
+        # O_NONBLOCK: a FIFO must not block the agent on open; only a few bytes are read, so a
+        # huge file costs nothing. The type is checked on what was opened, not on the name.
+        fd = os.open(path_on_disk, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None, "pidfile %s is not a regular file: point [run] pidfile at the file the launch writes" % path
+            text = os.read(fd, PIDFILE_MAX_BYTES).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return None, "pidfile %s does not exist: is the run started?" % path
     except OSError as exc:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import BinaryIO
 
@@ -47,21 +46,18 @@ def run_classify(args: argparse.Namespace) -> int:
 def _classify_stream(stream: BinaryIO, patterns) -> int:
     out = sys.stdout
     rest = b""
-    try:
-        while True:
-            chunk = stream.read1(_CHUNK)
-            if not chunk:
-                break
-            lines, rest = split_lines(rest + chunk)
-            if lines:
-                out.write(_render(lines, patterns))
-                out.flush()
-        if rest:
-            out.write(_render([rest], patterns))
+    # A reader that goes away (`| head`) ends this with BrokenPipeError, which `pulse` turns into a quiet exit.
+    while True:
+        chunk = stream.read1(_CHUNK)
+        if not chunk:
+            break
+        lines, rest = split_lines(rest + chunk)
+        if lines:
+            out.write(_render(lines, patterns))
             out.flush()
-    except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, and keep Python's exit flush from complaining.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+    if rest:
+        out.write(_render([rest], patterns))
+        out.flush()
     return 0
 
 

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from console.config import Config
-from console.model import Event, LineInfo, LogLine, LogStatus
-from console.observe import follow_agent
+from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine
+from console.observe import follow_agent, progress
 from console.observe.lines import classify_line
-from console.observe.textsafe import sanitize, split_lines
+from console.observe.textsafe import sanitize, sanitize_styled, split_lines
 from console.remote.program import open_program
 from console.remote.target import Channel, Target, TargetError
 
@@ -37,6 +37,7 @@ REAP_S = 5.0
 SLICE_S = 0.01
 
 LinesCallback = Callable[[list[LogLine]], None]
+ProgressCallback = Callable[[ProgressLine | None], None]
 EventCallback = Callable[[Event], None]
 
 
@@ -111,6 +112,10 @@ class LogFollower:
     follower; `data["ev"]` names it: open, truncated, rotated, replaced, missing,
     disconnected, and idle (a heartbeat every few seconds, for liveness rather than the
     event ring). `status` is the file as last seen.
+
+    `on_progress` receives the redraw a progress bar shows now (the unfinished last line after
+    its last `\r`), at most once per chunk read, and None once that line is finished or left.
+    Every line and redraw carries the time it was written (the file's mtime when read).
     """
 
     def __init__(
@@ -120,6 +125,7 @@ class LogFollower:
         on_lines: LinesCallback,
         *,
         on_event: EventCallback | None = None,
+        on_progress: ProgressCallback | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         backlog_bytes: int | None = BACKLOG_BYTES,
         poll_s: float = 0.05,
@@ -133,6 +139,8 @@ class LogFollower:
         self.pattern = log_pattern(config.run.log)
         self.on_lines = on_lines
         self.on_event = on_event
+        self.on_progress = on_progress
+        self._showing_progress = False
         self.max_line_bytes = max_line_bytes
         self.poll_s = poll_s
         self.heartbeat_s = heartbeat_s
@@ -231,12 +239,15 @@ class LogFollower:
             if len(self._head) < HEAD_BYTES and self._received <= len(self._head) < self._received + len(payload):
                 self._head += payload[len(self._head) - self._received : HEAD_BYTES - self._received]
             self._received += len(payload)
-            await self._deliver(self._split(payload))
+            written = time.monotonic() - _age(header)
+            await self._deliver(self._split(payload), written)
+            self._report_progress(written)
             return
         if ev == "open":
             self._open(header)
         elif ev in ("truncated", "rotated", "replaced"):
             self._end_of_file()
+            self._report_progress(time.monotonic())
             if ev == "truncated":
                 self._received = 0
                 self._head.clear()
@@ -313,31 +324,49 @@ class LogFollower:
         self._partial.clear()
         self._skipping = True
 
-    async def _deliver(self, raws: list[tuple[bytes, bool]]) -> None:
-        """Make lines of `raws` and hand them on: one batch, or one per SLICE_S of work so the loop stays responsive."""
+    def _report_progress(self, written: float) -> None:
+        """Hand on the bar's latest redraw, or None when the line that held one is finished."""
+        if self.on_progress is None:
+            return
+        redraw = None
+        if not self._skipping and b"\r" in self._partial:
+            text = sanitize(bytes(self._partial), self.max_line_bytes)[0]
+            if text.strip():
+                redraw = progress.progress_line(text, written, self.config.metrics.patterns)
+        if redraw is not None or self._showing_progress:
+            self._showing_progress = redraw is not None
+            self.on_progress(redraw)
+
+    async def _deliver(self, raws: list[tuple[bytes, bool]], written: float) -> None:
+        """Make lines of `raws`, written at `written`, and hand them on: one batch, or one per SLICE_S
+        of work so the loop stays responsive."""
         batch: list[LogLine] = []
         started = time.perf_counter()
-        now = time.monotonic()
         for raw, cut in raws:
-            batch.append(self._line(raw, now, cut=cut))
+            batch.append(self._line(raw, written, cut=cut))
             if len(batch) % 64 == 0 and time.perf_counter() - started > SLICE_S:
                 self.on_lines(batch)
                 batch = []
                 await asyncio.sleep(0)
                 started = time.perf_counter()
-                now = time.monotonic()
         if batch:
             self.on_lines(batch)
 
     def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
-        text, shortened = sanitize(raw, self.max_line_bytes)
+        text, shortened, sgr = sanitize_styled(raw, self.max_line_bytes)
         info: LineInfo = classify_line(text, self.config.metrics.patterns)
         self._number += 1
-        return LogLine(self._number, text, info, cut or shortened, now)
+        return LogLine(self._number, text, info, cut or shortened, now, sgr)
 
     def _emit(self, text: str, data: dict) -> None:
         if self.on_event is not None:
             self.on_event(Event(time.monotonic(), "log", text, data))
+
+
+def _age(header: dict) -> float:
+    """The `age` a data frame gives its bytes: seconds since the file was written (0 when absent or bad)."""
+    age = header.get("age", 0.0)
+    return float(age) if isinstance(age, (int, float)) and 0.0 <= age < 1e9 else 0.0
 
 
 async def _reap(channel: Channel) -> None:

@@ -9,7 +9,8 @@ so the local side splits lines and nothing is decoded here). Events:
 - `open`      path, inode, size, offset, pid, head: now reading this file from `offset`;
               `head` is its first bytes (up to 256, hex), to tell it from a later file
               that reuses the inode number
-- `data`      path, inode, offset, len: the file's bytes [offset, offset+len)
+- `data`      path, inode, offset, len, age: the file's bytes [offset, offset+len); `age`: seconds
+              since the file was last modified (its mtime) when they were read
 - `truncated` path, inode, size, offset: the file shrank below `offset`; reading restarts at 0
 - `rotated`   path, inode (old), new_inode, lost: another file now has the path; the old one
               was read to its end through the open descriptor (`lost`: it could not be found
@@ -343,8 +344,18 @@ class Follower:
             data = os.pread(self.fd, CHUNK, self.offset)
             if not data:
                 return False
+            # How long ago the file was last written, by this host's clock alone: the reader
+            # dates the bytes by it (a backlog read at start-up is history, not news).
+            age = max(0.0, time.time() - os.fstat(self.fd).st_mtime)
             self.out.frame(
-                {"ev": "data", "path": self.path, "inode": self.inode, "offset": self.offset, "len": len(data)},
+                {
+                    "ev": "data",
+                    "path": self.path,
+                    "inode": self.inode,
+                    "offset": self.offset,
+                    "len": len(data),
+                    "age": round(age, 3),
+                },
                 data,
             )
             self.offset += len(data)

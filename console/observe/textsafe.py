@@ -3,12 +3,16 @@
 A training log can hold anything: colour codes, tqdm's carriage-return redraws,
 invalid UTF-8, and escape sequences that would set the window title, write the
 clipboard (OSC 52) or move the cursor if passed through. `sanitize` turns one
-raw line into plain printable text; `split_lines` cuts a received chunk into lines.
+raw line into plain printable text; `sanitize_styled` does the same and also returns the
+line's own colours (SGR sequences only, as spans over the plain text, never the bytes);
+`split_lines` cuts a received chunk into lines.
 """
 
 from __future__ import annotations
 
 import re
+
+from console.observe.progress import is_redraw
 
 #: The longest line kept, in characters; the rest is dropped and flagged.
 MAX_LINE_CHARS = 4096
@@ -73,17 +77,61 @@ def _clean(text: str, max_len: int) -> tuple[str, bool]:
     return text, cut
 
 
+#: Select Graphic Rendition: colours and attributes, the only sequence whose meaning is kept.
+_SGR = re.compile(r"(?:\x1b\[|\x9b)([0-9;:]{0,64})m")
+
+SgrSpan = tuple[int, int, str]
+"""(start, end, parameters) over the plain text: `(0, 5, "1;31")` is bold red for its first 5 characters."""
+
+
+def sanitize_styled(raw: bytes | str, max_len: int = MAX_LINE_CHARS) -> tuple[str, bool, tuple[SgrSpan, ...]]:
+    """`sanitize`, and the SGR state of each stretch of the result as spans.
+
+    The parameters are digits and separators only (the pattern admits nothing else), so a
+    span can carry no other sequence. A line with carriage returns (a progress bar's redraws)
+    is `sanitize`d without colours: which redraw it keeps is sanitize's business alone.
+    """
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if ("\x1b[" not in raw and "\x9b" not in raw) or "\r" in raw:
+        return (*sanitize(raw, max_len), ())
+    pieces = _SGR.split(raw)  # text, params, text, params, ..., text
+    text, spans, params = "", [], ""
+    cut = False
+    for index, piece in enumerate(pieces):
+        if index % 2:
+            codes = piece.replace(":", ";")
+            params = "" if codes in ("", "0") else f"{params};{codes}".lstrip(";")
+            if len(params) > 128:  # a line that never resets: keep its latest setting, bounded
+                params = codes
+            continue
+        clean, shortened = sanitize(piece, max_len * 8 + 1024)
+        cut = cut or shortened
+        if clean and params:
+            spans.append((len(text), len(text) + len(clean), params))
+        text += clean
+    if len(text) > max_len:
+        text, cut = text[:max_len], True
+        spans = [(start, min(end, max_len), codes) for start, end, codes in spans if start < max_len]
+    return text, cut, tuple(spans)
+
+
 def strip_escape_sequences(text: str) -> str:
     """`text` without terminal escape sequences (CSI, OSC, DCS, SOS, PM, APC, 8-bit forms); nothing else changes."""
     return _ESCAPE_SEQUENCE.sub("", text)
 
 
 def _last_redraw(text: str) -> str:
-    """The text after the last carriage return that is followed by something visible."""
-    for segment in reversed(text.split("\r")):
-        if segment.strip():
-            return segment
-    return ""
+    """The text after the last carriage return that is followed by something visible; when that
+    is not itself a progress bar's redraw (tqdm.write clears the bar, prints, draws it again), the
+    bar's last redraw before it comes first, so its step and rate stay with the line."""
+    visible = [segment for segment in text.split("\r") if segment.strip()]
+    if not visible:
+        return ""
+    last = visible[-1]
+    if len(visible) > 1 and is_redraw(visible[-2]) and not is_redraw(last):
+        return f"{visible[-2].rstrip()} {last.lstrip()}"
+    return last
 
 
 def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:

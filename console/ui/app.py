@@ -33,13 +33,21 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.help_screen import HelpScreen
-from console.ui.keymap import ACTIONS, ActionSpec, binding, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
-from console.ui.run_view import LOG_FLUSH_S, RATE_WINDOW_S, compose_run_panes, own_pids, throughput_view
+from console.ui.run_view import (
+    LOG_FLUSH_S,
+    RATE_WINDOW_S,
+    compose_run_panes,
+    own_pids,
+    progress_bar_view,
+    throughput_view,
+)
 from console.ui.status_bar import StatusBar, StatusView
 from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
+from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
@@ -48,6 +56,14 @@ REFRESH_S = 1.0
 CHEAP_DIAGNOSIS_S = 5.0
 #: The cheap diagnosis compares the latest sample with one about this old.
 CHEAP_WINDOW_S = 10.0
+#: Below either, the compact layout: one line per GPU role, so the log keeps room.
+COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
+#: The log input box's prompt in each of its modes.
+LOG_INPUT_PROMPTS = {
+    "search": "search (regex, any case): Enter jumps to the nearest match above · n/N next/previous · Esc clears",
+    "filter": "show only lines matching (regex, any case): Enter keeps · Esc clears",
+    "goto": "go to line number: Enter jumps · Esc closes",
+}
 
 
 class Startable(Protocol):
@@ -115,7 +131,7 @@ class PulseApp(ThemedApp):
     CSS_PATH = "pulse.tcss"
     TITLE = "Pulse"
     COMMANDS = App.COMMANDS | {PulseCommands}
-    BINDINGS = [binding(spec) for spec in ACTIONS]
+    BINDINGS = bindings(ACTIONS)
 
     def __init__(
         self,
@@ -139,11 +155,18 @@ class PulseApp(ThemedApp):
         self.monitor: Startable | None = None
         self.action_specs: tuple[ActionSpec, ...] = wired_actions(config, has_target=target is not None)
         self._wired = {spec.action for spec in self.action_specs}
+        # Read-only: check_action hides these keys (footer and bindings); pressed anyway, on_key
+        # runs them so the action itself says why it is refused.
+        self._refused_keys = {
+            key: spec.action for spec in self.action_specs if read_only and spec.mutating for key in spec.keys.split(",")
+        }
         for spec in self.action_specs:
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
         self._painted_sample = False
+        self.log_input_mode = "filter"
+        """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
         """The latest Verdict, shown in the status line until the state changes."""
 
@@ -162,7 +185,9 @@ class PulseApp(ThemedApp):
         self.process_pane = query(ProcessPane)
         self.throughput_pane = query(ThroughputPane)
         self.log_pane = query(LogPane)
+        self.progress_line = query(ProgressBarLine)
         self.search_input = query("#search", Input)
+        self.footer = query(Footer)
         self.gpus_box, self.processes_box, self.log_box = query("#gpus-box"), query("#processes-box"), query("#log-box")
         query("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -186,12 +211,17 @@ class PulseApp(ThemedApp):
                 await stopped
 
     def on_resize(self) -> None:
-        self._size_classes()
+        if hasattr(self, "gpu_pane"):  # a resize can come before on_mount, which sizes the first layout
+            self._size_classes()
 
     def _size_classes(self) -> None:
         width, height = self.size
+        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
         self.screen.set_class(width < 110, "-narrow")
         self.screen.set_class(height < 34, "-short")
+        self.screen.set_class(compact, "-compact")
+        self.gpu_pane.set_compact(compact)
+        self.footer.compact = compact
 
     # -- themes ------------------------------------------------------------------
 
@@ -231,6 +261,7 @@ class PulseApp(ThemedApp):
         lines = self.state.lines_after(pane.last_number)
         if lines:
             pane.append(lines)
+        self.progress_line.show(progress_bar_view(self.state, self.clock()))
 
     def refresh_panes(self, force: bool = True) -> None:
         """Repaint from the state: the status line always (ages move), the rest when it changed."""
@@ -336,13 +367,17 @@ class PulseApp(ThemedApp):
         parts = []
         if pane.filter_text:
             parts.append(f"filter “{pane.filter_text}”: {pane.line_count} lines")
+        if pane.search_text:
+            parts.append(f"search “{pane.search_text}” · n/N")
+        if pane.filter_error or pane.search_error:
+            parts.append(pane.filter_error or pane.search_error)
         if pane.following:
             parts.append("following")
         else:
             parts.append(f"paused · {pane.unseen} new lines · f to follow" if pane.unseen else "paused · f to follow")
         problems = len(self.state.problems)
         if problems:
-            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · n/N jump")
+            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
         set_titles(box, Text(f"Log · {path}"), Text(" · ".join(parts)))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
@@ -355,10 +390,28 @@ class PulseApp(ThemedApp):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         table_actions = {spec.action for spec in ACTIONS}
         if action == "custom":
-            return f"custom({parameters[0]})" in self._wired if parameters else False
-        if action in table_actions and action not in self._wired:
+            action = f"custom({parameters[0]})" if parameters else ""
+            if action not in self._wired:
+                return False
+        elif action in table_actions and action not in self._wired:
             return False
-        return True
+        return action not in self._refused_keys.values()
+
+    async def on_key(self, event) -> None:
+        action = self._refused_keys.get(event.key)
+        if action is not None and self.screen is self.screen_stack[0] and not isinstance(self.focused, Input):
+            event.stop()
+            await self.take_action(action)
+
+    async def take_action(self, action: str) -> None:
+        """Run a table action (the palette's way in). One that read-only hides runs all the same,
+        past check_action, so that it refuses in its own words."""
+        if action not in self._refused_keys.values():
+            await self.run_action(action)
+            return
+        name, _, argument = action.partition("(")
+        method = getattr(self, f"action_{name}")
+        method(int(argument.rstrip(")"))) if argument else method()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -368,51 +421,111 @@ class PulseApp(ThemedApp):
         following = self.log_pane.toggle_follow()
         self.notify("following the log" if following else "paused: f or End to follow again", timeout=2)
 
+    def action_next(self) -> None:
+        self._jump(backwards=False, match=bool(self.log_pane.search_text))
+
+    def action_previous(self) -> None:
+        self._jump(backwards=True, match=bool(self.log_pane.search_text))
+
     def action_next_problem(self) -> None:
-        self._jump(backwards=False)
+        self._jump(backwards=False, match=False)
 
     def action_previous_problem(self) -> None:
-        self._jump(backwards=True)
+        self._jump(backwards=True, match=False)
 
-    def _jump(self, *, backwards: bool) -> None:
-        line = self.log_pane.next_problem(backwards=backwards)
+    def _jump(self, *, backwards: bool, match: bool) -> None:
+        pane = self.log_pane
+        line = pane.next_match(backwards=backwards) if match else pane.next_problem(backwards=backwards)
         if line is None:
-            where = "above" if backwards else "below"
-            self.notify(f"no problem line {where}", severity="information", timeout=2)
-        else:
-            self._refresh_log_titles()
+            what = "match" if match else "problem line"
+            self.notify(f"no {what} {'above' if backwards else 'below'}", severity="information", timeout=2)
+        self._refresh_log_titles()
+
+    def action_problem_log(self) -> None:
+        """`l`, the key verdicts name: the log at its newest problem line (the end when there is none)."""
+        pane = self.log_pane
+        pane.focus()
+        if pane.filter_text:
+            self.clear_log_input()
+        if pane.last_problem() is None:
+            pane.follow()
+            self.notify("no problem line in the log held: following its end", timeout=3)
+        self._refresh_log_titles()
+
+    def action_follow(self) -> None:
+        self.log_pane.follow()
+
+    def action_toggle_tree(self) -> None:
+        self.notify("process tree" if self.process_pane.toggle_tree() else "process list", timeout=2)
+
+    def action_toggle_line_numbers(self) -> None:
+        self.log_pane.line_numbers = not self.log_pane.line_numbers
 
     def action_search(self) -> None:
-        search = self.search_input
-        search.add_class("-visible")
-        search.value = self.log_pane.filter_text
-        search.focus()
+        self._open_log_input("search")
+
+    def action_filter(self) -> None:
+        self._open_log_input("filter")
+
+    def action_go_to_line(self) -> None:
+        self._open_log_input("goto")
+
+    def _open_log_input(self, mode: str) -> None:
+        box = self.search_input
+        self.log_input_mode = mode
+        box.placeholder = LOG_INPUT_PROMPTS[mode]
+        box.add_class("-visible")
+        box.value = {"search": self.log_pane.search_text, "filter": self.log_pane.filter_text}.get(mode, "")
+        box.focus()
 
     @on(Input.Changed, "#search")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.log_pane.filter_text = event.value
+    def _log_input_changed(self, event: Input.Changed) -> None:
+        mode = self.log_input_mode
+        if mode == "filter":
+            self.log_pane.filter_text = event.value
+        elif mode == "search":
+            self.log_pane.search_text = event.value
         self._refresh_log_titles()
 
     @on(Input.Submitted, "#search")
-    def _filter_kept(self, event: Input.Submitted) -> None:
-        if not event.value:
+    def _log_input_submitted(self, event: Input.Submitted) -> None:
+        mode = self.log_input_mode
+        pane = self.log_pane
+        if mode == "goto":
+            event.input.value = ""
+            try:
+                number = int(event.value.strip())
+            except ValueError:
+                self.notify(f"not a line number: {event.value.strip()[:40]!r}", severity="warning", timeout=3)
+                return
+            line = pane.go_to_line(number)
+            if line is None:
+                self.notify(f"no line {number} or later is held", severity="warning", timeout=3)
+            elif line.number != number:
+                self.notify(f"line {number} is not held (pruned or filtered out): at line {line.number}", timeout=3)
+        elif mode == "search" and event.value and pane.next_match(backwards=True) is None:
+            self.notify("no match", severity="information", timeout=2)
+        if not event.value or mode == "goto":
             event.input.remove_class("-visible")
-        self.log_pane.focus()
-
-    def clear_filter(self) -> None:
-        """Show every line again and hide the filter box."""
-        search = self.search_input
-        search.value = ""
-        search.remove_class("-visible")
-        self.log_pane.filter_text = ""
-        self.log_pane.focus()
+        pane.focus()
         self._refresh_log_titles()
 
-    def on_key(self, event) -> None:
-        if event.key == "escape" and self.screen is self.screen_stack[0]:
-            if self.log_pane.filter_text or self.search_input.has_class("-visible"):
-                self.clear_filter()
-                event.stop()
+    def clear_log_input(self) -> None:
+        """Clear the search and the filter, hide the input box."""
+        box = self.search_input
+        box.value = ""
+        box.remove_class("-visible")
+        self.log_pane.filter_text = ""
+        self.log_pane.search_text = ""
+
+    def action_clear_search(self) -> None:
+        """Esc on the main screen: clear the search and filter, and follow the end again."""
+        if self.screen is not self.screen_stack[0]:
+            return
+        self.clear_log_input()
+        self.log_pane.follow()
+        self.log_pane.focus()
+        self._refresh_log_titles()
 
     # -- actions on the run -------------------------------------------------------
 
@@ -432,16 +545,56 @@ class PulseApp(ThemedApp):
         if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
             self.set_verdict(verdict)
 
-    def action_dump(self) -> None:
+    def selected_process(self):
+        """The process on the process table's selected row while the table has focus (None when that
+        process is gone: never another one in its place), else the run's main process."""
         from console.evidence import main_process
 
         sample = self.state.latest
-        main = main_process(sample.processes) if sample else None
-        if main is None:
-            self.notify("no process of the run to dump: is it alive?", severity="warning")
+        processes = sample.processes if sample else ()
+        if self.process_pane.has_focus:
+            pid = self.process_pane.selected_pid()
+            return next((p for p in processes if p.pid == pid), None)
+        return main_process(processes)
+
+    def action_dump(self) -> None:
+        chosen = self.selected_process()
+        if chosen is None:
+            self.notify("no live process selected to dump: is the run (or the selected row) alive?", severity="warning")
             return
-        self.notify(f"py-spy dump of pid {main.pid}…", timeout=2)
-        self.run_dump(main.pid)
+        self.notify(f"py-spy dump of pid {chosen.pid}…", timeout=2)
+        self.run_dump(chosen.pid)
+
+    def action_signal(self) -> None:
+        """`k`: choose a signal for the selected process, then the plan, a confirmation, the audit."""
+        from console.actions.signal import execute_signal, plan_signal
+        from console.ui.process_pane import script_and_args
+        from console.ui.signal_screen import SignalScreen
+
+        chosen = self.selected_process()
+        if chosen is None:
+            self.notify("no live process selected to signal: is the run (or the selected row) alive?", severity="warning")
+            return
+
+        def planned(signal: str | None) -> None:
+            if signal is None:
+                return
+
+            async def make_plan():
+                plan = await plan_signal(self.target, chosen.pid, signal, chosen.cmdline, read_only=self.read_only)
+                return PlanReady(
+                    f"Send SIG{signal}",
+                    plan.describe(),
+                    lambda: execute_signal(self.target, self.config, plan),
+                    dangerous=signal in ("KILL", "TERM", "STOP"),
+                )
+
+            self.prepare_action(make_plan)
+
+        if self.read_only:
+            planned("TERM")  # the plan refuses every signal read-only, in its own words
+            return
+        self.push_screen(SignalScreen(chosen.pid, script_and_args(chosen.cmdline)), callback=planned)
 
     @work(exclusive=True, exit_on_error=False, group="dump")
     async def run_dump(self, pid: int) -> None:
@@ -521,8 +674,11 @@ class PulseApp(ThemedApp):
         sample = self.state.latest
         processes = sample.processes if sample else ()
         roots = [p for p in processes if p.ppid not in {q.pid for q in processes}]
-        pids = tuple(p.pid for p in roots + [p for p in processes if p not in roots])
-        used = sorted(self.config.gpus.roles) or [gpu.index for gpu in (sample.gpus if sample else ())]
+        # {pid} is the selected process (pids[0]); {gpu} the first GPU of the selected GPU row.
+        selected = self.selected_process()
+        ordered = ([selected] if selected else []) + roots + list(processes)
+        pids = tuple(dict.fromkeys(p.pid for p in ordered))
+        used = self.gpu_pane.selected_gpus() or sorted(self.config.gpus.roles)
         context = ActionContext(pids=pids, log=self.state.log_path or self.config.run.log, gpu=used[0] if used else None, host=self.config.target.host or "local")
 
         async def make_plan():

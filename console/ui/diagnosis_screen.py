@@ -20,11 +20,21 @@ def verdict_level(name: str) -> str:
     return "crit" if severity(name) >= severity("hung") else "warn"
 
 
+#: The keys a verdict may name for its next step, and the console action each runs.
+NEXT_STEP_ACTIONS = {"p": "dump", "l": "problem_log", "R": "restart", "w": "warmup"}
+
+
 def verdict_text(verdict, evidence) -> Text:
-    """The whole diagnosis as text: verdict, summary, evidence lines, stacks, next step."""
+    """The whole diagnosis as text: verdict, summary, next step, evidence lines, stacks.
+
+    The next step comes before the evidence so it is on screen at 80×24; it names its key
+    once, in its own words ("dump the stacks (p)").
+    """
     text = Text()
     text.append(verdict.name.upper(), "bold reverse")
     text.append(f"  {verdict.summary}\n\n", "bold")
+    text.append("Next step  ", "bold underline")
+    text.append(f"{verdict.next_step}\n\n", "bold")
     if verdict.evidence:
         text.append("Evidence\n", "bold underline")
         for line in verdict.evidence:
@@ -43,17 +53,16 @@ def verdict_text(verdict, evidence) -> Text:
         text.append("\n")
     elif evidence is not None and getattr(evidence, "stack_error", None):
         text.append(f"No stacks: {evidence.stack_error}\n\n", "dim")
-    text.append("Next step\n", "bold underline")
-    text.append(f"  {verdict.next_step}")
-    if verdict.key:
-        text.append(f"  (key {verdict.key})", "bold")
+    text.rstrip()
     return text
 
 
 class DiagnosisScreen(FramedModal[None]):
-    """Shows one Verdict with its Evidence; Esc closes."""
+    """Shows one Verdict with its Evidence; Esc closes, the next step's key closes and takes it."""
 
-    BINDINGS = [Binding("escape,q,d", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,q,d", "dismiss", "Close")] + [
+        Binding(key, f"next_step('{key}')", show=False) for key in NEXT_STEP_ACTIONS
+    ]
 
     DEFAULT_CSS = """
     DiagnosisScreen {
@@ -71,5 +80,10 @@ class DiagnosisScreen(FramedModal[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="frame") as box:
             box.border_title = f"Diagnosis: {self.verdict.name}"
-            box.border_subtitle = "Esc closes"
+            key = f" · {self.verdict.key} takes the next step" if self.verdict.key in NEXT_STEP_ACTIONS else ""
+            box.border_subtitle = f"Esc closes{key}"
             yield Static(verdict_text(self.verdict, self.evidence))
+
+    async def action_next_step(self, key: str) -> None:
+        self.dismiss()
+        await self.app.take_action(NEXT_STEP_ACTIONS[key])  # a read-only refusal still says why

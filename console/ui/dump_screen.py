@@ -1,7 +1,7 @@
 """A py-spy dump, readable: identical stacks folded with a count, the run's own frames set apart.
 
-`s` saves the dump as text to a timestamped file in the current directory, `c` copies it
-to the clipboard (OSC 52, through the terminal).
+`s` saves the dump as text to a timestamped file in the dumps folder (~/.local/state/pulse/dumps,
+console/paths.py), `c` copies it to the clipboard (OSC 52, through the terminal).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from console.observe.pyspy import ProcessDump, StackFrame, classify_wait, group_identical, is_user_frame
+from console.paths import dumps_dir
 from console.ui.modal import FramedModal
 
 
@@ -57,7 +58,8 @@ def dump_text(dump: ProcessDump) -> Text:
 
 
 def save_dump(dump: ProcessDump, directory: Path, *, now: float | None = None) -> Path:
-    """Write the grouped dump as plain text to `pulse-dump-PID-YYYYmmdd-HHMMSS.txt` in `directory`."""
+    """Write the grouped dump as plain text to `pulse-dump-PID-YYYYmmdd-HHMMSS.txt` in `directory` (made if missing)."""
+    directory.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
     path = directory / f"pulse-dump-{dump.pid}-{stamp}.txt"
     path.write_text(dump_text(dump).plain, encoding="utf-8")
@@ -82,7 +84,7 @@ class DumpScreen(FramedModal[None]):
     def __init__(self, dump: ProcessDump, *, save_dir: Path | None = None) -> None:
         super().__init__()
         self.dump = dump
-        self.save_dir = save_dir or Path.cwd()
+        self.save_dir = save_dir or dumps_dir()
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="frame") as box:

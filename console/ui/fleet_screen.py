@@ -31,7 +31,8 @@ from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
 from console.ui.modal import FramedModal
 from console.ui.process_pane import ProcessPane
-from console.ui.run_view import LOG_FLUSH_S, compose_run_panes, own_pids, throughput_view
+from console.ui.progress_bar_line import ProgressBarLine
+from console.ui.run_view import LOG_FLUSH_S, compose_run_panes, own_pids, progress_bar_view, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, si
 from console.units import format_duration
@@ -157,6 +158,7 @@ class NodeScreen(Screen):
         lines = self.state.lines_after(pane.last_number)
         if lines:
             pane.append(lines)
+        self.query_one(ProgressBarLine).show(progress_bar_view(self.state, self.state.clock()))
 
 
 class TextScreen(FramedModal[None]):

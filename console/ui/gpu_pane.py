@@ -1,16 +1,23 @@
-"""The GPUs pane: one line per GPU with memory and utilization bars, temperature, power and PIDs."""
+"""The GPUs pane: one line per GPU with memory and utilization bars, temperature, power and PIDs.
+
+In a compact terminal it shows one summary line per GPU role instead (ranges over the role's
+GPUs). Rows take a cursor when the pane has focus: the selected row's GPUs are what `{gpu}`
+means to a custom action.
+"""
 
 from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
+from textual.binding import Binding
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import GpuReading
 from console.ui.styles import background_style, text_style
 from console.ui.themes import Thresholds
+from console.units import format_gib, format_indices, spread
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -26,13 +33,15 @@ def bar_cells(fraction: float, width: int) -> str:
     return text.ljust(width)
 
 
-def gib(mib: float) -> str:
-    """MiB as a short GiB figure: `21.1G`."""
-    return f"{mib / 1024:.1f}G"
-
-
-class GpuPane(ScrollView, can_focus=False):
+class GpuPane(ScrollView, can_focus=True):
     """Renders GPU readings; knows nothing about where they came from."""
+
+    BINDINGS = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("home", "move(-999)", "First", show=False),
+        Binding("end", "move(999)", "Last", show=False),
+    ]
 
     COMPONENT_CLASSES = {
         "gpu-pane--ok",
@@ -43,6 +52,7 @@ class GpuPane(ScrollView, can_focus=False):
         "gpu-pane--dim",
         "gpu-pane--own",
         "gpu-pane--error",
+        "gpu-pane--cursor",
     }
 
     DEFAULT_CSS = """
@@ -59,6 +69,7 @@ class GpuPane(ScrollView, can_focus=False):
         & > .gpu-pane--dim { color: $text-muted; }
         & > .gpu-pane--own { color: $accent; text-style: bold; }
         & > .gpu-pane--error { color: $error; text-style: bold reverse; }
+        & > .gpu-pane--cursor { background: $primary 30%; }
     }
     """
 
@@ -68,6 +79,9 @@ class GpuPane(ScrollView, can_focus=False):
         self.roles: dict[int, str] = {}
         self.own_pids: frozenset[int] = frozenset()
         self.thresholds = Thresholds()
+        self.compact = False
+        """One summary line per role instead of one line per GPU."""
+        self.cursor = 0
         self._cache: dict[int, Strip] = {}
 
     def show(
@@ -82,12 +96,51 @@ class GpuPane(ScrollView, can_focus=False):
         if (gpus, roles, own_pids, thresholds) == (self.gpus, self.roles, self.own_pids, self.thresholds):
             return
         self.gpus, self.roles, self.own_pids, self.thresholds = gpus, roles, own_pids, thresholds
+        self._rows_changed()
+
+    def set_compact(self, compact: bool) -> None:
+        """Switch between one line per GPU and one line per role."""
+        if compact != self.compact:
+            self.compact = compact
+            self.cursor = 0
+            self._rows_changed()
+
+    def _rows_changed(self) -> None:
+        self.cursor = min(self.cursor, max(len(self.rows()) - 1, 0))
         self._cache.clear()
-        self.virtual_size = Size(self.size.width, max(len(gpus), 1))
+        self.virtual_size = Size(self.size.width, max(len(self.rows()), 1))
+        self.refresh(layout=True)
+
+    def rows(self) -> list[tuple[GpuReading, ...]]:
+        """The GPUs of each row: one each, or in compact form those of each role (in index order)."""
+        if not self.compact:
+            return [(gpu,) for gpu in self.gpus]
+        groups: dict[str, list[GpuReading]] = {}
+        for gpu in self.gpus:
+            groups.setdefault(self.roles.get(gpu.index, ""), []).append(gpu)
+        return [tuple(members) for members in groups.values()]
+
+    def selected_gpus(self) -> tuple[int, ...]:
+        """Indices of the GPUs on the cursor's row (empty before the first reading)."""
+        rows = self.rows()
+        return tuple(gpu.index for gpu in rows[self.cursor]) if rows else ()
+
+    def action_move(self, delta: int) -> None:
+        rows = len(self.rows())
+        if rows:
+            self.cursor = min(max(self.cursor + delta, 0), rows - 1)
+            self._cache.clear()
+            self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, immediate=True)
+            self.refresh()
+
+    def on_focus(self) -> None:
+        self._cache.clear()
         self.refresh()
 
+    on_blur = on_focus
+
     def get_content_height(self, container, viewport, width: int) -> int:
-        return max(len(self.gpus), 1)
+        return max(len(self.rows()), 1)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -95,29 +148,35 @@ class GpuPane(ScrollView, can_focus=False):
 
     def on_resize(self) -> None:
         self._cache.clear()
-        self.virtual_size = Size(self.size.width, max(len(self.gpus), 1))
+        self.virtual_size = Size(self.size.width, max(len(self.rows()), 1))
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = y + int(self.scroll_offset.y)
         if not self.gpus:
             if y == 0:
-                text = Text("no GPU readings yet", style=self._style("dim"))
-                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width)
-            return Strip.blank(width)
-        if index >= len(self.gpus):
-            return Strip.blank(width)
+                text = Text("no GPU readings yet", style=self._style("dim"), end="")
+                # Every segment needs a style: NO_COLOR's filter reads each one's colour.
+                text.stylize_before(self.rich_style)
+                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width, self.rich_style)
+            return Strip.blank(width, self.rich_style)
+        rows = self.rows()
+        if index >= len(rows):
+            return Strip.blank(width, self.rich_style)
         if index not in self._cache:
-            text = self.gpu_line(self.gpus[index], width)
+            row = rows[index]
+            text = self.role_line(row, width) if self.compact else self.gpu_line(row[0], width)
             text.truncate(width)
+            if index == self.cursor and self.has_focus:
+                text.stylize(self._style("cursor"))
             text.stylize_before(self.rich_style)
             segments = list(text.render(self.app.console))
             self._cache[index] = Strip(segments).adjust_cell_length(width, self.rich_style)
         return self._cache[index]
 
     def _style(self, name: str) -> Style:
-        if name == "track":
-            return background_style(self, "gpu-pane--track")
+        if name in ("track", "cursor"):
+            return background_style(self, f"gpu-pane--{name}")
         return text_style(self, f"gpu-pane--{name}")
 
     def _level(self, value: float | None, warn: float, crit: float) -> Style:
@@ -148,7 +207,7 @@ class GpuPane(ScrollView, can_focus=False):
             text.append(f" {gpu.error} ", self._style("error"))
             return text
 
-        fixed = text.cell_len + 1 + 13 + 2 + 5 + 2 + 5 + 2 + 5
+        fixed = text.cell_len + 1 + 15 + 2 + 5 + 2 + 5 + 2 + 5
         spare = max(width - fixed, 8)
         pids_width = max(0, min(spare - 18, 28)) if spare >= 30 else 0
         bars = spare - pids_width - 1
@@ -159,7 +218,8 @@ class GpuPane(ScrollView, can_focus=False):
         mem_pct = used * 100 / total if used is not None and total else None
         mem_style = self._level(mem_pct, t.memory_warn_pct, t.memory_crit_pct)
         self._bar(text, None if mem_pct is None else mem_pct / 100, mem_bar, mem_style)
-        mem_text = f"{gib(used) if used is not None else '?':>6}/{gib(total) if total else '?':<6}"
+        used_text = format_gib(used, unit=False) if used is not None else "?"
+        mem_text = f"{used_text:>5}/{format_gib(total) if total else '? GiB':<9}"
         text.append(f" {mem_text}", "" if mem_pct is not None else self._style("dim"))
         text.append(f"{mem_pct:4.0f}%" if mem_pct is not None else "   —%", mem_style)
 
@@ -192,7 +252,7 @@ class GpuPane(ScrollView, can_focus=False):
             return
         for n, process in enumerate(gpu.processes):
             own = process.pid in self.own_pids
-            used = f" {gib(process.used_mib)}" if process.used_mib is not None else ""
+            used = f" {format_gib(process.used_mib)}" if process.used_mib is not None else ""
             item = f"{'●' if own else '○'}{process.pid}{used}"
             more = len(gpu.processes) - n - 1
             if text.cell_len - start + len(item) + (6 if more else 0) > width:
@@ -202,3 +262,37 @@ class GpuPane(ScrollView, can_focus=False):
             if more:
                 text.append(" ")
 
+
+    def role_line(self, gpus: tuple[GpuReading, ...], width: int) -> Text:
+        """One role's GPUs as a line of ranges: which, memory, utilization, temperature, power, faults."""
+        t = self.thresholds
+        role = self.roles.get(gpus[0].index, "") or "GPUs"
+        role_width = max((len(name) for name in self.roles.values()), default=4)
+        text = Text(no_wrap=True, end="")
+        text.append(f"{role:<{role_width}} ", self._style("role"))
+        text.append(f"{format_indices([gpu.index for gpu in gpus]):<5} ", "bold")
+        faults = [gpu for gpu in gpus if gpu.error]
+        readable = [gpu for gpu in gpus if not gpu.error]
+        used = [gpu.memory_used_mib for gpu in readable if gpu.memory_used_mib is not None]
+        totals = [gpu.memory_total_mib for gpu in readable if gpu.memory_total_mib]
+        pcts = [u * 100 / tot for u, tot in ((g.memory_used_mib, g.memory_total_mib) for g in readable) if u is not None and tot]
+        top = max(pcts) if pcts else None
+        mem_style = self._level(top, t.memory_warn_pct, t.memory_crit_pct)
+        memory = f"{spread([u / 1024 for u in used], '{:.1f}')}/{format_gib(max(totals))}" if used and totals else "? GiB"
+        # The bar gets what the figures leave (they need about 50 cells), and none below 3.
+        bar = min(width - text.cell_len - len(memory) - 50, 12)
+        if bar >= 3:
+            self._bar(text, None if top is None else top / 100, bar, mem_style)
+            text.append(" ")
+        text.append(memory)
+        text.append(f" {spread(pcts, '{:.0f}')}%", mem_style)
+        utils = [gpu.utilization_pct for gpu in readable if gpu.utilization_pct is not None]
+        idle = not utils or max(utils) < t.utilization_idle_pct
+        text.append(f"  util {spread(utils, '{:.0f}')}%", self._style("dim") if idle else self._style("ok"))
+        temps = [gpu.temperature_c for gpu in readable if gpu.temperature_c is not None]
+        text.append(f"  {spread(temps, '{:.0f}')}°C", self._level(max(temps) if temps else None, t.temperature_warn_c, t.temperature_crit_c))
+        powers = [gpu.power_w for gpu in readable if gpu.power_w is not None]
+        text.append(f"  {spread(powers, '{:.0f}')}W")
+        if faults:
+            text.append(f"  {len(faults)} fault{'s' if len(faults) > 1 else ''}: GPU {format_indices([g.index for g in faults])}", self._style("error"))
+        return text

@@ -27,7 +27,7 @@ def help_table(specs: tuple[ActionSpec, ...], *, read_only: bool) -> Table:
             line = Text(spec.help)
             if read_only and spec.mutating:
                 line.append("  (disabled: read-only)", style="dim")
-            table.add_row(Text(spec.key_display), line)
+            table.add_row(Text(spec.help_keys or spec.key_display), line)
         table.add_row("", "")
     return table
 

@@ -31,19 +31,20 @@ class ActionSpec:
     mutating: bool = False
     footer: bool = True
     needs_target: bool = False
+    bound: bool = True
+    """False for keys a focused widget handles itself (scrolling, End in the log): listed in help only."""
+    priority: bool = False
+    """Bound with priority, so a focused widget (an input) cannot take the key first."""
+    help_keys: str = ""
+    """Every key as the help screen writes it, when the footer's `key_display` shows only one."""
 
 
-GROUPS = ("View", "Log", "Run")
+GROUPS = ("Run", "Log", "Panes", "View")
 
+# The order is the footer's: what a verdict asks for first (d, p, l), the mutating keys, then
+# the log's. A narrow footer cuts from the end.
 ACTIONS: tuple[ActionSpec, ...] = (
-    ActionSpec("help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View"),
-    ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View"),
-    ActionSpec("cycle_theme", "t", "t", "Theme", "Switch to the next Pulse theme (all themes: palette → Change theme)", "View"),
-    ActionSpec("command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False),
-    ActionSpec("toggle_follow", "f", "f", "Follow", "Pause or resume following the end of the log", "Log"),
-    ActionSpec("next_problem", "n,right_square_bracket", "n", "Next problem", "Jump to the next OOM / NaN / traceback / NCCL / CUDA / killed line", "Log"),
-    ActionSpec("previous_problem", "N,left_square_bracket", "N", "Prev problem", "Jump to the previous problem line", "Log", footer=False),
-    ActionSpec("search", "slash", "/", "Filter", "Show only log lines containing some text (Esc clears)", "Log"),
+    ActionSpec("help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View", help_keys="? F1"),
     ActionSpec(
         "diagnose",
         "d",
@@ -58,10 +59,11 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "p",
         "p",
         "py-spy",
-        "py-spy dump of the run's main process: identical stacks grouped, your frames set apart",
+        "py-spy dump of the selected process (the run's main process when the table is not focused)",
         "Run",
         needs_target=True,
     ),
+    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem line (the line a verdict names)", "Log"),
     ActionSpec(
         "restart",
         "R",
@@ -82,6 +84,53 @@ ACTIONS: tuple[ActionSpec, ...] = (
         mutating=True,
         needs_target=True,
     ),
+    ActionSpec(
+        "signal",
+        "k",
+        "k",
+        "Signal",
+        "Send a chosen signal to the selected process (plan shown, confirmed, audited)",
+        "Run",
+        mutating=True,
+        needs_target=True,
+    ),
+    ActionSpec("search", "slash", "/", "Search", "Search the log (regex, case-insensitive); matches highlighted", "Log"),
+    ActionSpec("filter", "backslash", "\\", "Filter", "Show only log lines matching a regex (case-insensitive)", "Log"),
+    ActionSpec("next", "n", "n", "Next", "Next search match; without a search, next problem line", "Log"),
+    ActionSpec("previous", "N", "N", "Prev", "Previous search match; without a search, previous problem line", "Log", footer=False),
+    ActionSpec(
+        "next_problem",
+        "right_square_bracket",
+        "]",
+        "Next problem",
+        "Next OOM / NaN / traceback / NCCL / CUDA / killed line",
+        "Log",
+        footer=False,
+    ),
+    ActionSpec("previous_problem", "left_square_bracket", "[", "Prev problem", "Previous problem line", "Log", footer=False),
+    ActionSpec("toggle_follow", "f", "f", "Follow", "Pause or resume following the end of the log", "Log"),
+    ActionSpec("follow", "end", "End", "Follow", "Follow the end of the log again", "Log", footer=False, bound=False),
+    ActionSpec("clear_search", "escape", "Esc", "Clear", "Clear the search or filter and follow the end again", "Log", footer=False),
+    ActionSpec("toggle_line_numbers", "number_sign", "#", "Line numbers", "Show or hide line numbers", "Log", footer=False),
+    ActionSpec("go_to_line", "colon", ":", "Go to line", "Go to a line by its number", "Log", footer=False),
+    ActionSpec(
+        "toggle_tree",
+        "f5,v",
+        "F5",
+        "Tree",
+        "Processes as a tree (children under their parent) or a flat list",
+        "Panes",
+        footer=False,
+        help_keys="F5 v",
+    ),
+    ActionSpec("focus_next", "tab", "Tab", "Next pane", "Move to the next pane (GPUs, processes, log); Shift+Tab back", "Panes", footer=False),
+    ActionSpec("scroll", "up,down", "↑ ↓", "Move", "Move the selection (GPUs, processes) or scroll the log a line", "Panes", footer=False, bound=False),
+    ActionSpec("page", "pageup,pagedown", "PgUp PgDn", "Page", "Scroll a page; scrolling the log up pauses following", "Panes", footer=False, bound=False),
+    ActionSpec("top", "home", "Home", "Top", "First row, or the start of the log held", "Panes", footer=False, bound=False),
+    ActionSpec("cycle_theme", "t", "t", "Theme", "Switch to the next Pulse theme (all themes: palette → Change theme)", "View"),
+    ActionSpec("command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False),
+    ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View"),
+    ActionSpec("quit", "ctrl+c", "^c", "Quit", "Leave the console, as in htop, nvitop and k9s", "View", footer=False, priority=True),
 )
 
 def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
@@ -117,6 +166,17 @@ def wired_actions(config: Config, *, has_target: bool) -> tuple[ActionSpec, ...]
     return tuple(spec for spec in specs if is_wired(spec, config, has_target=has_target))
 
 
-def binding(spec: ActionSpec) -> Binding:
-    """The Textual binding of one action."""
-    return Binding(spec.keys, spec.action, spec.description, show=spec.footer, key_display=spec.key_display)
+def bindings(specs: tuple[ActionSpec, ...]) -> list[Binding]:
+    """The Textual bindings of the bound actions among `specs`."""
+    return [
+        Binding(
+            spec.keys,
+            spec.action,
+            spec.description,
+            show=spec.footer,
+            key_display=spec.key_display,
+            priority=spec.priority,
+        )
+        for spec in specs
+        if spec.bound
+    ]

@@ -2,19 +2,24 @@
 
 Lines arrive in batches (`append`, called by the app on a ~10 Hz timer), never one at a
 time. The pane follows the end of the log until the operator scrolls up or presses `f`;
-while paused it counts the lines that arrived. Problem lines are coloured by kind and
-marked in a two-cell gutter; `next_problem`/`previous_problem` jump between them.
-A filter shows only lines containing some text (case-insensitive, highlighted).
+while paused it counts the lines that arrived; `End` follows again. Problem lines are
+coloured by kind and marked in a two-cell gutter. Jumps (to a problem line, a search match,
+a line number) start from the view: going up from its bottom, which is the end of the log
+while following. A filter shows only the lines a regex matches; a search highlights its
+matches. Both are case-insensitive; a pattern that is not a valid regex matches literally.
 Text is never parsed as markup: lines are untrusted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.message import Message
@@ -23,7 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import PROBLEM_KINDS, LineKind, LogLine
-from console.ui.styles import background_style, text_style
+from console.ui.styles import background_style, sgr_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).
@@ -41,8 +46,28 @@ GUTTER_MARKS = {
 CUT_MARK = "…"
 
 
+def compile_pattern(text: str) -> tuple[re.Pattern[str] | None, str | None]:
+    """`text` as a case-insensitive regex (None when empty), and why it was taken literally, if it was."""
+    if not text:
+        return None, None
+    try:
+        return re.compile(text, re.IGNORECASE), None
+    except re.error as exc:
+        return re.compile(re.escape(text), re.IGNORECASE), f"not a regex ({exc.msg}): matched literally"
+
+
+def line_number(line: LogLine) -> int:
+    return line.number
+
+
+def is_problem(line: LogLine) -> bool:
+    return line.info.kind in PROBLEM_KINDS
+
+
 class LogPane(ScrollView, can_focus=True):
     """A bounded, styled, filterable tail of the run's log."""
+
+    BINDINGS = [Binding("end", "follow", "Follow", show=False)]
 
     COMPONENT_CLASSES = {f"log-pane--{kind.value}" for kind in LineKind if kind is not LineKind.NORMAL} | {
         "log-pane--gutter",
@@ -76,6 +101,10 @@ class LogPane(ScrollView, can_focus=True):
     unseen: var[int] = var(0)
     """Lines that arrived while following was paused."""
     filter_text: var[str] = var("")
+    """A regex: only the lines it matches are shown."""
+    search_text: var[str] = var("")
+    """A regex whose matches are highlighted; `next_match` jumps between them."""
+    line_numbers: var[bool] = var(False)
 
     class FollowChanged(Message):
         """Following paused or resumed, or the count of unseen lines changed."""
@@ -91,10 +120,15 @@ class LogPane(ScrollView, can_focus=True):
         self._shown: list[LogLine] = self._lines
         self._width = 0
         self._current: int | None = None
-        """Line number of the problem line the operator jumped to."""
+        """Number of the line the operator jumped to (a problem, a match, a go-to): highlighted."""
         self._cache: LRUCache[int, Strip] = LRUCache(1024)
         self._styles: dict[str, Style] = {}
         self._programmatic_scroll = False
+        self._filter: re.Pattern[str] | None = None
+        self._search: re.Pattern[str] | None = None
+        self.filter_error: str | None = None
+        """Why the filter was taken literally (not a valid regex), else None."""
+        self.search_error: str | None = None
 
     # -- data ------------------------------------------------------------------
 
@@ -116,7 +150,10 @@ class LogPane(ScrollView, can_focus=True):
         """Add a batch of lines at the end (one layout and one scroll per batch)."""
         if not lines:
             return
+        digits = len(str(self.last_number))
         self._lines.extend(lines)
+        if self.line_numbers and len(str(self.last_number)) != digits:
+            self._cache.clear()  # the number column got wider
         if self._shown is not self._lines:
             matching = [line for line in lines if self._matches(line)]
             self._shown.extend(matching)
@@ -167,8 +204,11 @@ class LogPane(ScrollView, can_focus=True):
     def _cell_len(text: str) -> int:
         return len(text) if text.isascii() else cell_len(text)
 
+    def _number_width(self) -> int:
+        return len(str(self.last_number)) + 1 if self.line_numbers else 0
+
     def _update_virtual_size(self) -> None:
-        self.virtual_size = Size(self._width, len(self._shown))
+        self.virtual_size = Size(self._width + self._number_width(), len(self._shown))
 
     # -- following -------------------------------------------------------------
 
@@ -228,45 +268,79 @@ class LogPane(ScrollView, can_focus=True):
             self.follow()
         return self.following
 
-    # -- problems ----------------------------------------------------------------
+    # -- jumps -----------------------------------------------------------------
 
-    def _anchor_index(self) -> int:
+    def _start_index(self, *, backwards: bool) -> int:
+        """Where a jump starts looking: next to the line last jumped to, else from the view's top
+        going down or its bottom going up (the last line while following)."""
         if self._current is not None:
-            for index, line in enumerate(self._shown):
-                if line.number == self._current:
-                    return index
+            index = self._index_of(self._current)
+            if index is not None:
+                return index - 1 if backwards else index + 1
+        if backwards:
+            if self.following:
+                return len(self._shown) - 1
+            return min(int(self.scroll_y) + self.scrollable_content_region.height - 1, len(self._shown) - 1)
         return int(self.scroll_y)
 
-    def next_problem(self, *, backwards: bool = False) -> LogLine | None:
-        """Move to the next (or previous) problem line after the current one; None when there is none."""
-        anchor = self._anchor_index()
-        if backwards:
-            indices = range(min(anchor - 1, len(self._shown) - 1), -1, -1)
-        else:
-            start = anchor + 1 if self._current is not None else anchor
-            indices = range(start, len(self._shown))
+    def _index_of(self, number: int) -> int | None:
+        index = bisect_left(self._shown, number, key=line_number)
+        return index if index < len(self._shown) and self._shown[index].number == number else None
+
+    def _jump(self, wanted: Callable[[LogLine], bool], *, backwards: bool, start: int | None = None) -> LogLine | None:
+        if start is None:
+            start = self._start_index(backwards=backwards)
+        indices = range(start, -1, -1) if backwards else range(max(start, 0), len(self._shown))
         for index in indices:
-            line = self._shown[index]
-            if line.info.kind in PROBLEM_KINDS:
-                self._current = line.number
-                self.pause()
-                self._set_scroll_y(max(0, index - self.scrollable_content_region.height // 3))
-                self._cache.clear()
-                self.refresh()
-                return line
+            if wanted(self._shown[index]):
+                return self._show_index(index)
         return None
 
+    def _show_index(self, index: int) -> LogLine:
+        """Mark the line at `index`, pause, and scroll it to a third of the way down the view."""
+        line = self._shown[index]
+        self._current = line.number
+        self.pause()
+        self._set_scroll_y(max(0, index - self.scrollable_content_region.height // 3))
+        self._cache.clear()
+        self.refresh()
+        return line
+
+    def next_problem(self, *, backwards: bool = False) -> LogLine | None:
+        """Move to the next (or previous) problem line; None when there is none that way."""
+        return self._jump(is_problem, backwards=backwards)
+
+    def next_match(self, *, backwards: bool = False) -> LogLine | None:
+        """Move to the next (or previous) line the search matches; None when there is none that way."""
+        search = self._search
+        if search is None:
+            return None
+        return self._jump(lambda line: search.search(line.text) is not None, backwards=backwards)
+
+    def last_problem(self) -> LogLine | None:
+        """Move to the newest problem line held, wherever the view is; None when there is none."""
+        return self._jump(is_problem, backwards=True, start=len(self._shown) - 1)
+
+    def go_to_line(self, number: int) -> LogLine | None:
+        """Move to line `number`, or the first shown line after it; None when no line is at or after it."""
+        index = bisect_left(self._shown, number, key=line_number)
+        return self._show_index(index) if index < len(self._shown) else None
+
     @property
-    def current_problem(self) -> int | None:
-        """Line number of the problem line last jumped to."""
+    def current_line(self) -> int | None:
+        """Number of the line last jumped to (a problem, a match, a go-to)."""
         return self._current
 
-    # -- filter ------------------------------------------------------------------
+    def action_follow(self) -> None:
+        self.follow()
+
+    # -- filter and search -------------------------------------------------------
 
     def _matches(self, line: LogLine) -> bool:
-        return self.filter_text.casefold() in line.text.casefold()
+        return self._filter is None or self._filter.search(line.text) is not None
 
     def watch_filter_text(self, text: str) -> None:
+        self._filter, self.filter_error = compile_pattern(text)
         self._shown = [line for line in self._lines if self._matches(line)] if text else self._lines
         self._cache.clear()
         self._update_virtual_size()
@@ -275,6 +349,16 @@ class LogPane(ScrollView, can_focus=True):
             self._scroll_to_end()
         else:
             self._set_scroll_y(min(self.scroll_y, self.max_scroll_y))
+        self.refresh()
+
+    def watch_search_text(self, text: str) -> None:
+        self._search, self.search_error = compile_pattern(text)
+        self._cache.clear()
+        self.refresh()
+
+    def watch_line_numbers(self) -> None:
+        self._cache.clear()
+        self._update_virtual_size()
         self.refresh()
 
     # -- rendering -----------------------------------------------------------------
@@ -311,6 +395,8 @@ class LogPane(ScrollView, can_focus=True):
     def _render_full_line(self, line: LogLine) -> Strip:
         kind = line.info.kind
         text = Text(no_wrap=True, end="")
+        if self.line_numbers:
+            text.append(f"{line.number:>{self._number_width() - 1}} ", self._style("gutter"))
         mark = GUTTER_MARKS.get(kind)
         # A line cut at the length bound says so in the gutter: its tail is not on screen or anywhere.
         cut = CUT_MARK if line.cut else ""
@@ -319,13 +405,14 @@ class LogPane(ScrollView, can_focus=True):
         else:
             text.append(f" {cut or ' '}", self._style("gutter"))
         body = Text(line.text, style=self._style(kind.value) if kind is not LineKind.NORMAL else "")
-        if self.filter_text and len(line.text) <= HIGHLIGHT_MAX_CHARS:
-            folded = line.text.casefold()
-            needle = self.filter_text.casefold()
-            start = folded.find(needle)
-            while start >= 0 and len(folded) == len(line.text):
-                body.stylize(self._style("match"), start, start + len(needle))
-                start = folded.find(needle, start + len(needle))
+        for start, end, parameters in line.sgr:  # the log's own colours, over the kind's
+            body.stylize(sgr_style(parameters), start, end)
+        if len(line.text) <= HIGHLIGHT_MAX_CHARS:
+            for pattern in (self._filter, self._search):
+                if pattern is not None:
+                    for match in pattern.finditer(line.text):
+                        if match.end() > match.start():
+                            body.stylize(self._style("match"), match.start(), match.end())
         text.append_text(body)
         if line.number == self._current:
             text.stylize(self._style("current"))

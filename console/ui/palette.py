@@ -1,30 +1,44 @@
-"""The command palette's Pulse commands: the wired actions of the action table, searchable by name."""
+"""The command palette's Pulse commands: the wired actions of the action table, searchable by name.
+
+Names are shown as plain content and help lines escaped (the palette parses help as markup):
+a key such as `[` or a custom action's name from the config would otherwise be read as a tag.
+"""
 
 from __future__ import annotations
 
 from functools import partial
 
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import DiscoveryHit, Hit, Hits, Matcher, Provider
+from textual.content import Content
+from textual.markup import escape
+
+
+def highlighted(matcher: Matcher, name: str) -> Content:
+    """`name` as plain content with the characters the query matched in the matcher's style."""
+    content = Content(name)
+    score, offsets = matcher.fuzzy_search.match(matcher.query, name)
+    if score:
+        for offset in offsets:
+            if not name[offset].isspace():
+                content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content
 
 
 class PulseCommands(Provider):
-    """Every wired action of `app.action_specs`, with its key and help line."""
+    """Every wired, bound action of `app.action_specs`, with its key and help line."""
 
-    def _specs(self):
-        return [spec for spec in self.app.action_specs if spec.action != "command_palette"]
+    def _entries(self):
+        for spec in self.app.action_specs:
+            if spec.action != "command_palette" and spec.bound:
+                yield f"{spec.description}  ({spec.key_display})", spec
 
     async def discover(self) -> Hits:
-        for spec in self._specs():
-            yield DiscoveryHit(
-                f"{spec.description}  [{spec.key_display}]",
-                partial(self.app.run_action, spec.action),
-                help=spec.help,
-            )
+        for name, spec in self._entries():
+            yield DiscoveryHit(Content(name), partial(self.app.take_action, spec.action), text=name, help=escape(spec.help))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for spec in self._specs():
-            name = f"{spec.description}  [{spec.key_display}]"
+        for name, spec in self._entries():
             score = max(matcher.match(name), matcher.match(spec.help) * 0.5)
             if score > 0:
-                yield Hit(score, matcher.highlight(name), partial(self.app.run_action, spec.action), help=spec.help)
+                yield Hit(score, highlighted(matcher, name), partial(self.app.take_action, spec.action), text=name, help=escape(spec.help))

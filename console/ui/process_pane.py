@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.widgets import DataTable
 
 from console.model import ProcessReading
 from console.ui.styles import text_style
-from console.units import format_duration
+from console.units import format_duration, format_gib
 
 #: How many vanished processes stay listed (marked gone) after they disappear.
 MAX_GONE_ROWS = 8
@@ -29,13 +31,49 @@ RIGHT_ALIGNED = frozenset({"pid", "cpu", "rss", "threads", "elapsed"})
 
 
 def format_rss(mib: float) -> str:
-    """Resident memory: `812M` or `3.4G`."""
-    return f"{mib / 1024:.1f}G" if mib >= 1024 else f"{mib:.0f}M"
+    """Resident memory in the console's units: `812 MiB` or `3.4 GiB`."""
+    return format_gib(mib) if mib >= 1024 else f"{mib:.0f} MiB"
+
+
+#: Interpreter options that take the next word as their value.
+_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "-Q"})
+
+
+def script_and_args(cmdline: str) -> str:
+    """What a command line runs, without the interpreter: `python3 -u /root/train.py --lr 3` →
+    `train.py --lr 3`, `python -m torch.distributed.run …` → `torch.distributed.run …`."""
+    words = cmdline.split()
+    if not words or not re.fullmatch(r"python[\d.]*", words[0].rsplit("/", 1)[-1]):
+        return cmdline
+    rest = words[1:]
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+        rest = rest[2:] if rest[0] in _PYTHON_VALUE_OPTIONS else rest[1:]
+    if rest[:1] == ["-m"]:
+        rest = rest[1:]
+    elif rest and not rest[0].startswith("-"):
+        rest[0] = rest[0].rsplit("/", 1)[-1]
+    return " ".join(rest) or cmdline
 
 
 def trim_command(cmdline: str, width: int = COMMAND_WIDTH) -> str:
     """A command line cut to `width` characters with an ellipsis."""
     return cmdline if len(cmdline) <= width else cmdline[: width - 1] + "…"
+
+
+def tree_order(processes: list[ProcessReading]) -> list[tuple[ProcessReading, int]]:
+    """Processes parent before children (each child under its parent, by PID), with their depth;
+    a process whose parent is not listed is a root."""
+    listed = {p.pid for p in processes}
+    children: dict[int | None, list[ProcessReading]] = {}
+    for process in sorted(processes, key=lambda p: p.pid):
+        children.setdefault(process.ppid if process.ppid in listed else None, []).append(process)
+    ordered: list[tuple[ProcessReading, int]] = []
+    stack = [(root, 0) for root in reversed(children.get(None, []))]
+    while stack:
+        process, depth = stack.pop()
+        ordered.append((process, depth))
+        stack += [(child, depth + 1) for child in reversed(children.get(process.pid, [])) if child.pid != process.pid]
+    return ordered
 
 
 class ProcessPane(DataTable):
@@ -66,7 +104,9 @@ class ProcessPane(DataTable):
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
         self._latest: dict[int, ProcessReading] = {}
         self._gone: list[int] = []
-        self._shown: dict[int, tuple[ProcessReading, bool]] = {}
+        self._shown: dict[int, tuple[ProcessReading, bool, int]] = {}
+        self.as_tree = False
+        """Rows as a process tree (htop's F5): children under their parent, indented."""
 
     def on_mount(self) -> None:
         for label, key in COLUMNS:
@@ -93,14 +133,46 @@ class ProcessPane(DataTable):
         self._latest.update(current)
         self._sync()
 
+    def selected_pid(self) -> int | None:
+        """The PID on the cursor's row (None when the table is empty)."""
+        if not self.row_count:
+            return None
+        return int(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
+
     @property
     def alive_count(self) -> int:
         """Processes of the run alive in the latest reading."""
         return len(self._latest) - len(self._gone)
 
+    def toggle_tree(self) -> bool:
+        """Switch between the process tree and the flat list; returns whether the tree is on."""
+        self.as_tree = not self.as_tree
+        self._sync()
+        return self.as_tree
+
+    def _order(self) -> list[tuple[ProcessReading, int]]:
+        processes = list(self._latest.values())
+        return tree_order(processes) if self.as_tree else [(process, 0) for process in processes]
+
     def _sync(self) -> None:
-        for pid, process in self._latest.items():
-            wanted = (process, pid in self._gone)
+        order = self._order()
+        shown = [key.value for key in self.rows]
+        if [str(process.pid) for process, _ in order][: len(shown)] != shown:
+            # Rows out of order (the tree changed shape, or was switched): rebuild once, keeping
+            # the cursor on its PID. New rows at the end are only added.
+            selected = self.selected_pid()
+            self.clear()
+            self._shown.clear()
+            self._fill(order)
+            if selected is not None and str(selected) in self.rows:
+                self.move_cursor(row=self.get_row_index(str(selected)))
+        else:
+            self._fill(order)
+
+    def _fill(self, order: list[tuple[ProcessReading, int]]) -> None:
+        for process, depth in order:
+            pid = process.pid
+            wanted = (process, pid in self._gone, depth)
             if self._shown.get(pid) == wanted:
                 continue
             cells = self._cells(*wanted)
@@ -115,7 +187,7 @@ class ProcessPane(DataTable):
     def _style(self, name: str):
         return text_style(self, f"process-pane--{name}")
 
-    def _cells(self, process: ProcessReading, gone: bool) -> dict[str, Text]:
+    def _cells(self, process: ProcessReading, gone: bool, depth: int = 0) -> dict[str, Text]:
         dim = self._style("dim") if gone else ""
         if gone:
             mark, state = Text("✕", style=self._style("dead")), Text("gone", style=self._style("dead"))
@@ -134,5 +206,5 @@ class ProcessPane(DataTable):
             "rss": Text(format_rss(process.rss_mib), style=dim, justify="right"),
             "threads": Text(str(process.threads), style=dim, justify="right"),
             "elapsed": Text(format_duration(process.elapsed_s, compact=True), style=dim, justify="right"),
-            "command": Text(trim_command(process.cmdline), style=dim),
+            "command": Text(("  " * (depth - 1) + "└ " if depth else "") + trim_command(script_and_args(process.cmdline)), style=dim),
         }

@@ -16,6 +16,7 @@ from console.state import RATE_UNITS, RunState
 from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
 from console.ui.process_pane import ProcessPane
+from console.ui.progress_bar_line import ProgressBarLine, ProgressBarView
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 
 #: The window of "current / average / min" throughput figures.
@@ -34,7 +35,8 @@ ETA_LINES_SCANNED = 2000
 
 
 def compose_run_panes(max_lines: int, *, search: bool = False) -> ComposeResult:
-    """The four boxed panes (ids `gpus`, `processes`, `throughput`, `log`); `search` adds the log filter box."""
+    """The four boxed panes (ids `gpus`, `processes`, `throughput`, `log`, with the live progress line
+    `progress-line` under the log); `search` adds the log filter box."""
     with Vertical(id="gpus-box", classes="box"):
         yield GpuPane(id="gpus")
     with Horizontal(id="middle"):
@@ -46,6 +48,7 @@ def compose_run_panes(max_lines: int, *, search: bool = False) -> ComposeResult:
         if search:
             yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
         yield LogPane(id="log", max_lines=max_lines)
+        yield ProgressBarLine(id="progress-line")
 
 
 def own_pids(sample: Sample) -> frozenset[int]:
@@ -57,10 +60,14 @@ def own_pids(sample: Sample) -> frozenset[int]:
     return frozenset(pids)
 
 
-def step_eta_s(state: RunState) -> float | None:
-    """Seconds until total_steps at the step rate of the last ETA_WINDOW_S, from the lines held."""
+def step_eta_s(state: RunState, now: float) -> float | None:
+    """Seconds until total_steps: the live bar's own estimate, else the step rate of the last
+    ETA_WINDOW_S from the lines held."""
     if state.step is None or not state.total_steps or state.step >= state.total_steps:
         return None
+    bar = state.progress
+    if bar is not None and bar.eta_s is not None:
+        return max(0.0, bar.eta_s - max(0.0, now - bar.time))
     newest: tuple[float, int] | None = None
     oldest: tuple[float, int] | None = None
     for scanned, line in enumerate(reversed(state.lines)):
@@ -95,16 +102,21 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> Thro
         losses=tuple(state.values("loss")[-SPARK_POINTS:]),
         step=state.step,
         total_steps=state.total_steps,
-        eta_s=step_eta_s(state),
+        eta_s=step_eta_s(state, now),
         slow_fraction=metrics.slow_fraction,
+        lr=_latest(state, "lr"),
+        grad_norm=_latest(state, "grad_norm"),
+        mfu=_latest(state, "mfu"),
     )
     metric = state.rate_metric
     if metric is None:
         return ThroughputView(unit=None, baseline=metrics.baseline_tokens_per_s, **base)
     values = state.values(metric)
     recent = state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]
+    bar = state.progress
     return ThroughputView(
         unit=RATE_UNITS[metric],
+        per_iteration=metric == "it_per_s" and bar is not None and bar.rate_unit == "s/it",
         rates=tuple(values[-SPARK_POINTS:]),
         current=values[-1],
         average=sum(recent) / len(recent),
@@ -113,3 +125,17 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> Thro
         stale_s=rate_stale_s(state, now),
         **base,
     )
+
+
+def _latest(state: RunState, name: str) -> float | None:
+    points = state.series[name]
+    return points[-1].value if points else None
+
+
+def progress_bar_view(state: RunState, now: float) -> ProgressBarView:
+    """The live progress line: the bar's redraw and its age, or why the log shows no progress."""
+    bar = state.progress
+    if bar is not None:
+        return ProgressBarView(text=bar.text, written_ago_s=max(0.0, now - bar.time))
+    hidden = state.terminal_only_progress
+    return ProgressBarView(terminal_only=f"{hidden.framework}: {hidden.advice}" if hidden else None)

@@ -73,6 +73,8 @@ class StatusBar(Static):
         return text_style(self, f"status-bar--{name}")
 
     def _render_view(self, view: StatusView) -> Text:
+        """The verdict first and the read-only badge next, so a narrow terminal cuts only where
+        the run is (the ellipsis at the end), never what is wrong or that keys are disabled."""
         sep = (" │ ", self._style("dim"))
         where = view.host + (f" · {view.container}" if view.container else "")
         level = {
@@ -83,11 +85,19 @@ class StatusBar(Static):
         }[view.status]
         dot = "●" if view.status is ConnectionStatus.CONNECTED else "○"
         text = Text(no_wrap=True, overflow="ellipsis", end="")
-        text.append(" ◆ pulse ", self._style("brand"))
-        text.append(view.run, "bold")
-        text.append(" on ")
-        text.append(where)
-        text.append(*sep)
+        text.append(" ◆ ", self._style("brand"))
+        if view.verdict:
+            text.append(view.verdict, self._style(view.verdict_level))
+            room = self.size.width - len(view.verdict) - 5 - (12 if view.read_only else 0)
+            if view.verdict_summary and len(view.verdict_summary) + 2 <= room:
+                text.append(f": {view.verdict_summary}")
+            text.append(*sep)
+        else:
+            text.append("pulse", self._style("brand"))
+            text.append(*sep)
+        if view.read_only:
+            text.append("read-only", self._style("warn"))
+            text.append(*sep)
         text.append(f"{dot} {view.connection}", self._style(level))
         text.append(*sep)
         if view.sample_age_s is None:
@@ -95,12 +105,12 @@ class StatusBar(Static):
         else:
             age_level = "dim" if view.sample_age_s < 5 else "warn" if view.sample_age_s < 30 else "crit"
             text.append(f"sample {view.sample_age_s:.0f} s ago", self._style(age_level))
-        if view.verdict:
-            text.append(*sep)
-            text.append(view.verdict, self._style(view.verdict_level))
-            if view.verdict_summary:
-                text.append(f": {view.verdict_summary}")
-        if view.read_only:
-            text.append(*sep)
-            text.append("read-only", self._style("warn"))
+        text.append(*sep)
+        text.append(view.run, "bold")
+        text.append(" on ")
+        text.append(where)
         return text
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self.update(self._render_view(self.view), layout=False)

@@ -7,6 +7,9 @@ style, so a component can colour text or a background without painting over the 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from rich.ansi import AnsiDecoder
 from rich.style import Style
 from textual.widget import Widget
 
@@ -27,3 +30,12 @@ def text_style(widget: Widget, component: str) -> Style:
 def background_style(widget: Widget, component: str) -> Style:
     """The background of `component`, blended, and nothing else."""
     return Style(bgcolor=widget.get_component_rich_style(component).bgcolor)
+
+
+@lru_cache(maxsize=256)
+def sgr_style(parameters: str) -> Style:
+    """The Rich style of SGR `parameters` (`1;31`, `38;5;208`), as a terminal would show them,
+    except that a log may not hide its text (conceal) or blink at the operator."""
+    decoded = AnsiDecoder().decode_line(f"\x1b[{parameters}m.")
+    style = decoded.spans[0].style if decoded.spans else Style()
+    return style + Style(conceal=False, blink=False, blink2=False)

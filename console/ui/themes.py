@@ -1,4 +1,5 @@
-"""Theme files: TOML in themes/ (and ~/.config/pulse/themes/) turned into Textual themes.
+"""Theme files turned into Textual themes: TOML shipped in the package (the repository's themes/)
+and the operator's own in ~/.config/pulse/themes/.
 
 A theme file has three tables: `[colors]` (Textual's base colours), `[lines]` (one colour
 per kind of log line, exposed to CSS as `$line-oom`, `$line-nan`, ...) and `[thresholds]`
@@ -13,18 +14,20 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from textual.app import App
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
+from console import paths
+from console.crash import report_crash
 from console.model import LineKind
 
-#: The themes shipped with Pulse.
-BUILTIN_THEME_DIR = Path(__file__).resolve().parents[2] / "themes"
-#: Where an operator's own theme files are picked up too.
-USER_THEME_DIR = Path("~/.config/pulse/themes").expanduser()
+#: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
+BUILTIN_THEME_DIR = files("console") / "themes"
 DEFAULT_THEME = "pulse-dark"
 
 COLOR_KEYS = (
@@ -65,7 +68,7 @@ class PulseTheme:
 
     theme: Theme
     thresholds: Thresholds
-    path: Path
+    path: Traversable
 
 
 def line_variable(kind: LineKind) -> str:
@@ -73,7 +76,7 @@ def line_variable(kind: LineKind) -> str:
     return "line-" + kind.value.replace("_", "-")
 
 
-def load_theme_file(path: Path) -> PulseTheme:
+def load_theme_file(path: Traversable) -> PulseTheme:
     """Read and validate one theme file. Raises ThemeError (one line) when it is wrong."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -88,7 +91,7 @@ def load_theme_file(path: Path) -> PulseTheme:
         return ThemeError(f"{path}: {key}: {problem}")
 
     _check_keys(data, {"name", "dark", "colors", "lines", "thresholds"}, "", fail)
-    name = data.get("name", path.stem)
+    name = data.get("name", path.name.removesuffix(".toml"))
     if not isinstance(name, str) or not name.strip():
         raise fail("name", "must be a non-empty string")
     dark = data.get("dark", True)
@@ -125,13 +128,16 @@ def load_theme_file(path: Path) -> PulseTheme:
     return PulseTheme(theme, thresholds, path)
 
 
-def load_themes(directories: tuple[Path, ...] = (BUILTIN_THEME_DIR, USER_THEME_DIR)) -> dict[str, PulseTheme]:
-    """Every theme file in `directories` (later ones override earlier ones by name)."""
+def load_themes(directories: tuple[Traversable, ...] | None = None) -> dict[str, PulseTheme]:
+    """Every theme file in `directories` (later ones override earlier ones by name); by default the
+    built-in themes, then the operator's own."""
+    if directories is None:
+        directories = (BUILTIN_THEME_DIR, paths.user_themes_dir())
     themes: dict[str, PulseTheme] = {}
     for directory in directories:
         if not directory.is_dir():
             continue
-        for path in sorted(directory.glob("*.toml")):
+        for path in sorted((p for p in directory.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name):
             loaded = load_theme_file(path)
             themes[loaded.theme.name] = loaded
     if DEFAULT_THEME not in themes:
@@ -176,15 +182,20 @@ class ThemedApp(App[int]):
 
 
 def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
-    """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme."""
+    """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme,
+    EXIT_CRASH (the traceback saved) when the app crashed."""
     try:
         themes = load_themes()
         theme = choose_theme(getattr(args, "theme", None), themes)
     except ThemeError as exc:
         print(f"pulse: {exc}", file=sys.stderr)
         return 2
-    result = make_app(theme, themes).run()
-    return result if isinstance(result, int) else 0
+    app = make_app(theme, themes)
+    result = app.run()
+    # Textual keeps an unhandled exception here, prints it and returns as if the user had quit.
+    if app._exception is not None:
+        return report_crash(app._exception)
+    return result if isinstance(result, int) else app.return_code or 0
 
 
 def _table(data: dict, key: str, fail) -> dict:

@@ -30,7 +30,12 @@ class ThroughputView:
     eta_s: float | None = None
     slow_fraction: float = 0.8
     stale_s: float | None = None
-    """Seconds since the last rate line when it is overdue: `current` is then history, not now."""
+    """Seconds since the last rate was written when it is overdue: `current` is then history, not now."""
+    per_iteration: bool = False
+    """The bar prints seconds per iteration (`1.31s/it`): show the rate that way too."""
+    lr: float | None = None
+    grad_norm: float | None = None
+    mfu: float | None = None
 
 
 def si(value: float) -> str:
@@ -85,9 +90,12 @@ class ThroughputPane(Vertical):
             baseline_line.update(Text(f"baseline {si(view.baseline)}" if view.baseline else "", style="dim"))
         else:
             self.set_class(view.stale_s is not None, "-stale")
-            line = Text.assemble((si(view.current), "bold"), f" {view.unit}")
+            if view.per_iteration and view.current > 0:
+                line = Text.assemble((f"{1 / view.current:.3g}", "bold"), " s/it")
+            else:
+                line = Text.assemble((si(view.current), "bold"), f" {view.unit}")
             if view.stale_s is not None:
-                line.append(f"  last line {format_duration(view.stale_s)} ago", "bold")
+                line.append(f"  last rate written {format_duration(view.stale_s)} ago", "bold")
             elif view.average is not None and view.minimum is not None:
                 line.append(f" avg {si(view.average)} min {si(view.minimum)}", "dim")
             rate_line.update(line)
@@ -112,9 +120,17 @@ class ThroughputPane(Vertical):
 
         loss_line = self.query_one("#loss-line", Static)
         if view.losses:
-            loss_line.update(Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold")))
+            line = Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold"))
         else:
-            loss_line.update(Text("no loss in the log yet", style="dim"))
+            line = Text("no loss in the log yet", style="dim")
+        for label, value in (("lr", view.lr), ("grad", view.grad_norm)):
+            if value is not None:
+                line.append(f" · {label} ")
+                line.append(f"{value:.3g}", "bold")
+        if view.mfu is not None:
+            line.append(" · MFU ")
+            line.append(f"{view.mfu:.0%}", "bold")
+        loss_line.update(line)
         self.query_one("#loss-spark", Sparkline).data = list(view.losses)
 
         step_line = self.query_one("#step-line", Static)

@@ -3,7 +3,7 @@ and never launches twice.
 
 Two cuts: between the stop and the launch (the run is stopped; the launch waits for the link and
 happens once), and during the launch after the new run has started but before its PID came back
-(the launch writes its PID to a FIFO, so its script blocks right after starting the run; then the
+(the launch script then waits on a FIFO, so it blocks right after starting the run; then the
 server's side of the connection is killed). Real runs, found and cleaned up by PID.
 """
 
@@ -69,16 +69,18 @@ async def test_a_drop_between_stop_and_launch_launches_once_after_the_reconnect(
 async def test_a_drop_after_the_run_started_but_before_its_pid_came_back(own_sshd: SshServer, procs, tmp_path: Path) -> None:
     tag = f"train_pulse_{uuid.uuid4().hex[:8]}"
     old_pid = start_old_run(procs, tmp_path, tag)
-    pidfile = tmp_path / "run.pid"
-    os.mkfifo(pidfile)  # `echo $! > run.pid` blocks after the launch until someone reads it
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)  # reading it blocks until someone opens it for writing
     config = dataclasses.replace(run_config(tmp_path, tag), target=own_sshd.target_config())
     target = make_target(config.target)
     events = []
     try:
         plan = await plan_restart(target, config)
-        # The same launch, writing its PID to the FIFO: the launch shell stops right after starting the run.
-        script = launch_script(plan.launch, cwd=plan.cwd, env=plan.env, log=plan.log, pidfile=str(pidfile))
-        plan = dataclasses.replace(plan, pidfile=str(pidfile), launch_script=script)
+        # The same launch, waiting on the FIFO before it reports the PID: the launch shell stops right
+        # after starting the run.
+        script = launch_script(plan.launch, cwd=plan.cwd, env=plan.env, log=plan.log, pidfile=None)
+        script = script.removesuffix("echo $!") + f"read -r _ < {hold}\necho $!"
+        plan = dataclasses.replace(plan, launch_script=script)
 
         async def cut_once_the_run_started() -> None:
             await until(lambda: [pid for pid in _pids_with(tag) if pid != old_pid], "the new run to start")
@@ -91,8 +93,10 @@ async def test_a_drop_after_the_run_started_but_before_its_pid_came_back(own_ssh
         await cutter
     finally:
         await target.close()
-        reader = os.open(pidfile, os.O_RDONLY | os.O_NONBLOCK)  # let the blocked launch shell finish
-        os.close(reader)
+        try:
+            os.close(os.open(hold, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked launch shell finish
+        except OSError:
+            pass  # nobody waits on it any more
     runs = [pid for pid in _pids_with(tag) if pid != old_pid]
     for pid in runs:
         procs.adopt(pid)

@@ -20,15 +20,19 @@ from console.model import (
     LogLine,
     LogStatus,
     ProcessReading,
+    ProgressLine,
     Sample,
 )
+from console.observe import progress, textsafe
 from console.observe.lines import classify_line
 from console.observe.roles import label_processes
 from console.remote.shell import Container
 from console.state import RunState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
-SCENARIOS = ("healthy", "slow", "oom", "nan", "hang", "buffered", "dead")
+SCENARIOS = ("healthy", "slow", "oom", "nan", "hang", "buffered", "dead", "bar")
+#: A real HF Trainer log captured on an H200 (tests/data/real/README.md): its tqdm bar and dicts.
+HF_TRAINER_LOG = Path(__file__).resolve().parents[1] / "data" / "real" / "hf_healthy" / "run.log"
 #: The fake clock's reading (monotonic seconds) when a test starts.
 NOW = 50_000.0
 #: The target's wall clock at NOW.
@@ -157,6 +161,15 @@ def to_log_lines(timed_texts: list[tuple[float, str]]) -> list[LogLine]:
     return [LogLine(number, text, classify_line(text), time=at) for number, (at, text) in enumerate(timed_texts, 1)]
 
 
+def hf_trainer_lines(now: float) -> tuple[list[tuple[float, str]], ProgressLine]:
+    """The real HF Trainer capture's lines over its 75 s, and its bar's last complete redraw, drawn just now."""
+    raw = HF_TRAINER_LOG.read_bytes()
+    complete, _, partial = raw.rpartition(b"\n")
+    lines = [textsafe.sanitize(line)[0] for line in complete.split(b"\n")]
+    timed = [(now - 75 + 75 * n / len(lines), text) for n, text in enumerate(lines)]
+    return timed, progress.progress_line(textsafe.sanitize(partial[: partial.rfind(b"\r")])[0], now - 0.1)
+
+
 def healthy_rate(n: int) -> float:
     return 14_050 + 260 * math.sin(n / 5) + 90 * math.cos(n / 2.3)
 
@@ -196,6 +209,8 @@ def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
         texts += step_lines(40, rate_of=healthy_rate, end_at=now - 905)
         processes = run_processes(main_cpu=99.6, unbuffered=False)
         silent_s = 905.0
+    elif scenario == "bar":
+        texts, bar = hf_trainer_lines(now)
     elif scenario == "dead":
         texts += step_lines(120, rate_of=healthy_rate, end_at=now - 300)
         texts += extra(now - 299, "Killed")
@@ -203,6 +218,8 @@ def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
         processes, silent_s = (), 299.0
 
     state.add_lines(to_log_lines(texts))
+    if scenario == "bar":
+        state.set_progress(bar)
     state.add_sample(
         Sample(
             time=TARGET_NOW,
@@ -232,3 +249,27 @@ def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: 
     )
     app.animation_level = "none"
     return app
+
+
+def diagnosed(app) -> None:
+    """Give `app` the verdict its cheap diagnosis reaches on its scenario's state (the header shows it)."""
+    from console.diagnose import diagnose
+    from console.evidence import from_samples
+
+    state = app.state
+    app.set_verdict(diagnose(from_samples(state.samples[0], state.samples[-1], app.config, state, timed=False), app.config))
+
+
+async def select_process(app, pilot, reading: ProcessReading):
+    """Add `reading` to the latest sample and select its row in the focused process table (returned)."""
+    import time
+
+    from console.ui.process_pane import ProcessPane
+
+    app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
+    app.refresh_panes()
+    await pilot.pause()
+    table = app.query_one(ProcessPane)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(str(reading.pid)))
+    return table

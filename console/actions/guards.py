@@ -1,0 +1,265 @@
+"""The restart plan's guards: what on the target must never be signalled, and how the run is told apart.
+
+The plan asks the target itself (one bash script, `probe_target`) for the facts the guards need:
+the probing shell's ancestry (locally Pulse and its ancestors; over SSH the session's shell
+chain and sshd), each candidate process's group, session, start time and command line, the
+members of the candidates' process groups, and the pidfile, read bounded. Everything here
+but `probe_target` is pure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from console.actions.custom import shell_path
+from console.model import ProcessReading
+from console.observe.agent import PULSE_PROGRAM_MARK, SHELLS
+from console.observe.textsafe import sanitize
+from console.remote.shell import quote
+from console.remote.target import Target, TargetError
+
+#: Bash functions the plan runs on the target (see `probe_target`). `who KIND PID…` prints
+#: `KIND PID STATE PPID PGID SID START PULSE COMM ARGV` (argv words joined by \x01, at most
+#: 512 bytes, newlines made '?'); `chain` lists the probing shell and its ancestors;
+#: `members PGID…` prints `member PID PGID` for every process in those groups; `pidfile PATH`
+#: reads a regular file of at most 64 bytes and never opens anything else.
+_PLAN_FUNCTIONS = r"""
+who() { local kind=$1 pid line f comm argv mark; shift; for pid in "$@"; do
+  { read -r line < /proc/$pid/stat; } 2>/dev/null || continue
+  read -r -a f <<< "${line##*) }"
+  comm=${line#*(}; comm=${comm%)*}
+  argv=$(head -c 512 /proc/$pid/cmdline 2>/dev/null | tr '\000\n\r' '\001??')
+  mark=-; grep -qaF -- "$MARK" /proc/$pid/cmdline 2>/dev/null && mark=pulse
+  echo "$kind $pid ${f[0]} ${f[1]} ${f[2]} ${f[3]} ${f[19]} $mark ${comm//[^[:alnum:]._-]/_} $argv"
+done; }
+chain() { local pid=$$ line f; while [ "${pid:-0}" -gt 0 ] 2>/dev/null; do echo "$pid"
+  { read -r line < /proc/$pid/stat; } 2>/dev/null || break
+  read -r -a f <<< "${line##*) }"; pid=${f[1]}
+done; }
+members() { local g line f stat; declare -A want; for g in "$@"; do want[$g]=1; done
+  for stat in /proc/[0-9]*/stat; do { read -r line < "$stat"; } 2>/dev/null || continue
+    read -r -a f <<< "${line##*) }"; [ -n "${want[${f[2]}]}" ] && echo "member ${line%% *} ${f[2]}"
+  done; return 0; }
+pidfile() { local text size
+  if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "pidfile missing"; return; fi
+  if [ ! -f "$1" ]; then echo "pidfile notregular"; return; fi
+  size=$(stat -L -c %s -- "$1"); [ "${size:-0}" -gt 64 ] && { echo "pidfile toolarge $size"; return; }
+  text=$(timeout 5 head -c 64 -- "$1" | tr -c '[:print:]' ' ')
+  echo "pidfile text $text"
+  [[ $text =~ ^\ *([0-9]{1,9})\ *$ ]] && who named "${BASH_REMATCH[1]}"
+  return 0; }
+"""
+
+#: Names sshd goes by: the listener, and the per-session processes of newer OpenSSH.
+_SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
+
+PROBE_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcFacts:
+    """One process on the target as the plan's probe read it from /proc."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+    pulse: bool
+    """Its command line carries the mark of a program Pulse runs (its sampling agent)."""
+    comm: str
+    argv: tuple[str, ...]
+
+    def label(self) -> str:
+        return f"PID {self.pid} ({sanitize(' '.join(self.argv) or self.comm, 80)[0]})"
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What the plan learned on the target besides the sample."""
+
+    own: tuple[ProcFacts, ...]
+    """The shell that ran the probe and its ancestors: locally Pulse and its own ancestors,
+    remotely the SSH session's chain (sshd, the session shell)."""
+    procs: dict[int, ProcFacts]
+    group_members: dict[int, tuple[int, ...]]
+    pidfile: str | None
+    """'missing', 'notregular', 'toolarge' (then pidfile_text is its size), 'text' or None (no pidfile configured)."""
+    pidfile_text: str = ""
+    named: ProcFacts | None = None
+    """The running process the pidfile names."""
+
+
+def parse_probe(text: str) -> Probe:
+    """A Probe from the _PLAN_FUNCTIONS output; lines of any other shape are ignored."""
+    own, procs, members, named = [], {}, {}, None
+    pidfile, pidfile_text = None, ""
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "pidfile":
+            pidfile, _, pidfile_text = rest.partition(" ")
+            continue
+        words = rest.split(" ", 8)
+        try:
+            if kind == "member" and len(words) == 2:
+                members.setdefault(int(words[1]), []).append(int(words[0]))
+                continue
+            if len(words) < 8:
+                continue
+            pid, ppid, pgid, sid, start = (int(words[i]) for i in (0, 2, 3, 4, 5))
+        except ValueError:
+            continue
+        argv = tuple(words[8].rstrip("\x01").split("\x01")) if len(words) > 8 and words[8] else ()
+        facts = ProcFacts(pid, words[1], ppid, pgid, sid, start, words[6] == "pulse", words[7], argv)
+        if kind == "self":
+            own.append(facts)
+        elif kind == "proc":
+            procs[pid] = facts
+        elif kind == "named":
+            named = facts
+    return Probe(tuple(own), procs, {g: tuple(m) for g, m in members.items()}, pidfile, pidfile_text, named)
+
+
+def is_login_shell(facts: ProcFacts) -> bool:
+    """A shell started as a login shell: argv[0] begins with '-', or -l / --login among its options."""
+    if facts.argv and facts.argv[0].startswith("-"):
+        return True
+    names = {facts.comm, os.path.basename(facts.argv[0]) if facts.argv else ""}
+    if not names & SHELLS:
+        return False
+    for word in facts.argv[1:]:
+        if word == "--login" or (word.startswith("-") and not word.startswith("--") and "l" in word[1:]):
+            return True
+        if not word.startswith("-"):
+            break
+    return False
+
+
+def protected_reason(facts: ProcFacts, own_pids: set[int]) -> str | None:
+    """Why `facts` must never be signalled by a restart; None when nothing forbids it."""
+    if facts.pid == 1:
+        return "PID 1 (the init of the machine or container)"
+    if facts.pid in own_pids:
+        return "Pulse itself or one of its ancestors (the session Pulse acts through)"
+    if facts.pulse:
+        return "a program Pulse runs (its sampling agent)"
+    first = facts.argv[0].split()[0] if facts.argv and facts.argv[0].split() else ""
+    if facts.comm in _SSHD_NAMES or os.path.basename(first).rstrip(":") in _SSHD_NAMES:
+        return "sshd (the operator's way in)"
+    if is_login_shell(facts):
+        return "a login shell (an operator's session)"
+    return None
+
+
+def matches_empty(pattern: str) -> bool:
+    """True when `pattern` matches the empty string, so it would select every process."""
+    try:
+        return re.search(pattern, "") is not None
+    except re.error:
+        return False  # the agent reports the invalid pattern itself
+
+
+async def probe_target(target: Target, pids: list[int], pidfile: str | None) -> Probe:
+    """The probing shell's ancestry, the facts of `pids`, their groups' members and the pidfile."""
+    calls = [f"MARK={quote(PULSE_PROGRAM_MARK)}", "who self $(chain)"]
+    if pids:
+        words = " ".join(map(str, pids))
+        calls += [f"who proc {words}", f"members {words}"]  # members reads every /proc/PID/stat: only when needed
+    if pidfile:
+        calls.append(f"pidfile {shell_path(pidfile)}")
+    result = await target.run(_PLAN_FUNCTIONS + "\n".join(calls), PROBE_TIMEOUT_S, login=False)
+    probe = parse_probe(result.stdout)
+    if not probe.own or (pidfile and probe.pidfile is None):
+        said = (result.stderr or result.stdout).strip().splitlines()
+        raise TargetError(f"the plan's probe gave no answer: {said[-1] if said else f'exit {result.exit_status}'}")
+    return probe
+
+
+def log_glob(log: str) -> str:
+    """The glob a process's stdout (an absolute path) is matched against: `~/` matches any home."""
+    pattern = log.replace("{started}", "*")
+    return "*/" + pattern[2:] if pattern.startswith("~/") else pattern
+
+
+def process_trees(processes: Iterable[ProcessReading]) -> dict[int, list[ProcessReading]]:
+    """Root PID → the processes of its tree, for the selected processes whose parent is not selected."""
+    by_pid = {p.pid: p for p in processes}
+    trees: dict[int, list[ProcessReading]] = {}
+    for p in by_pid.values():
+        root = p
+        seen = {p.pid}
+        while root.ppid in by_pid and root.ppid not in seen:
+            seen.add(root.ppid)
+            root = by_pid[root.ppid]
+        trees.setdefault(root.pid, []).append(p)
+    return {r: [by_pid[r]] + [p for p in tree if p.pid != r] for r, tree in trees.items()}
+
+
+def choose_tree(
+    trees: dict[int, list[ProcessReading]], evidence: dict[int, list[str]], root: int | None, all_roots: bool
+) -> tuple[dict[int, list[ProcessReading]], list[str], list[str]]:
+    """Among several process trees: (the trees to stop, a line per tree for the plan, refusals).
+
+    The operator names the run with `root` or says to stop every tree with `all_roots`;
+    otherwise the plan is refused, saying which tree looks like the run when one alone does.
+    """
+    likely = [r for r in trees if evidence[r]]
+    run_root = root if root is not None else (likely[0] if len(likely) == 1 else None)
+    lines = []
+    for r, tree in trees.items():
+        marks = "".join(f"; {e}" for e in evidence[r]) + ("  <- the run" if r == run_root else "")
+        lines.append(f"root PID {r} ({tree[0].cmdline[:80]}): {len(tree)} process(es){marks}")
+    roots = " ".join(map(str, trees))
+    if root is not None and root not in trees:
+        return trees, lines, [f"--root {root} is not the root of a tree the match found (roots: {roots})"]
+    if root is not None:
+        return {root: trees[root]}, lines, []
+    if all_roots:
+        return trees, lines, []
+    which = f"PID {run_root} looks like the run" if run_root else "which one is the run cannot be told"
+    return trees, lines, [
+        f"the match found {len(trees)} unrelated process trees (roots {roots}); {which}:"
+        " name it with --root PID, or pass --all-roots to stop every tree"
+    ]
+
+
+def run_evidence(tree: list[ProcessReading], gpu_mib: dict[int, int | None], stdout_glob: str,
+                 pidfile_pid: int | None) -> list[str]:
+    """What marks a tree as the run: GPU memory, stdout into the run's log, the pidfile's PID."""
+    evidence = []
+    if any(p.pid in gpu_mib for p in tree):
+        evidence.append("holds GPU memory")
+    if stdout_glob and any(p.stdout and fnmatchcase(p.stdout, stdout_glob) for p in tree):
+        evidence.append("writes the run's log")
+    if pidfile_pid is not None and any(p.pid == pidfile_pid for p in tree):
+        evidence.append("named by the pidfile")
+    return evidence
+
+
+def pidfile_refusals(pidfile: str | None, found: Probe, own_pids: set[int], notes: list[str]) -> list[str]:
+    """Why the pidfile makes the plan unsafe (a note when it is merely absent or stale)."""
+    if not pidfile:
+        return []
+    if found.pidfile == "missing":
+        return []  # the agent's own note says so
+    if found.pidfile == "notregular":
+        return [f"pidfile {pidfile} is not a regular file (a FIFO, device, directory or a link to one):"
+                " reading or writing it could block; point [run] pidfile at a plain file"]
+    if found.pidfile == "toolarge":
+        return [f"pidfile {pidfile} is {found.pidfile_text} bytes, not a pidfile (one PID is a few bytes);"
+                " point [run] pidfile at the file the launch writes"]
+    text = found.pidfile_text.strip()
+    if not text.isdigit():
+        held = f"holds {text[:40]!r}" if text else "is empty"
+        return [f"pidfile {pidfile} {held}, not a PID: whether the run is alive cannot be told;"
+                " remove it once no run is alive"]
+    if found.named is None:
+        notes.append(f"pidfile {pidfile} names PID {int(text)}, which is not running (stale)")
+        return []
+    why = protected_reason(found.named, own_pids)
+    return [f"pidfile {pidfile} names {found.named.label()}, which is {why}"] if why else []

@@ -1,0 +1,65 @@
+"""Metrics read from real lines of public projects' logs, one format after another.
+
+tests/data/metric_lines.jsonl: each line as its project printed it, the repository and the issue
+(or file) it was found in, and every metric a reader must take from it, and no other. The
+corpus helper's tests/data/corpus/rates.jsonl, when present, is held to the issue's 95 %.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from console.observe.lines import METRIC_NAMES, classify_line
+from console.observe.textsafe import sanitize
+
+DATA = Path(__file__).parent / "data"
+RECORDS = [json.loads(line) for line in (DATA / "metric_lines.jsonl").read_text().splitlines() if line.strip()]
+CORPUS_RATES = DATA / "corpus" / "rates.jsonl"
+
+
+def misses(record: dict) -> list[str]:
+    got = classify_line(sanitize(record["line"])[0]).as_json()
+    wrong = []
+    for name in METRIC_NAMES:
+        want, have = record["metrics"].get(name), got[name]
+        if want is None and have is None:
+            continue
+        if want is None or have is None or not math.isclose(want, have, rel_tol=1e-9):
+            wrong.append(f"{name}: want {want}, got {have}")
+    return wrong
+
+
+def test_the_set_is_wide_and_sourced() -> None:
+    assert len(RECORDS) >= 45
+    assert len({record["repo"] for record in RECORDS}) >= 25
+    assert all(record["source"] and record["repo"] and record["format"] for record in RECORDS)
+    named = {name for record in RECORDS for name in record["metrics"]}
+    assert named == set(METRIC_NAMES)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[f"{r['format']}:{r['line'][:40]}" for r in RECORDS])
+def test_metrics_of_a_real_line(record: dict) -> None:
+    assert misses(record) == []
+
+
+def test_serving_engines_give_the_generation_rate_not_the_prompt_rate() -> None:
+    vllm = [r for r in RECORDS if r["repo"] in ("vllm-project/vllm", "noonghunna/club-3090")]
+    assert vllm and all("Avg prompt throughput" in r["line"] for r in vllm)
+    for record in vllm:
+        generation = float(record["line"].split("Avg generation throughput: ")[1].split()[0])
+        assert classify_line(record["line"]).tokens_per_s == generation
+    # a prefill-only line states no generation rate, and its prompt rate is not taken for one
+    prefill = next(r["line"] for r in RECORDS if "Prefill batch" in r["line"])
+    assert classify_line(prefill).tokens_per_s is None
+
+
+@pytest.mark.skipif(not CORPUS_RATES.exists(), reason="the corpus helper's rates.jsonl is not in this tree")
+def test_corpus_rate_lines_are_read_right() -> None:
+    records = [json.loads(line) for line in CORPUS_RATES.read_text().splitlines() if line.strip()]
+    wrong = {record["line"][:100]: misses(record) for record in records}
+    wrong = {line: miss for line, miss in wrong.items() if miss}
+    assert 1 - len(wrong) / len(records) >= 0.95, wrong
