@@ -26,6 +26,9 @@ COMMANDS = {
     "dump": "py-spy dump of the run's main process",
     "restart": "safe kill-and-relaunch: the plan, a confirm, stop, wait for GPU memory, launch, verify",
     "warmup": "the configured warmup, once per (GPU, sequence length)",
+    "watch": "monitor, diagnose, journal and alert with no UI; SIGTERM stops it (exit 0)",
+    "journal": "the run's journal: what happened, when",
+    "report": "a Markdown post-mortem of a window of the run's journal",
 }
 #: What `pulse COMMAND --help` shows last.
 COMMAND_EXAMPLES = {
@@ -35,6 +38,9 @@ COMMAND_EXAMPLES = {
     "dump": ["pulse dump run.toml", "pulse dump --pid 4242 --native"],
     "restart": ["pulse restart run.toml", "pulse restart run.toml --yes --grace 60"],
     "warmup": ["pulse warmup run.toml --yes"],
+    "watch": ["pulse watch run.toml", "nohup pulse watch run.toml >> watch.log 2>&1 &"],
+    "journal": ["pulse journal run.toml", "pulse journal run.toml --since 2d --json"],
+    "report": ["pulse report run.toml --since 12h > incident.md"],
 }
 EXIT_USAGE = 2
 
@@ -152,6 +158,11 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--all-roots", action="store_true", help="stop every process tree the match finds")
     elif command == "warmup":
         parser.add_argument("--yes", action="store_true", help="do not ask")
+    elif command in ("journal", "report"):
+        parser.add_argument("--since", default="6h" if command == "journal" else "24h", metavar="DURATION",
+                            help="how far back: 90s, 30m, 6h, 2d (default %(default)s)")
+        if command == "journal":
+            parser.add_argument("--json", action="store_true", help="one JSON object: entries and per-minute figures")
     if command in ("restart", "warmup"):
         parser.add_argument("--no-audit", action="store_true", help="run even when the audit log cannot be written")
     return parser
@@ -258,6 +269,10 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
         from console.fleet import headless as fleet_headless
 
         return fleet_headless.restart(config, args)
+    if command in ("watch", "journal", "report"):
+        from console.journal import headless as journal_headless
+
+        return getattr(journal_headless, f"run_{command}")(config, args)
     if command in ("dump", "restart", "warmup"):
         from console.actions import headless
 

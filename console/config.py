@@ -122,6 +122,30 @@ class CustomAction:
     description: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class AlertsConfig:
+    """Where alerts go when the verdict gets worse or recovers (see console/alerts.py)."""
+
+    terminal: bool = True
+    """Ring the bell and send an OSC 9 / OSC 777 desktop notification to the terminal."""
+    command: str | None = None
+    """A shell command that gets the alert as JSON on stdin and PULSE_ALERT_* variables."""
+    webhook: str | None = None
+    """An http(s) URL the alert is POSTed to as JSON."""
+    webhook_format: str = "json"
+    """'json' (the alert object), 'slack' ({"text": …}) or 'discord' ({"content": …})."""
+    hold_s: float = 30.0
+    """A worse verdict must last this long before it is announced."""
+    recover_s: float = 60.0
+    """A recovery must last this long before it is announced."""
+    min_interval_s: float = 300.0
+    """At most one alert this often; one held back is sent when the interval ends, if still true."""
+    timeout_s: float = 10.0
+    """Each delivery attempt's limit."""
+    retries: int = 2
+    """Further attempts of a webhook after a failed one."""
+
+
 DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
 
 
@@ -137,6 +161,7 @@ class Config:
     audit_log: str = DEFAULT_AUDIT_LOG
     source: str = "<flags>"
     """The file this came from, for messages."""
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
 
 class ConfigError(Exception):
@@ -273,8 +298,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     problems: list[str] = []
     r = _Reader(source, _key_lines(text), problems)
     for key in data:
-        if key not in ("target", "run", "gpus", "metrics", "warmup", "stall", "actions", "audit_log"):
-            r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log)")
+        if key not in ("target", "run", "gpus", "metrics", "warmup", "stall", "actions", "audit_log", "alerts"):
+            r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log, alerts)")
 
     t = r.table(data, "target", ("host", "port", "container", "accept_new_host_key", "known_hosts",
                                  "ssh_config", "python", "py_spy", "nvidia_smi", "slurm_job", "hosts", "reach"))
@@ -415,13 +440,37 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                                         r.get(a, f"{path}.description", str, "")))
 
     audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
+    alerts = _alerts(r, data)
     if problems:
         raise ConfigError(problems)
-    return Config(target, run, gpus, metrics, warmup, stall, tuple(actions), audit_log, source)
+    return Config(target, run, gpus, metrics, warmup, stall, tuple(actions), audit_log, source, alerts)
+
+
+def _webhook_url(value: str) -> str | None:
+    return None if re.match(r"https?://[^\s/]+", value) else "must be an http:// or https:// URL"
+
+
+def _alerts(r: _Reader, data: dict) -> AlertsConfig:
+    a = r.table(data, "alerts", ("terminal", "command", "webhook", "webhook_format", "hold_s", "recover_s",
+                                 "min_interval_s", "timeout_s", "retries"))
+    number = (int, float)
+    at_least_0 = lambda v: None if v >= 0 else "must be 0 or more"  # noqa: E731
+    return AlertsConfig(
+        terminal=r.get(a, "alerts.terminal", bool, True),
+        command=r.get(a, "alerts.command", str),
+        webhook=r.get(a, "alerts.webhook", str, None, _webhook_url),
+        webhook_format=r.get(a, "alerts.webhook_format", str, "json",
+                             lambda v: None if v in ("json", "slack", "discord") else "must be json, slack or discord"),
+        hold_s=float(r.get(a, "alerts.hold_s", number, 30.0, at_least_0)),
+        recover_s=float(r.get(a, "alerts.recover_s", number, 60.0, at_least_0)),
+        min_interval_s=float(r.get(a, "alerts.min_interval_s", number, 300.0, at_least_0)),
+        timeout_s=float(r.get(a, "alerts.timeout_s", number, 10.0, _positive)),
+        retries=r.get(a, "alerts.retries", int, 2, lambda v: None if 0 <= v <= 10 else "must be 0-10"),
+    )
 
 
 #: Keys the console binds itself; custom actions may not take them.
-_RESERVED_KEYS = frozenset("?qtfnNdpRwl/[]")
+_RESERVED_KEYS = frozenset("?qtfnNdpRwlh/[]")
 
 
 def load_config(path: str | Path) -> Config:

@@ -19,6 +19,7 @@ PURE = [
     "observe/textsafe.py",
     "observe/smi.py",
     "observe/pyspy.py",
+    "journal/report.py",
 ]
 IO_MODULES = {"subprocess", "socket", "asyncssh", "asyncio", "pynvml", "textual", "shutil"}
 

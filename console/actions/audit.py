@@ -17,7 +17,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -93,6 +93,10 @@ def final_steps(events: Iterable[StepEvent]) -> list[StepEvent]:
     return [event for event in events if event.status in FINAL_STATUSES]
 
 
+#: Called with every entry after it is written (the run journal copies actions from here).
+AUDIT_LISTENERS: list[Callable[[dict], None]] = []
+
+
 class AuditLog:
     """An append-only JSON-lines file of mutating actions (parents created, mode 0600)."""
 
@@ -131,6 +135,8 @@ class AuditLog:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+        for listener in AUDIT_LISTENERS:
+            listener(entry)
         return entry
 
     def _open(self, create: bool = True) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -24,6 +25,7 @@ from textual.widgets import Footer, Input
 
 from console.config import Config
 from console.diagnose import silence_limit_s
+from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
@@ -52,10 +54,6 @@ from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
 REFRESH_S = 1.0
-#: How often the cheap diagnosis (from the state alone, no command on the target) runs.
-CHEAP_DIAGNOSIS_S = 5.0
-#: The cheap diagnosis compares the latest sample with one about this old.
-CHEAP_WINDOW_S = 10.0
 #: Below either, the compact layout: one line per GPU role, so the log keeps room.
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 #: The log input box's prompt in each of its modes.
@@ -106,6 +104,14 @@ class DumpReady(Message):
         self.dump = dump
 
 
+class TimelineReady(Message):
+    """The journal's window for the timeline screen was read."""
+
+    def __init__(self, window) -> None:
+        super().__init__()
+        self.window = window
+
+
 class VerdictReady(Message):
     """A diagnosis finished; `show` opens the diagnosis screen (a key press asked for it)."""
 
@@ -144,8 +150,11 @@ class PulseApp(ThemedApp):
         clock: Callable[[], float] = time.monotonic,
         theme: str | None = None,
         themes: dict[str, PulseTheme] | None = None,
+        watch: Callable[[PulseApp], RunWatch | None] | None = None,
     ) -> None:
         super().__init__(theme=theme, themes=themes)
+        self.watch = watch(self) if watch is not None else None
+        """The run's journal and alerts (None: the console journals nothing)."""
         self.config = config
         self.state = state
         self.target = target
@@ -169,6 +178,12 @@ class PulseApp(ThemedApp):
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
         """The latest Verdict, shown in the status line until the state changes."""
+        if self.watch is not None and self.watch.restored is not None:
+            from console.diagnose import Verdict
+
+            # The journal's last word until the first diagnosis: a reopened console is not blank.
+            restored = self.watch.restored
+            self.verdict = Verdict(restored["verdict"], restored["summary"], restored["evidence"], restored["next_step"], restored["key"])
 
     # -- layout ------------------------------------------------------------------
 
@@ -209,6 +224,14 @@ class PulseApp(ThemedApp):
             stopped = self.monitor.stop()
             if inspect.isawaitable(stopped):
                 await stopped
+        if self.watch is not None:
+            self.watch.observe()
+            await self.watch.close()
+
+    def terminal_write(self, text: str) -> None:
+        """Write escape sequences (alert notifications) to the terminal, as App.bell does."""
+        if not self.is_headless and self._driver is not None:
+            self._driver.write(text)
 
     def on_resize(self) -> None:
         if hasattr(self, "gpu_pane"):  # a resize can come before on_mount, which sizes the first layout
@@ -248,6 +271,8 @@ class PulseApp(ThemedApp):
             self.call_later(self.refresh_panes)
 
     def _tick(self) -> None:
+        if self.watch is not None:
+            self.watch.observe()
         self.refresh_panes(force=False)
 
     def flush_log(self) -> None:
@@ -417,6 +442,39 @@ class PulseApp(ThemedApp):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
 
+    def action_timeline(self) -> None:
+        if self.watch is None:
+            self.notify("no journal for this console: the timeline needs one", severity="warning", timeout=4)
+            return
+        self.load_timeline()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="timeline")
+    def load_timeline(self) -> None:
+        """Read the journal's whole window in a thread (the file may hold weeks) and post it."""
+        from console.journal.report import Window
+        from console.journal.store import MAX_AGE_S
+
+        end = time.time()
+        entries, minutes = self.watch.journal.window(end - MAX_AGE_S)
+        # The window starts where the journal does, not 30 days back.
+        start = min([e.time for e in entries[:1]] + [m.minute * 60 for m in minutes[:1]], default=end)
+        self.post_message(TimelineReady(Window(start, end, entries, minutes)))
+
+    @on(TimelineReady)
+    def _timeline_ready(self, message: TimelineReady) -> None:
+        from console.ui.timeline_screen import TimelineScreen
+
+        def jump(number: int | None) -> None:
+            if number is None:
+                return
+            landed = self.log_pane.go_to_line(number)
+            if landed is None or landed.number != number:
+                self.notify("that line has left the log pane", severity="information", timeout=3)
+            self._refresh_log_titles()
+
+        held = frozenset(line.number for line in self.state.problems)
+        self.push_screen(TimelineScreen(message.window, held_lines=held, console_id=self.watch.journal.holder), callback=jump)
+
     def action_toggle_follow(self) -> None:
         following = self.log_pane.toggle_follow()
         self.notify("following the log" if following else "paused: f or End to follow again", timeout=2)
@@ -531,19 +589,14 @@ class PulseApp(ThemedApp):
 
     def cheap_diagnosis(self) -> None:
         """Diagnose from the samples and lines already held (pure, no I/O); notify if it got worse."""
-        from console.diagnose import diagnose
-        from console.evidence import from_samples
-
-        samples = self.state.samples
-        if len(samples) < 2:
+        verdict = diagnose_state(self.state, self.config)
+        if verdict is None:
             return
-        last = samples[-1]
-        first = next((s for s in samples if last.time - s.time <= CHEAP_WINDOW_S), samples[-2])
-        if first is last:
-            first = samples[-2]
-        verdict = diagnose(from_samples(first, last, self.config, self.state, timed=True), self.config)
+        # The summary changes too ("quiet 12 s"): the header must never keep saying the log progresses.
         if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
             self.set_verdict(verdict)
+        elif self.watch is not None:
+            self.watch.verdict(verdict)  # the alerts' hysteresis counts how long a verdict holds
 
     def selected_process(self):
         """The process on the process table's selected row while the table has focus (None when that
@@ -644,6 +697,8 @@ class PulseApp(ThemedApp):
 
         previous = self.verdict
         self.verdict = verdict
+        if self.watch is not None:
+            self.watch.verdict(verdict)
         if previous is not None and worse(verdict.name, previous.name):
             severity = "error" if verdict_level(verdict.name) == "crit" else "warning"
             self.notify(f"{verdict.name}: {verdict.summary}", title="run got worse", severity=severity, timeout=10)
@@ -720,6 +775,17 @@ class PulseApp(ThemedApp):
             run(True)
 
 
+def open_watch(config: Config, state: RunState, app: PulseApp) -> RunWatch | None:
+    """The run's journal and alerts for the console; without them (one line on stderr) when the journal cannot open."""
+    from console.journal.store import JournalError
+
+    try:
+        return RunWatch.open(config, state, terminal_write=app.terminal_write)
+    except JournalError as exc:
+        print(f"pulse: no journal this time: {exc}", file=sys.stderr)
+        return None
+
+
 def run_console(config: Config, args: argparse.Namespace) -> int:
     """`pulse CONFIG`: connect to the target, start the monitor and run the console until quit."""
     from console.monitor import Monitor
@@ -736,6 +802,7 @@ def run_console(config: Config, args: argparse.Namespace) -> int:
             read_only=bool(getattr(args, "read_only", False)),
             theme=theme,
             themes=themes,
+            watch=lambda app: open_watch(config, state, app),
         )
 
     return run_themed(make_app, args)

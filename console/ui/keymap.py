@@ -129,6 +129,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("top", "home", "Home", "Top", "First row, or the start of the log held", "Panes", footer=False, bound=False),
     ActionSpec("cycle_theme", "t", "t", "Theme", "Switch to the next Pulse theme (all themes: palette → Change theme)", "View"),
     ActionSpec("command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False),
+    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View", footer=False),
     ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View"),
     ActionSpec("quit", "ctrl+c", "^c", "Quit", "Leave the console, as in htop, nvitop and k9s", "View", footer=False, priority=True),
 )

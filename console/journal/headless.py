@@ -1,0 +1,130 @@
+"""`pulse watch`, `pulse journal` and `pulse report`: the journal without the console.
+
+    pulse watch CONFIG            monitor + diagnosis with no UI: journal and alerts; prints
+                                  each verdict change; SIGTERM or SIGINT stop it cleanly
+    pulse journal CONFIG [--since 6h] [--json]
+    pulse report CONFIG [--since 24h]   Markdown post-mortem of the window
+
+Exit status: 0 done (watch: stopped by SIGTERM/SIGINT after committing the journal);
+2 a bad config, no journal to read, or a journal that cannot be opened (one line on stderr).
+`pulse watch` does not exit on its own: a lost connection is retried and journaled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+from console.config import Config
+from console.journal.report import Window, journal_json, journal_lines, parse_since, report_markdown
+from console.journal.store import JournalError, journal_path, open_for_reading, read_window
+
+EXIT_OK = 0
+EXIT_BAD = 2
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _error(command: str, text: str) -> int:
+    print(f"pulse {command}: {text}", file=sys.stderr)
+    return EXIT_BAD
+
+
+def run_watch(config: Config, args: argparse.Namespace) -> int:
+    if config.target.slurm_job or config.target.hosts:
+        return _error("watch", "a fleet (slurm_job or hosts) is not watched headless yet: give one host")
+    if not (config.run.match or config.run.pidfile or config.run.log):
+        return _error("watch", f"{config.source}: nothing names the run: give [run] match, pidfile or log (or --match/--log)")
+    try:
+        return asyncio.run(_watch(config))
+    except JournalError as exc:
+        return _error("watch", str(exc))
+
+
+async def _watch(config: Config) -> int:
+    from console.alerts import tty_writer
+    from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
+    from console.monitor import Monitor
+    from console.remote.connect import make_target
+    from console.state import RunState
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    stopped_by: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        stopped_by.append(sig.name)
+        stop.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    state = RunState()
+    watch = RunWatch.open(config, state, terminal_write=tty_writer(sys.stdout))
+    watch.journal.add("watch", f"pulse watch started (pid {os.getpid()})")
+    target = make_target(config.target)
+    monitor = Monitor(config, target, state)
+    print(f"pulse watch: {target.label}: journal {watch.journal.path}", file=sys.stderr, flush=True)
+    await monitor.start()
+    next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
+    shown = None
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except TimeoutError:
+                pass
+            watch.observe()
+            if loop.time() >= next_diagnosis:
+                next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
+                verdict = watch.diagnose()
+                if verdict is not None and verdict.name != shown:
+                    shown = verdict.name
+                    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {verdict.name}: {verdict.summary}", flush=True)
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        await monitor.stop()
+        await target.close()
+        watch.observe()
+        watch.journal.add("watch", f"pulse watch stopped ({', '.join(stopped_by) or 'ended'})")
+        await watch.close()
+    return EXIT_OK
+
+
+def _window(config: Config, since: str):
+    """(journal path, Window) for a read command; JournalError / ValueError say what is wrong."""
+    seconds = parse_since(since)
+    path = journal_path(config)
+    conn = open_for_reading(path)
+    try:
+        end = time.time()
+        return path, Window(end - seconds, end, *read_window(conn, end - seconds))
+    finally:
+        conn.close()
+
+
+def run_journal(config: Config, args: argparse.Namespace) -> int:
+    try:
+        path, window = _window(config, args.since)
+    except (JournalError, ValueError) as exc:
+        return _error("journal", str(exc))
+    if args.json:
+        print(json.dumps(journal_json(window, str(path)), indent=2))
+    else:
+        print("\n".join(journal_lines(window)))
+    return EXIT_OK
+
+
+def run_report(config: Config, args: argparse.Namespace) -> int:
+    try:
+        _, window = _window(config, args.since)
+    except (JournalError, ValueError) as exc:
+        return _error("report", str(exc))
+    container = f" ({config.target.container.describe()})" if config.target.container else ""
+    sys.stdout.write(report_markdown(window, host=(config.target.host or "this machine") + container, run=config.run.name))
+    return EXIT_OK
+

@@ -1,0 +1,178 @@
+"""From a RunState to journal rows, once a second; and back, when a console opens again.
+
+`JournalRecorder.observe()` takes what is new in the state since its last call (problem
+lines, throughput and loss values, log events, the connection, GPU memory) and queues it
+in the journal; `verdict()` queues a verdict change. It reads the state only: it runs on
+the event loop next to the panes and never waits for the disk (the journal's thread does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from console.journal.store import Journal
+from console.model import ConnectionStatus, Event
+from console.state import RATE_METRICS, Point, RunState
+
+#: A GPU's memory is journaled again when it passes its high-water mark by this much.
+HIGH_WATER_STEP_MIB = 1024
+#: How many evidence lines a verdict entry keeps.
+EVIDENCE_LINES = 5
+#: Problem lines this close to the previous one belong to the same problem (a traceback's frames between).
+PROBLEM_SPAN_LINES = 40
+#: How much of a problem line is kept.
+PROBLEM_TEXT_CHARS = 300
+#: Series a journal keeps per minute.
+METRICS = (*RATE_METRICS, "loss")
+
+
+def verdict_data(verdict) -> dict:
+    """A Verdict as a journal entry's data (and an alert's fields)."""
+    return {
+        "verdict": verdict.name,
+        "summary": verdict.summary,
+        "evidence": list(verdict.evidence[:EVIDENCE_LINES]),
+        "next_step": verdict.next_step,
+        "key": verdict.key,
+    }
+
+
+class JournalRecorder:
+    """Journals one RunState's news; `observe()` once a second, `verdict()` on each diagnosis."""
+
+    def __init__(self, journal: Journal, state: RunState, *, wall: Callable[[], float] = time.time) -> None:
+        self.journal = journal
+        self.state = state
+        self.wall = wall
+        self.verdict_name: str | None = None
+        self._last_event: Event | None = state.events[-1] if state.events else None
+        self._last_line = state.lines_received
+        self._problem_at = -PROBLEM_SPAN_LINES - 1
+        self._problem_kinds: set[str] = set()
+        self._taken_until = {name: (points[-1].time if points else float("-inf")) for name, points in state.series.items()}
+        self._connection = state.connection.status
+        self._lost_at: float | None = None
+        self._high_water: dict[int, int] = {}
+        for entry in journal.entries(kinds=("gpu_memory",)):
+            self._high_water[entry.data["gpu"]] = max(self._high_water.get(entry.data["gpu"], 0), entry.data["used_mib"])
+
+    def to_wall(self, monotonic: float) -> float:
+        """A state time (the state's monotonic clock) as Unix time."""
+        return self.wall() - (self.state.clock() - monotonic)
+
+    def observe(self) -> None:
+        """Queue what changed in the state since the last call."""
+        self._log_events()
+        self._problems()
+        self._series()
+        self._connection_changes()
+        self._gpu_memory()
+
+    def verdict(self, verdict) -> None:
+        """Queue `verdict` when its name differs from the last one journaled."""
+        if verdict.name == self.verdict_name:
+            return
+        previous, self.verdict_name = self.verdict_name, verdict.name
+        self.journal.add("verdict", f"{verdict.name}: {verdict.summary}", {**verdict_data(verdict), "previous": previous})
+
+    def _log_events(self) -> None:
+        fresh: list[Event] = []
+        for event in reversed(self.state.events):
+            if event is self._last_event:
+                break
+            fresh.append(event)
+        if self.state.events:
+            self._last_event = self.state.events[-1]
+        for event in reversed(fresh):
+            # The follower's news: a new, replaced or truncated log is how a relaunch shows from outside.
+            if event.kind == "log" and event.data.get("ev") != "idle":
+                self.journal.add("log", event.text, {k: v for k, v in event.data.items() if k != "ev"}, at=self.to_wall(event.time))
+
+    def _problems(self) -> None:
+        """The first line of each problem; a line of a new kind within the same problem too
+        (a traceback's first line names nothing, its last says OOM or CUDA error)."""
+        for line in self.state.problems:
+            if line.number <= self._last_line:
+                continue
+            kind = line.info.kind.value
+            same_problem = line.number - self._problem_at <= PROBLEM_SPAN_LINES
+            self._problem_at = line.number
+            if same_problem and kind in self._problem_kinds:
+                continue
+            self._problem_kinds = self._problem_kinds | {kind} if same_problem else {kind}
+            self.journal.add(
+                "problem",
+                line.text[:PROBLEM_TEXT_CHARS],
+                # Line numbers count this console's lines: `console` says whose they are.
+                {"problem": kind, "line": line.number, "log": self.state.log_path, "console": self.journal.holder},
+                at=self.to_wall(line.time),
+            )
+        self._last_line = self.state.lines_received
+
+    def _series(self) -> None:
+        for name in METRICS:
+            points = self.state.series[name]
+            since = self._taken_until[name]
+            if not points or points[-1].time <= since:
+                continue
+            fresh: list[Point] = []
+            for point in reversed(points):
+                if point.time <= since:
+                    break
+                fresh.append(point)
+            self._taken_until[name] = points[-1].time
+            self.journal.add_values(name, ((self.to_wall(p.time), p.value) for p in fresh))
+
+    def _connection_changes(self) -> None:
+        connection = self.state.connection
+        was, now = self._connection, connection.status
+        if now is was:
+            return
+        self._connection = now
+        if now is ConnectionStatus.CONNECTED:
+            if self._lost_at is None:
+                self.journal.add("connection", "connected", {"status": now.value})
+            else:
+                gap = round(self.wall() - self._lost_at, 1)
+                self._lost_at = None
+                self.journal.add("connection", f"reconnected after a {gap:g} s gap", {"status": now.value, "gap_s": gap})
+        elif was is ConnectionStatus.CONNECTED:
+            self._lost_at = self.wall()
+            detail = connection.detail or now.value
+            self.journal.add("connection", f"connection lost: {detail}", {"status": now.value, "detail": connection.detail})
+
+    def _gpu_memory(self) -> None:
+        sample = self.state.latest
+        if sample is None:
+            return
+        for gpu in sample.gpus:
+            used = gpu.memory_used_mib
+            if used is None:
+                continue
+            high = self._high_water.get(gpu.index)
+            if high is not None and used < high + HIGH_WATER_STEP_MIB:
+                continue
+            self._high_water[gpu.index] = used
+            of = f" of {gpu.memory_total_mib} MiB" if gpu.memory_total_mib else ""
+            self.journal.add(
+                "gpu_memory",
+                f"GPU {gpu.index} memory high-water {used} MiB{of}",
+                {"gpu": gpu.index, "used_mib": used, "total_mib": gpu.memory_total_mib},
+            )
+
+
+def restore(state: RunState, journal: Journal, *, since_s: float, wall: Callable[[], float] = time.time):
+    """Fill a new console's state from the journal: the series' per-minute medians and the
+    verdict changes of the last `since_s` (as events). Returns the last journaled verdict's data, or None."""
+    now_wall, now = wall(), state.clock()
+    since = now_wall - since_s
+    for minute in journal.minutes(since):
+        if minute.metric in state.series:
+            middle = min(minute.minute * 60 + 30, now_wall)  # the open minute's middle may be ahead
+            state.series[minute.metric].append(Point(now - (now_wall - middle), minute.median))
+    last = None
+    for entry in journal.entries(since, kinds=("verdict",)):
+        state.events.append(Event(now - (now_wall - entry.time), "verdict", entry.text, {"from_journal": True}))
+        last = entry.data
+    return last

@@ -1,0 +1,219 @@
+"""Journal rows as text: `pulse journal` lines, its JSON, and `pulse report`'s Markdown. Pure."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from console.journal.store import Entry, Minute
+from console.state import RATE_METRICS, RATE_UNITS
+from console.units import format_duration
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str) -> float:
+    """'90s', '30m', '6h', '2d', '1h30m' → seconds; ValueError with a one-line reason otherwise."""
+    text = text.strip().lower()
+    parts = _DURATION.findall(text)
+    if not parts or _DURATION.sub("", text).strip():
+        raise ValueError(f"--since {text!r}: give a duration such as 90s, 30m, 6h, 2d or 1h30m")
+    return sum(float(value) * _UNIT_S[unit] for value, unit in parts)
+
+
+def clock_text(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A journal's rows over [start, end] (Unix seconds)."""
+
+    start: float
+    end: float
+    entries: list[Entry]
+    minutes: list[Minute]
+
+    def of(self, kind: str) -> list[Entry]:
+        return [e for e in self.entries if e.kind == kind]
+
+    @property
+    def rate_metric(self) -> str | None:
+        seen = {m.metric for m in self.minutes}
+        return next((name for name in RATE_METRICS if name in seen), None)
+
+
+def journal_lines(window: Window) -> list[str]:
+    """`pulse journal`: one line per entry, then the throughput per hour."""
+    lines = [f"{clock_text(e.time)}  {e.kind:<10}  {e.text}" for e in window.entries]
+    if not lines:
+        lines.append("(nothing journaled in this window)")
+    hours = hourly(window)
+    if hours:
+        unit = RATE_UNITS[window.rate_metric] if window.rate_metric else ""
+        lines += ["", f"per hour (UTC)    median {unit:<10}  min        max        loss"]
+        lines += [
+            f"{clock_text(h)[:13]}:00  {_num(r[1]):>17}  {_num(r[0]):>9}  {_num(r[2]):>9}  {_num(loss):>9}"
+            for h, r, loss in hours
+        ]
+    return lines
+
+
+def journal_json(window: Window, path: str) -> dict:
+    """`pulse journal --json`: {journal, since, until, entries: [...], minutes: [...]}."""
+    return {
+        "journal": path,
+        "since": window.start,
+        "until": window.end,
+        "entries": [e.as_json() for e in window.entries],
+        "minutes": [m.as_json() for m in window.minutes],
+    }
+
+
+def hourly(window: Window) -> list[tuple[float, tuple[float, float, float] | tuple[None, None, None], float | None]]:
+    """Per UTC hour: (hour start, (min, median, max) of the rate metric's minute rows, median loss)."""
+    metric = window.rate_metric
+    rates: dict[int, list[Minute]] = defaultdict(list)
+    losses: dict[int, list[float]] = defaultdict(list)
+    for m in window.minutes:
+        hour = m.minute // 60
+        if m.metric == metric:
+            rates[hour].append(m)
+        elif m.metric == "loss":
+            losses[hour].append(m.median)
+    out = []
+    for hour in sorted(rates.keys() | losses.keys()):
+        rows = rates.get(hour)
+        figures = (min(r.min for r in rows), statistics.median(r.median for r in rows), max(r.max for r in rows)) if rows else (None, None, None)
+        loss = statistics.median(losses[hour]) if losses.get(hour) else None
+        out.append((hour * 3600.0, figures, loss))
+    return out
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def verdict_spans(window: Window) -> list[tuple[str, float, float]]:
+    """(verdict, from, to) over the window, from the verdict changes (the one before it included)."""
+    changes = window.of("verdict")
+    spans = []
+    for change, following in zip(changes, changes[1:] + [None]):
+        start = max(change.time, window.start)
+        end = following.time if following else window.end
+        if end > start:
+            spans.append((change.data["verdict"], start, end))
+    return spans
+
+
+def report_markdown(window: Window, *, host: str, run: str) -> str:
+    """`pulse report`: what happened in the window and when, for an incident channel."""
+    spans = verdict_spans(window)
+    # An action's "started" record is in the timeline; its count is of the ones that ended.
+    actions = [e for e in window.of("action") if e.data.get("record", "finished") != "started"]
+    problems, alerts = window.of("problem"), window.of("alert")
+    connections = window.of("connection")
+    gaps = [e.data["gap_s"] for e in connections if "gap_s" in e.data]
+    out = [
+        f"# Pulse report: {run} on {host}",
+        "",
+        f"{clock_text(window.start)} → {clock_text(window.end)} UTC ({format_duration(window.end - window.start)})",
+        "",
+        "## Summary",
+        "",
+    ]
+    time_in: Counter[str] = Counter()
+    for name, start, end in spans:
+        time_in[name] += end - start
+    if time_in:
+        share = ", ".join(f"{name} {format_duration(s)}" for name, s in time_in.most_common())
+        out.append(f"- **Verdicts:** {share}; now **{spans[-1][0]}**")
+    else:
+        out.append("- **Verdicts:** none journaled in this window")
+    out.append(f"- **Actions:** {len(actions)}" + (f" ({', '.join(f'{n} {a}' for a, n in Counter(e.data['action'] for e in actions).items())})" if actions else ""))
+    kinds = Counter(e.data["problem"] for e in problems)
+    out.append(f"- **Problem lines:** {len(problems)}" + (f" ({', '.join(f'{n} {k}' for k, n in kinds.most_common())})" if problems else ""))
+    out.append(f"- **Connection losses:** {sum(1 for e in connections if e.data.get('status') != 'connected')}"
+               + (f", {format_duration(sum(gaps))} without data in all, longest {format_duration(max(gaps))}" if gaps else ""))
+    failed = [a for a in alerts if a.data.get("ok") is False]
+    sent = [a for a in alerts if "alert" in a.data]
+    out.append(f"- **Alerts:** {len(sent)}" + (f", {len(failed)} failed deliveries" if failed else ""))
+
+    out += ["", "## Timeline", "", "| time (UTC) | what |", "| --- | --- |"]
+    for e in window.entries:
+        if e.kind in ("verdict", "action", "connection", "log", "watch") or (e.kind == "alert" and "alert" in e.data):
+            out.append(f"| {clock_text(e.time)} | {e.kind}: {_cell(e.text)} |")
+    if problems:
+        out += ["", "## Problems (first line of each)", "", "| time (UTC) | kind | line |", "| --- | --- | --- |"]
+        out += [f"| {clock_text(e.time)} | {e.data['problem']} | `{_cell(e.text, code=True)}` |" for e in problems[:50]]
+        if len(problems) > 50:
+            out.append(f"| … | | {len(problems) - 50} more (pulse journal) |")
+    changes = [e for e in window.of("verdict") if e.data["verdict"] != "healthy"]
+    if changes:
+        last = changes[-1]
+        out += ["", f"## Last problem verdict: {last.data['verdict']} ({clock_text(last.time)})", "", last.data["summary"], ""]
+        out += [f"- {_cell(line)}" for line in last.data["evidence"]]
+        out += ["", f"Next step: {last.data['next_step']}"]
+    hours = hourly(window)
+    if hours:
+        unit = RATE_UNITS[window.rate_metric] if window.rate_metric else "rate"
+        out += ["", "## Figures per hour", "", f"| hour (UTC) | median {unit} | min | max | loss |", "| --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {clock_text(h)[:13]}:00 | {_num(r[1])} | {_num(r[0])} | {_num(r[2])} | {_num(loss)} |" for h, r, loss in hours]
+    high = {}
+    for e in window.of("gpu_memory"):
+        high[e.data["gpu"]] = e
+    if high:
+        out += ["", "## GPU memory high-water", ""]
+        out += [f"- GPU {gpu}: {e.data['used_mib']:,} MiB" + (f" of {e.data['total_mib']:,}" if e.data.get("total_mib") else "")
+                + f" ({clock_text(e.time)})" for gpu, e in sorted(high.items())]
+    delivered = [e for e in alerts if "sink" in e.data]
+    if delivered:
+        out += ["", "## Alert deliveries", ""]
+        out += [f"- {clock_text(e.time)} {_cell(e.text)}" for e in delivered]
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str, *, code: bool = False) -> str:
+    """Text from a log or a target, safe in a Markdown table cell."""
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("`", "'")[:200] if code else text[:300]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineView:
+    """What the timeline screen draws: hours before `end` on the x axis (0 is now)."""
+
+    rate_metric: str | None
+    rate: tuple[tuple[float, ...], tuple[float, ...]]
+    """(hours, per-minute medians) of the throughput metric."""
+    loss: tuple[tuple[float, ...], tuple[float, ...]]
+    bands: tuple[tuple[str, float, float], ...]
+    """(verdict, from, to) in hours, problem verdicts only."""
+    restarts: tuple[float, ...]
+    problems: tuple[float, ...]
+
+
+def timeline_view(window: Window) -> TimelineView:
+    """The plot's data for `window`: per-minute rate and loss, problem verdicts, restarts and problems."""
+    hours = lambda at: round((at - window.end) / 3600, 4)  # noqa: E731
+    metric = window.rate_metric
+
+    def series(name: str | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        rows = [m for m in window.minutes if m.metric == name]
+        return tuple(hours(m.minute * 60 + 30) for m in rows), tuple(m.median for m in rows)
+
+    return TimelineView(
+        rate_metric=metric,
+        rate=series(metric),
+        loss=series("loss"),
+        bands=tuple((name, hours(start), hours(end)) for name, start, end in verdict_spans(window) if name != "healthy"),
+        restarts=tuple(hours(e.time) for e in window.of("action")
+                       if e.data.get("action") in ("restart", "fleet restart") and e.data.get("record", "finished") == "finished"),
+        problems=tuple(hours(e.time) for e in window.of("problem")),
+    )

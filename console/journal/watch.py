@@ -1,0 +1,94 @@
+"""RunWatch: the journal and the alerts of one run, for the console and for `pulse watch` alike.
+
+Both drive it the same way: `observe()` once a second (the recorder takes the state's news)
+and `diagnose()` every CHEAP_DIAGNOSIS_S (a verdict from the state alone, no command on the
+target), which journals a changed verdict and lets the alerter decide whether to speak.
+Only the writer holding the journal's lease sends alerts, so two consoles on one run page
+once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from console.actions import audit
+from console.alerts import Alerter, sinks_for
+from console.config import Config
+from console.diagnose import Verdict, diagnose
+from console.evidence import from_samples
+from console.journal.recorder import JournalRecorder, restore
+from console.journal.store import Journal, journal_path
+from console.state import RunState
+
+#: How often the cheap diagnosis (from the state alone, no command on the target) runs.
+CHEAP_DIAGNOSIS_S = 5.0
+#: The cheap diagnosis compares the latest sample with one about this old.
+CHEAP_WINDOW_S = 10.0
+#: How much history a console reopened on a run gets back (the sparklines hold 240 points: 4 h of minutes).
+RESTORE_S = 4 * 3600.0
+
+
+def diagnose_state(state: RunState, config: Config) -> Verdict | None:
+    """The verdict from the samples and lines already held (pure), or None before two samples."""
+    samples = state.samples
+    if len(samples) < 2:
+        return None
+    last = samples[-1]
+    first = next((s for s in samples if last.time - s.time <= CHEAP_WINDOW_S), samples[-2])
+    if first is last:
+        first = samples[-2]
+    return diagnose(from_samples(first, last, config, state, timed=True), config)
+
+
+class RunWatch:
+    """Journals `state` and alerts on its verdicts until `close()`."""
+
+    def __init__(self, config: Config, state: RunState, journal: Journal, sinks: list, *, wall: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.state = state
+        self.journal = journal
+        self.restored = restore(state, journal, since_s=RESTORE_S, wall=wall)
+        """The last verdict journaled before this watch opened (its data), or None."""
+        self.recorder = JournalRecorder(journal, state, wall=wall)
+        self.alerter = Alerter(config, sinks, journal, clock=wall)
+        audit.AUDIT_LISTENERS.append(self.record_action)
+
+    @classmethod
+    def open(cls, config: Config, state: RunState, *, terminal_write: Callable[[str], None] | None) -> RunWatch:
+        """The watch on `config`'s journal file (JournalError when it cannot be opened)."""
+        journal = Journal(journal_path(config)).start()
+        journal.take_lease()
+        return cls(config, state, journal, sinks_for(config.alerts, terminal_write))
+
+    def observe(self) -> None:
+        self.recorder.observe()
+
+    def diagnose(self) -> Verdict | None:
+        """Diagnose from the state; journal and alert on the verdict. Returns it (None before two samples)."""
+        verdict = diagnose_state(self.state, self.config)
+        if verdict is not None:
+            self.verdict(verdict)
+        return verdict
+
+    def verdict(self, verdict: Verdict) -> None:
+        """A verdict from any diagnosis (the cheap one, or a full one on a key press)."""
+        self.recorder.verdict(verdict)
+        self.alerter.observe(verdict, speak=self.journal.leader)
+
+    def record_action(self, entry: dict) -> None:
+        """Journal a finished action from its audit log entry (AUDIT_LISTENERS calls this)."""
+        record = entry.get("record", "finished")  # "started" is written before the action acts
+        self.journal.add(
+            "action",
+            f"{entry['action']}: {entry['outcome']}" if record == "finished" else f"{entry['action']} {record}",
+            {"action": entry["action"], "record": record, "outcome": entry["outcome"], "operator_host": entry["operator_host"],
+             "steps": [f"{step['step']}: {step['status']}" for step in entry["steps"]]},
+        )  # stamped by the journal's clock: the entry was written just now
+
+    async def close(self, *, drain_s: float = 5.0) -> None:
+        """Let running deliveries finish (bounded), then commit and close the journal."""
+        if self.record_action in audit.AUDIT_LISTENERS:
+            audit.AUDIT_LISTENERS.remove(self.record_action)
+        await self.alerter.drain(drain_s)
+        self.journal.close()

@@ -1,0 +1,110 @@
+"""The run's history (`h`): the journal's events beside a plot of throughput and loss.
+
+Problem verdicts are bands under the curves, restarts and problem lines are vertical marks.
+Enter on an event whose log line this console still holds closes the screen with that line's
+number, and the app jumps the log there.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+from textual_plotext import PlotextPlot
+
+from console.journal.report import TimelineView, Window, clock_text, timeline_view
+from console.state import RATE_UNITS
+from console.ui.diagnosis_screen import verdict_level
+from console.ui.modal import FramedModal
+
+#: Colours of the plot's marks (plotext colour names).
+BAND_COLOURS = {"warn": "orange", "crit": "red"}
+RATE_COLOUR, LOSS_COLOUR, RESTART_COLOUR, PROBLEM_COLOUR = "cyan", "magenta", "green", "red"
+KIND_STYLES = {"verdict": "bold", "problem": "red", "action": "green", "alert": "yellow", "connection": "cyan"}
+
+
+class TimelinePlot(PlotextPlot):
+    """Throughput (left axis) and loss (right axis) per minute, with verdict bands and marks."""
+
+    def show(self, view: TimelineView) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        unit = RATE_UNITS.get(view.rate_metric or "", "rate")
+        top = max(view.rate[1], default=1.0) * 1.05
+        for name, start, end in view.bands:
+            plt.plot([start, end], [top, top], fillx=True, color=BAND_COLOURS[verdict_level(name)], marker="braille")
+        for at in view.restarts:
+            plt.vline(at, RESTART_COLOUR)
+        for at in view.problems:
+            plt.vline(at, PROBLEM_COLOUR)
+        if view.rate[0]:
+            plt.plot(*view.rate, color=RATE_COLOUR, marker="braille", label=unit)
+        if view.loss[0]:
+            plt.plot(*view.loss, color=LOSS_COLOUR, marker="braille", label="loss", yside="right")
+        plt.xlabel("hours (0 = now)   bands: problem verdicts · green: restarts · red: problem lines")
+        self.refresh()
+
+
+class TimelineScreen(FramedModal[int | None]):
+    """The journal's window as a list and a plot; dismisses with a log line number to jump to, or None."""
+
+    BINDINGS = [Binding("escape,q,h", "dismiss", "Close")]
+
+    DEFAULT_CSS = """
+    TimelineScreen {
+        & > .frame { width: 96%; height: 92%; }
+        OptionList { width: 2fr; height: 1fr; border: none; }
+        TimelinePlot { width: 3fr; height: 1fr; }
+    }
+    """
+
+    def __init__(self, window: Window, *, held_lines: frozenset[int], console_id: str) -> None:
+        super().__init__()
+        self.window = window
+        self.held_lines = held_lines
+        """Numbers of the problem lines this console still holds."""
+        self.console_id = console_id
+        """This console's journal writer: only its entries' line numbers are its own."""
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="frame") as box:
+            box.border_title = f"Timeline · {clock_text(self.window.start)[:16]} → {clock_text(self.window.end)[:16]} UTC"
+            box.border_subtitle = "↑↓ events · Enter jump to the log line (↵ marks those still held) · Esc close"
+            yield OptionList(*self._options(), id="events")
+            yield TimelinePlot()
+
+    def _options(self) -> list[Option]:
+        options = []
+        for index, entry in enumerate(self.window.entries):
+            line = self._line_of(entry)
+            text = Text(f"{clock_text(entry.time)[5:16]} ")
+            text.append(f"{entry.kind:<10} ", KIND_STYLES.get(entry.kind, "dim"))
+            text.append(entry.text)  # log and target text: never markup
+            if line is not None:
+                text.append(" ↵", "bold")
+            options.append(Option(text, id=str(index)))
+        return options
+
+    def _line_of(self, entry) -> int | None:
+        line = entry.data.get("line")
+        mine = entry.kind == "problem" and entry.data.get("console") == self.console_id
+        return line if mine and line in self.held_lines else None
+
+    def on_mount(self) -> None:
+        self.query_one(TimelinePlot).show(timeline_view(self.window))
+        events = self.query_one(OptionList)
+        events.focus()
+        if self.window.entries:
+            events.highlighted = len(self.window.entries) - 1
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        entry = self.window.entries[int(event.option.id)]
+        line = self._line_of(entry)
+        if line is None:
+            self.notify("this event has no line in the log any more" if entry.kind == "problem" else "not a log line", timeout=3)
+            return
+        self.dismiss(line)
