@@ -284,7 +284,7 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     now = state.clock()
     # A thread's death and NCCL's account come with problem lines: a log without any is not scanned
     # (the fleet judges every node this way on each repaint).
-    lines = list(state.lines) if state.problems else []
+    lines = state.current_lines() if state.problems else []
     deaths = thread_deaths(lines)
     in_thread = [(first, last, name) for name, _, first, last, _ in deaths]
 

@@ -71,6 +71,8 @@ class RunState:
         self.step: int | None = None
         self.total_steps: int | None = None
         self.lines_received = 0
+        self.log_first_line = 1
+        """Number of the current log's first line: lines before it are an earlier launch's."""
         self.last_line_at: float | None = None
         self.last_rate_at: float | None = None
         self.write_times: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
@@ -174,9 +176,14 @@ class RunState:
         self.last_rate_at = None
         self.write_times.clear()
         self.log_mtimes.clear()
+        self.log_first_line = self.lines_received + 1
         self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 
     # -- readers -------------------------------------------------------------
+
+    def current_lines(self) -> list[LogLine]:
+        """The lines held from the current log (an earlier launch's are left out)."""
+        return self.lines_after(self.log_first_line - 1)
 
     @property
     def latest(self) -> Sample | None:

@@ -109,3 +109,14 @@ def test_a_log_redrawn_with_carriage_returns_gets_its_rhythm_from_the_samples_mt
     assert state.write_interval_s() == pytest.approx(1.0)
     state.start_new_log("/w/train2.log")
     assert state.write_interval_s() is None
+
+
+def test_a_thread_that_died_in_an_earlier_launch_is_forgotten_with_its_log():
+    texts = ["Exception in thread loader:", "Traceback (most recent call last):", "RuntimeError: gone"]
+    state = RunState(clock=lambda: 10.0)
+    state.add_lines([LogLine(n, t, classify_line(t), time=1.0) for n, t in enumerate(texts, 1)])
+    assert [d[0] for d in thread_deaths(state.current_lines())] == ["loader"]
+    state.start_new_log("/w/train2.log")
+    state.add_lines([LogLine(4, "Traceback (most recent call last):", classify_line("Traceback (most recent call last):"), time=2.0)])
+    assert [line.number for line in state.current_lines()] == [4]
+    assert thread_deaths(state.current_lines()) == []
