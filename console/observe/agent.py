@@ -603,6 +603,9 @@ class NvmlGpus:
             "error": None,
         }
 
+    def start_process_utilization(self) -> None:
+        """Nothing to start: NVML keeps the samples, process_utilization asks for the window's."""
+
     def process_utilization(self, since_s: float) -> Record:
         """Each GPU's per-process SM % over the last `since_s` seconds (NVML process samples, averaged)."""
         nvml = self.nvml
@@ -685,6 +688,8 @@ class SmiGpus:
         self.timeout_s = timeout_s
         self.apps_every_s = apps_every_s
         self._stuck: Optional[subprocess.Popen] = None
+        self._pmon: Optional[Tuple[Optional[subprocess.Popen], Optional[str]]] = None
+        """A pmon started at the start of a diagnosis's window, or why it could not start."""
         self._apps: Optional[Tuple[str, float, Optional[List[Optional[float]]]]] = None
         """The last compute-apps CSV, when it was asked for, and the GPUs' memory.used then."""
 
@@ -693,6 +698,10 @@ class SmiGpus:
         return self._run_argv(self.command + [query, "--format=csv,noheader,nounits"])
 
     def _run_argv(self, argv: List[str]) -> Tuple[Optional[str], Optional[str]]:
+        process, error = self._spawn(argv)
+        return (None, error) if process is None else self._collect(process)
+
+    def _spawn(self, argv: List[str]) -> Tuple[Optional[subprocess.Popen], Optional[str]]:
         if self._stuck is not None:
             if self._stuck.poll() is None:
                 # Killed but not gone: it is stuck in the driver; do not pile up more of them.
@@ -710,6 +719,9 @@ class SmiGpus:
             return None, "%s not found (no NVIDIA driver tools on this PATH?)" % self.command[0]
         except OSError as exc:
             return None, "%s cannot run: %s" % (self.command[0], exc.strerror or exc)
+        return process, None
+
+    def _collect(self, process: subprocess.Popen) -> Tuple[Optional[str], Optional[str]]:
         try:
             out, err = process.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -730,9 +742,17 @@ class SmiGpus:
             )
         return out.decode("utf-8", "replace"), None
 
+    def start_process_utilization(self) -> None:
+        """Start `nvidia-smi pmon -c 1 -s u` now: it samples for about a second, so it runs during
+        the diagnosis's window and process_utilization only collects it."""
+        self._pmon = self._spawn(self.command + ["pmon", "-c", "1", "-s", "u"])
+
     def process_utilization(self, since_s: float) -> Record:
-        """`nvidia-smi pmon -c 1 -s u`: one sample of each process's SM %, raw for the console to parse."""
-        out, error = self._run_argv(self.command + ["pmon", "-c", "1", "-s", "u"])
+        """One pmon sample of each process's SM %, raw for the console to parse (started now if not yet)."""
+        if self._pmon is None:
+            self.start_process_utilization()
+        (process, error), self._pmon = self._pmon, None
+        out, error = (None, error) if process is None else self._collect(process)
         return {"smi_pmon": out} if error is None else {"process_sm_error": error}
 
     def read(self) -> Record:
@@ -888,6 +908,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     while not hung_up.is_set():
         last = bool(args.count) and taken == args.count - 1
         process_use_s = max(args.interval, 1.0) if args.process_utilization and last else None
+        if args.process_utilization and taken == 0 and args.count > 1 and agent.gpus is not None:
+            agent.gpus.start_process_utilization()  # pmon samples while the window passes
         line = json.dumps(agent.sample(process_use_s), separators=(",", ":")) + "\n"
         try:
             sys.stdout.write(line)
