@@ -106,7 +106,8 @@ class WarmupConfig:
 
 @dataclass(frozen=True, slots=True)
 class StallConfig:
-    log_silent_s: float = 300.0
+    log_silent_s: float | None = None
+    """Silence that makes a stall, set explicitly; None learns it from the run's rhythm (console.diagnose)."""
     cpu_idle_pct: float = 5.0
     """A process under this CPU% (by delta) counts as idle."""
     gpu_idle_pct: float = 5.0
@@ -259,6 +260,10 @@ def _not_negative(value: float) -> str | None:
 
 def _percent(value: float) -> str | None:
     return None if math.isfinite(value) and 0 <= value <= 100 else "must be a percentage, 0 to 100"
+
+
+def _optional_float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _regex(value: str) -> str | None:
@@ -465,7 +470,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
 
     s = r.table(data, "stall", ("log_silent_s", "cpu_idle_pct", "gpu_idle_pct", "sample_window_s"))
     stall = StallConfig(
-        log_silent_s=float(r.get(s, "stall.log_silent_s", number, 300.0, _positive)),
+        log_silent_s=_optional_float(r.get(s, "stall.log_silent_s", number, None, _positive)),
         cpu_idle_pct=float(r.get(s, "stall.cpu_idle_pct", number, 5.0, _percent)),
         gpu_idle_pct=float(r.get(s, "stall.gpu_idle_pct", number, 5.0, _percent)),
         sample_window_s=float(r.get(s, "stall.sample_window_s", number, 1.5, _positive)),

@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.config import Config
+from console.diagnose import silence_limit_s
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
@@ -354,7 +355,8 @@ class PulseApp(ThemedApp):
         silent = self.log_silent_s(now)
         grew = "log not read yet" if silent is None else f"log grew {format_duration(silent)} ago"
         set_titles(processes_box, title, Text(grew))
-        stalled = silent is not None and silent >= self.config.stall.log_silent_s
+        limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
+        stalled = silent is not None and silent >= limit
         processes_box.set_class(stalled, "-crit")
         processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
         self._refresh_log_titles()
@@ -600,7 +602,8 @@ class PulseApp(ThemedApp):
         verdict = diagnose_state(self.state, self.config)
         if verdict is None:
             return
-        if self.verdict is None or verdict.name != self.verdict.name:
+        # The summary changes too ("quiet 12 s"): the header must never keep saying the log progresses.
+        if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
             self.set_verdict(verdict)
         elif self.watch is not None:
             self.watch.verdict(verdict)  # the alerts' hysteresis counts how long a verdict holds

@@ -47,7 +47,8 @@ def verdict_text(verdict, evidence) -> Text:
             count = f" ×{stack.count}" if stack.count > 1 else ""
             state = f"waits on {stack.wait}" if stack.wait else ("idle" if stack.idle else "running")
             text.append(f"  {stack.name}{count}", "bold")
-            text.append(f" (pid {stack.pid}, tid {stack.tid}) {state}\n", "dim")
+            who = f"{stack.label}, " if stack.label else ""
+            text.append(f" ({who}pid {stack.pid}, tid {stack.tid}) {state}\n", "dim")
             text.append(f"      {stack.where}\n")
         text.append("\n")
     elif evidence is not None and getattr(evidence, "stack_error", None):

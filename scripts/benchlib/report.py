@@ -15,7 +15,8 @@ GOALS = (
     ("idle_remote_cpu_pct", "Idle remote CPU, % of one core (agent + follower + sshd)", "<", 0.5),
     ("memory_growth_after_full_mib_per_hour", "RSS growth once every buffer is full (MiB per simulated hour)", "<", 1.0),
     ("start_ms", "pulse demo → first full frame, median (ms)", "<", 1000),
-    ("diagnosis_ms", "Key d → verdict on screen (py-spy dump included), median (ms)", "<", 3000),
+    ("diagnosis_ms", "Key d → verdict on screen on a two-rank hang (every rank dumped), median (ms)", "<", 3000),
+    ("silence_left_healthy_s", "A run writing once a second stops: header leaves healthy after (s)", "<=", 30),
 )
 
 
@@ -74,6 +75,7 @@ def headline(phases: dict) -> dict:
     out["memory_growth_after_full_mib_per_hour"] = _get(phases, "memory", "rss_growth_after_full_mib_per_hour")
     out["start_ms"] = _get(phases, "start", "full_frame_ms", "median")
     out["diagnosis_ms"] = _get(phases, "diagnosis", "key_to_verdict_ms", "median")
+    out["silence_left_healthy_s"] = _get(phases, "silence", "header_left_healthy_after_s")
     return out
 
 
@@ -202,10 +204,15 @@ def markdown(result: dict) -> str:
                             ("first_log_line_ms", "first trainer log line drawn (the trainer writes it ~1.7 s after its start)"))])
     if "diagnosis" in p and "key_to_verdict_ms" in p["diagnosis"]:
         d = p["diagnosis"]
-        lines += ["", "## 7. Diagnosis (tests/procs/hung_queue.py, key d → verdict screen)", ""]
-        lines += _table(["n", "median ms", "p95 ms", "max ms", "verdicts", "stack groups"],
+        lines += ["", "## 7. Diagnosis (two-rank hang: tests/procs/torchrun + straggler_rank.py, key d → verdict screen)", ""]
+        lines += _table(["n", "median ms", "p95 ms", "max ms", "verdicts", "threads summarised"],
                         [[d["key_to_verdict_ms"]["n"], _fmt(d["key_to_verdict_ms"]["median"]), _fmt(d["key_to_verdict_ms"]["p95"]),
                           _fmt(d["key_to_verdict_ms"]["max"]), ", ".join(map(str, d["verdicts"])), ", ".join(map(str, d["stack_groups"]))]])
+    if "silence" in p and "header_left_healthy_after_s" in p["silence"]:
+        q = p["silence"]
+        lines += ["", "## 8. Silence (tests/procs/healthy.py --interval 1 --steps 12, then idle; no [stall] log_silent_s)", ""]
+        lines += _table(["header says quiet after s", "header leaves healthy after s", "then"],
+                        [[_fmt(q["header_quiet_after_s"]), _fmt(q["header_left_healthy_after_s"]), f"{q['verdict']}: {q['summary']}"]])
     errors = {name: phase["error"] for name, phase in p.items() if isinstance(phase, dict) and "error" in phase}
     if errors:
         lines += ["", "## Phases that failed", ""] + [f"- {name}: {text}" for name, text in errors.items()]
