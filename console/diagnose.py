@@ -587,7 +587,12 @@ class _Diagnosis:
             return [f"log {ev.log_path} does not exist"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
         if ev.log_silent_s is not None and ev.log_growth == 0:
-            how = "set by [stall] log_silent_s" if self.stall.log_silent_s is not None else "from its rhythm"
+            if self.stall.log_silent_s is not None:
+                how = "set by [stall] log_silent_s"
+            elif ev.log_write_interval_s is None:
+                how = "until its rhythm is learned"
+            else:
+                how = "from its rhythm"
             lines.append(
                 f"log silent {_seconds(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
                 f"(a stall after {_seconds(self._log_limit())}, {how})"
