@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
+from console.observe.progress import TerminalOnlyProgress
 from console.state import RATE_UNITS
 from console.units import format_indices, spread
 
@@ -194,6 +195,8 @@ class Evidence:
     """Ranks or main processes that could not be dumped while others were, each with why."""
     launched_at: float | None = None
     """When the console last launched the run (target clock), None when it did not."""
+    terminal_only_progress: TerminalOnlyProgress | None = None
+    """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
 
 
 @dataclass(frozen=True)
@@ -377,6 +380,10 @@ class _Diagnosis:
 
     def _busy_gpu(self) -> bool:
         return any(self._gpu_busy_by_run(g) for g in self.ev.gpus)
+
+    def _busy(self) -> bool:
+        """The run works (CPU or its own GPU use, not a spinning wait), and no rank is stopped on its own."""
+        return (self._busy_cpu() or self._busy_gpu()) and not self._blocked_ranks()
 
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
@@ -594,6 +601,8 @@ class _Diagnosis:
             )
         elif ev.log_write_interval_s is not None:
             lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
+        if ev.terminal_only_progress is not None:
+            lines.append(f"no progress reaches the log: {ev.terminal_only_progress.advice}")
         if ev.rate_silent_s is not None:
             usual = f"usually every {_seconds(ev.rate_interval_s)}" if ev.rate_interval_s else "usual interval not learned yet"
             lines.append(f"last throughput line {_seconds(ev.rate_silent_s)} ago ({usual})")
@@ -691,6 +700,9 @@ class _Diagnosis:
         if dead and (self._quiet() or not self._busy_cpu()):  # a busy run may still log its next step
             return self._thread_died(dead)
 
+        hidden = ev.terminal_only_progress
+        if hidden is not None and self._busy():  # its log's silence says nothing: the processes do
+            return self._progress_off_log(hidden, "the run is busy")
         if self._silent():
             return self._stalled()
 
@@ -704,6 +716,8 @@ class _Diagnosis:
             )
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
+            if hidden is not None:
+                return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")
             if self._quiet():
                 summary = f"its log is {self._quiet_text()}; the run is alive"
             else:
@@ -722,6 +736,16 @@ class _Diagnosis:
             self._process_lines() + self._log_lines() + self._gpu_lines(),
             "configure the run's log (--log) so progress can be judged, or read it (l)",
             "l",
+        )
+
+    def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
+        """Healthy as far as can be told: the framework draws its progress on a terminal the log never sees."""
+        return Verdict(
+            "healthy",
+            f"its progress goes only to a terminal ({hidden.framework}), not to its log; {state}",
+            self._log_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+            hidden.advice,
+            None,
         )
 
     def _not_alive(self) -> Verdict:
@@ -806,8 +830,7 @@ class _Diagnosis:
 
     def _stalled(self) -> Verdict:
         ev = self.ev
-        working = self._working()
-        busy = (bool(working) or self._busy_gpu()) and not self._blocked_ranks()
+        busy = self._busy()
         waiting = self._waiting_pids()
         to_file = [
             p
