@@ -18,6 +18,11 @@ rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` ove
 After QUIET_SHOWN_INTERVALS usual gaps without a write the summary says "quiet N s,
 usually writes every X s" instead of "its log progresses".
 
+A log that showed a framework starting a progress display drawn only on a terminal
+(Lightning's RichProgressBar; console.observe.progress) and no progress since says nothing
+by its silence: the run's own processes tell, and the verdict names the framework and the
+setting that puts progress into the log, never "log progresses".
+
 | verdict             | when                                                                             | key |
 | ------------------- | -------------------------------------------------------------------------------- | --- |
 | unknown             | no process reading and no log reading at all                                     | —   |
@@ -27,11 +32,12 @@ usually writes every X s" instead of "its log progresses".
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
 | dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | l   |
 | hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | R |
+| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | — |
 | buffered            | alive, busy, silent, stdout a regular file without -u                            | R   |
 | hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | p |
 | unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
-| healthy             | the log progresses (in a PID namespace, unseen GPU PIDs are an evidence line)    | —   |
+| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | — |
 | unknown             | otherwise (no log to judge progress by)                                          | l   |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).

@@ -5,7 +5,8 @@ delta, GPUs with each process's SM % on the second, the log's stat at both ends 
 window) and the log's last bytes (problem kinds, throughput, dead threads, NCCL lines),
 unless the console already follows the log into a RunState. When NCCL's watchdog spoke, the
 ranks' flight-recorder dumps are read. Then, only when the run looks stuck (silent, idle or
-busy), every rank and worker is dumped with py-spy in parallel, each summarised per thread.
+busy) or its progress is drawn only on a terminal (its log cannot tell), every rank and worker
+is dumped with py-spy in parallel, each summarised per thread.
 A key press to a verdict stays under ~3 s.
 """
 
