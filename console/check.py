@@ -24,9 +24,13 @@ With `--json` one object is printed (keys always present; null where nothing is 
                    processes' PIDs are the driver's (the host's, even inside a container)
     in_pid_namespace  bool: the target's view is a PID namespace (a container)
     processes      [{pid, ppid, state, cpu_pct, threads, rss_mib, elapsed_s, cmdline,
-                     stdout, unbuffered}]   cpu_pct: over the sampling window, not ps's
-                   lifetime average; stdout: where fd 1 points; unbuffered: -u or
-                   PYTHONUNBUFFERED seen (null: unreadable)
+                     stdout, unbuffered, role, rank, label, gpus}]   cpu_pct: over the
+                   sampling window, not ps's lifetime average; stdout: where fd 1 points;
+                   unbuffered: -u or PYTHONUNBUFFERED seen (null: unreadable); role:
+                   launcher | rank | worker | child | main | shell | "" (unknown); rank: the
+                   rank it is or serves (RANK / LOCAL_RANK in its environment) or null; label:
+                   e.g. "launcher (torchrun)", "rank 1 · GPU 1", "worker of rank 1"; gpus: the
+                   GPU indices the driver lists it on
     process_error  string or null
     window_s       number: seconds between the two samples
     log            {path, exists, size, growth_bytes, seconds_since_growth,
@@ -34,9 +38,15 @@ With `--json` one object is printed (keys always present; null where nothing is 
                    the log's tail, newest last; kinds as `pulse classify` names them)
     throughput     {metric, current, baseline, ratio} or null (current: median of the newest
                    values in the log; ratio: current / baseline, null without a baseline)
-    stacks         [{pid, tid, name, idle, wait, where, count}] or null when no dump was
-                   taken (one is taken only when the run looks stuck); stack_error: string
-                   or null (why the dump failed, with py-spy's advice)
+    stacks         [{pid, tid, name, idle, wait, where, count, label, main, collective}] or
+                   null when no dump was taken (one is taken only when the run looks stuck:
+                   then every rank and worker is dumped); label: the process's role as in
+                   processes; main: its main thread; collective: the collective it is in
+                   (all_reduce, barrier, ..., "synchronize") or null; stack_error: string or
+                   null (why no dump could be taken, with py-spy's advice)
+    dead_threads   [{name, exception}]: threads whose uncaught exception reached the log
+    nccl           [string]: what NCCL's watchdog lines and flight-recorder dumps say (the
+                   collective that timed out, the ranks that never joined it)
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from console.config import Config
 from console.diagnose import Evidence, Verdict, diagnose, is_problem
 from console.evidence import gather
 from console.model import GpuReading, ProcessReading
+from console.observe.nccl import nccl_lines
 from console.remote.connect import make_target
 from console.remote.target import TargetError
 from console.state import RATE_UNITS
@@ -120,6 +131,10 @@ def _process_json(p: ProcessReading) -> dict:
         "cmdline": p.cmdline,
         "stdout": p.stdout,
         "unbuffered": p.unbuffered,
+        "role": p.role,
+        "rank": p.rank,
+        "label": p.label,
+        "gpus": list(p.gpus),
     }
 
 
@@ -139,7 +154,18 @@ def report_json(label: str, ev: Evidence, verdict: Verdict) -> dict:
     stacks = None
     if ev.stacks:
         stacks = [
-            {"pid": s.pid, "tid": s.tid, "name": s.name, "idle": s.idle, "wait": s.wait, "where": s.where, "count": s.count}
+            {
+                "pid": s.pid,
+                "tid": s.tid,
+                "name": s.name,
+                "idle": s.idle,
+                "wait": s.wait,
+                "where": s.where,
+                "count": s.count,
+                "label": s.label,
+                "main": s.main,
+                "collective": s.collective,
+            }
             for s in ev.stacks
         ]
     return {
@@ -168,6 +194,8 @@ def report_json(label: str, ev: Evidence, verdict: Verdict) -> dict:
         "throughput": _throughput(ev),
         "stacks": stacks,
         "stack_error": ev.stack_error,
+        "dead_threads": [{"name": t.name, "exception": t.exception} for t in ev.dead_threads],
+        "nccl": nccl_lines(list(ev.nccl), list(ev.flight)),
     }
 
 
@@ -199,7 +227,7 @@ def write_report(label: str, ev: Evidence, verdict: Verdict, out: TextIO) -> Non
     for p in ev.processes:
         buffering = {True: "unbuffered", False: "buffered", None: "buffering ?"}[p.unbuffered]
         say(
-            f"  {p.pid} {p.state}  cpu {_value(p.cpu_pct, '%')}  {p.threads} thr  "
+            f"  {p.pid} {p.state}  {p.label or '-'}  cpu {_value(p.cpu_pct, '%')}  {p.threads} thr  "
             f"rss {p.rss_mib:.0f} MiB  up {p.elapsed_s:.0f} s  {p.cmdline}"
         )
         if p.stdout:

@@ -12,11 +12,15 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import shtab
 
 from console import paths
 from console.crash import report_crash
+
+if TYPE_CHECKING:
+    from console.config import Config
 
 #: The commands, with the one line `pulse --help` gives each.
 COMMANDS = {
@@ -142,7 +146,7 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     add_target_flags(parser)
     if command == "check":
         parser.add_argument("--json", action="store_true", help="print the documented JSON object")
-        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall")
+        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall (default: learned from the run's rhythm)")
     elif command == "dump":
         parser.add_argument("--pid", type=int, help="dump this PID instead of the run's main process")
         parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
@@ -257,18 +261,32 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    if command == "check" and (config.target.slurm_job or config.target.hosts):
-        from console.fleet.fleet_check import run_fleet_check
+    return _on_target(command, config, args)
 
-        return run_fleet_check(config, args)
+
+def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
+    """Run `command` on the machines the config names: its fleet version for a fleet, never this machine instead."""
+    from console.targets import fleet_refusal, fleet_size
+
+    if refusal := fleet_refusal(command, config, getattr(args, "pid", None)):
+        print(refusal, file=sys.stderr)
+        return 2
+    if fleet_size(config.target) is not None:
+        if command == "check":
+            from console.fleet.fleet_check import run_fleet_check
+
+            return run_fleet_check(config, args)
+        if command in ("dump", "restart", "warmup"):
+            from console.fleet import headless as fleet_headless
+
+            return getattr(fleet_headless, command)(config, args)
+        from console.ui.fleet_screen import run_fleet_console
+
+        return run_fleet_console(config, args)
     if command == "check":
         from console.check import run_check
 
         return run_check(config, args)
-    if command == "restart" and config.target.slurm_job:
-        from console.fleet import headless as fleet_headless
-
-        return fleet_headless.restart(config, args)
     if command in ("watch", "journal", "report"):
         from console.journal import headless as journal_headless
 
@@ -277,10 +295,6 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
         from console.actions import headless
 
         return getattr(headless, command)(config, args)
-    if config.target.slurm_job or config.target.hosts:
-        from console.ui.fleet_screen import run_fleet_console
-
-        return run_fleet_console(config, args)
     from console.ui.app import run_console
 
     return run_console(config, args)

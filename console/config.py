@@ -7,8 +7,11 @@ name file, line and key; loading does no I/O beyond reading the one file.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import shutil
+import stat
 import sys
 import tomllib
 from collections.abc import Callable
@@ -103,7 +106,8 @@ class WarmupConfig:
 
 @dataclass(frozen=True, slots=True)
 class StallConfig:
-    log_silent_s: float = 300.0
+    log_silent_s: float | None = None
+    """Silence that makes a stall, set explicitly; None learns it from the run's rhythm (console.diagnose)."""
     cpu_idle_pct: float = 5.0
     """A process under this CPU% (by delta) counts as idle."""
     gpu_idle_pct: float = 5.0
@@ -119,6 +123,8 @@ class CustomAction:
     confirm: bool = True
     dangerous: bool = False
     description: str = ""
+    mutating: bool = True
+    """Changes something unless the config says `mutating = false`: refused under --read-only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +251,19 @@ class _Reader:
 
 
 def _positive(value: float) -> str | None:
-    return None if value > 0 else "must be greater than 0"
+    return None if math.isfinite(value) and value > 0 else "must be a finite number greater than 0"
+
+
+def _not_negative(value: float) -> str | None:
+    return None if math.isfinite(value) and value >= 0 else "must be a finite number, 0 or more"
+
+
+def _percent(value: float) -> str | None:
+    return None if math.isfinite(value) and 0 <= value <= 100 else "must be a percentage, 0 to 100"
+
+
+def _optional_float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _regex(value: str) -> str | None:
@@ -278,12 +296,60 @@ def _int_list(name: str):
     return check
 
 
+#: A config is a few kilobytes; anything near this is not one (a log, /dev/zero, a mistake).
+MAX_CONFIG_BYTES = 1 << 20
+#: Arrays and inline tables nest a level or two in a real config; past this a nesting error names the line.
+MAX_NESTING = 32
+
+
+def _too_deep_line(text: str) -> int:
+    """The line where nesting first passes MAX_NESTING, counted outside strings and comments
+    (brackets in a regex do not count); 1 when it never does."""
+    depth, quote, line = 0, "", 1
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+        elif quote:
+            if c == "\\" and quote[0] == '"':
+                i += 1
+            elif text.startswith(quote, i):
+                i += len(quote) - 1
+                quote = ""
+        elif c in "\"'":
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            i += len(quote) - 1
+        elif c == "#":
+            end = text.find("\n", i)
+            i = (n if end < 0 else end) - 1
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return line
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return 1
+
+
+def _problem_at(text: str, source: str, line: int, message: str) -> str:
+    """`file:line: key: message`, naming the key set on or before `line`."""
+    key = max(((n, k) for k, n in _key_lines(text).items() if n <= line), default=(0, "text"))[1]
+    return f"{source}:{line}: {key}: {message}"
+
+
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Build a Config from TOML text; ConfigError lists every problem, one line each."""
     from console.observe.lines import compile_metric_pattern  # lines imports MetricPattern from here
 
+    if (nul := text.find("\x00")) >= 0:
+        raise ConfigError([_problem_at(text, source, text.count("\n", 0, nul) + 1, "a NUL byte: not a text config")])
     try:
         data = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses per level: a 100k-deep array would end in a traceback
+        line = _too_deep_line(text)
+        raise ConfigError([_problem_at(text, source, line, f"nested too deeply (more than {MAX_NESTING} levels)")]) from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         if m := re.search(r"\(at line (\d+), column (\d+)\)", message):
@@ -348,7 +414,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         match=r.get(u, "run.match", str, None, _regex),
         pidfile=r.get(u, "run.pidfile", str),
         env={k: v for k, v in env.items() if isinstance(v, str)},
-        grace_s=float(r.get(u, "run.grace_s", (int, float), 30.0, _positive)),
+        grace_s=float(r.get(u, "run.grace_s", (int, float), 30.0, _not_negative)),
     )
 
     g = r.table(data, "gpus", ("roles", "source", "poll_s"))
@@ -404,9 +470,9 @@ def parse_config(text: str, source: str = "<config>") -> Config:
 
     s = r.table(data, "stall", ("log_silent_s", "cpu_idle_pct", "gpu_idle_pct", "sample_window_s"))
     stall = StallConfig(
-        log_silent_s=float(r.get(s, "stall.log_silent_s", number, 300.0, _positive)),
-        cpu_idle_pct=float(r.get(s, "stall.cpu_idle_pct", number, 5.0)),
-        gpu_idle_pct=float(r.get(s, "stall.gpu_idle_pct", number, 5.0)),
+        log_silent_s=_optional_float(r.get(s, "stall.log_silent_s", number, None, _positive)),
+        cpu_idle_pct=float(r.get(s, "stall.cpu_idle_pct", number, 5.0, _percent)),
+        gpu_idle_pct=float(r.get(s, "stall.gpu_idle_pct", number, 5.0, _percent)),
         sample_window_s=float(r.get(s, "stall.sample_window_s", number, 1.5, _positive)),
     )
 
@@ -420,7 +486,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         if not isinstance(a, dict):
             r.problem(path, "must be a table")
             continue
-        a = r.table({path: a}, path, ("name", "key", "command", "confirm", "dangerous", "description"))
+        a = r.table({path: a}, path, ("name", "key", "command", "confirm", "dangerous", "description", "mutating"))
         name, key, command = (r.get(a, f"{path}.{k}", str) for k in ("name", "key", "command"))
         for field_name, value in (("name", name), ("key", key), ("command", command)):
             if not value:
@@ -429,10 +495,12 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             r.problem(f"{path}.key", "must be a single character")
         elif key and key in _RESERVED_KEYS:
             r.problem(f"{path}.key", f"{key!r} is taken by a built-in key")
+        dangerous, mutating = r.get(a, f"{path}.dangerous", bool, False), r.get(a, f"{path}.mutating", bool, True)
+        if dangerous and not mutating:
+            r.problem(f"{path}.mutating", "a dangerous action changes something: drop mutating = false or dangerous")
         if name and key and command and len(key) == 1 and key not in _RESERVED_KEYS:
-            actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True),
-                                        r.get(a, f"{path}.dangerous", bool, False),
-                                        r.get(a, f"{path}.description", str, "")))
+            actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True), dangerous,
+                                        r.get(a, f"{path}.description", str, ""), mutating))
 
     audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
     alerts = _alerts(r, data)
@@ -469,14 +537,34 @@ _RESERVED_KEYS = frozenset("?qtfnNdpRwlh/[]")
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate a TOML config file."""
+    """Read and validate a TOML config file: a regular file of at most MAX_CONFIG_BYTES.
+
+    Opened without blocking and checked before reading, so a FIFO, a device (a link to
+    /dev/zero) or a directory is refused at once instead of hanging or filling memory.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such config file"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError([f"{path}: not a regular file: a config is a TOML file"])
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config"])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError([f"{path}:{line}: not UTF-8 text (byte {exc.start})"]) from None
     return parse_config(text, str(path))
 
 
@@ -494,8 +582,9 @@ def load_from_args(args) -> Config:
             raise ConfigError([f"--match: {message}"])
     if get("port") is not None and not 0 < get("port") < 65536:
         raise ConfigError(["--port: must be 1-65535"])
-    if get("baseline") is not None and get("baseline") <= 0:
-        raise ConfigError(["--baseline: must be greater than 0"])
+    for flag, check in (("baseline", _positive), ("grace", _not_negative), ("stall_after", _positive)):
+        if get(flag) is not None and (message := check(get(flag))):
+            raise ConfigError([f"--{flag.replace('_', '-')}: {message}, not {get(flag):g}"])
     slurm_job, hosts = t.slurm_job, t.hosts
     if get("slurm_job"):
         if not _SLURM_JOB_ID.fullmatch(get("slurm_job")):
@@ -523,11 +612,11 @@ def load_from_args(args) -> Config:
         match=get("match") or u.match,
         pidfile=get("pidfile") or u.pidfile,
         launch=get("launch") or u.launch,
-        grace_s=get("grace") or u.grace_s,
+        grace_s=u.grace_s if get("grace") is None else get("grace"),
     )
     metrics = replace(m, baseline_tokens_per_s=get("baseline") or m.baseline_tokens_per_s)
     stall = config.stall
-    if get("stall_after"):
+    if get("stall_after") is not None:
         stall = replace(stall, log_silent_s=get("stall_after"))
     return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall)
 

@@ -4,24 +4,40 @@
 wrong, shows the observations that say so, and the next step with its console key.
 
 Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
-growth for longer than `stall.log_silent_s`, or no throughput line for longer than that and
-than 3 of the run's usual intervals between such lines; "idle" = every
-process under `stall.cpu_idle_pct` by the delta of utime+stime over the sampling window,
-never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
+growth for longer than the silence limit, or no throughput line for longer than the limit
+for progress; "busy" = a process of the run over `stall.cpu_idle_pct` by the delta of
+utime+stime over the sampling window (never ps's lifetime average), or the run's own use of
+a GPU over `stall.gpu_idle_pct`: its processes' SM % when read (NVML process samples, pmon),
+else the device's use when a process of the run is on it. A process whose dumped threads all
+wait (a collective, a CUDA synchronize, a queue, a lock, I/O) or sleep is never busy, even
+at 100 % CPU).
+
+The silence limit is the run's own rhythm: QUIET_INTERVALS of its usual gap between writes
+(between throughput lines for progress), at least QUIET_FLOOR_S; UNLEARNED_QUIET_S while no
+rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` overrides it.
+After QUIET_SHOWN_INTERVALS usual gaps without a write the summary says "quiet N s,
+usually writes every X s" instead of "its log progresses".
+
+A log that showed a framework starting a progress display drawn only on a terminal
+(Lightning's RichProgressBar; console.observe.progress) and no progress since says nothing
+by its silence: the run's own processes tell, and the verdict names the framework and the
+setting that puts progress into the log, never "log progresses".
 
 | verdict             | when                                                                             | key |
 | ------------------- | -------------------------------------------------------------------------------- | --- |
 | unknown             | no process reading and no log reading at all                                     | —   |
-| oom                 | an OOM line since the launch; nothing alive, or the line newer than log_silent_s | w/R |
+| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | w/R |
 | diverged            | a NaN/Inf loss line since the launch                                             | l   |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
-| dead                | nothing alive (the last problem lines are the evidence)                          | l   |
-| buffered            | alive, busy (CPU or GPU), silent, stdout a regular file without -u               | R   |
-| hung                | alive, idle, silent (the waiting threads are the evidence when dumped)           | p   |
+| dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | l   |
+| hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | R |
+| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | — |
+| buffered            | alive, busy, silent, stdout a regular file without -u                            | R   |
+| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | p |
 | unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
-| healthy             | the log progresses (in a PID namespace, unseen GPU PIDs are an evidence line)    | —   |
+| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | — |
 | unknown             | otherwise (no log to judge progress by)                                          | l   |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
@@ -29,10 +45,13 @@ never ps's lifetime average, and every run GPU under `stall.gpu_idle_pct`):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
+from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
+from console.observe.progress import TerminalOnlyProgress
 from console.state import RATE_UNITS
 from console.units import format_indices, spread
 
@@ -63,8 +82,18 @@ _SEVERITY = {
     "oom": 9,
 }
 
-#: A throughput line this many usual intervals late is missing, not just slow to come.
+#: A throughput line this many usual intervals late is missing, not just slow to come (with an explicit limit).
 RATE_GAPS = 3
+#: Silent for this many of the run's usual intervals between writes (or progress updates) is a stall.
+QUIET_INTERVALS = 20
+#: ...but never sooner than this: a run that writes many times a second may pause a moment (a GC, a save).
+QUIET_FLOOR_S = 10.0
+#: Without a learned rhythm (a fresh look at the log, a run that logs rarely) a stall starts here.
+UNLEARNED_QUIET_S = 300.0
+#: After this many usual intervals without a write the log is called quiet rather than progressing.
+QUIET_SHOWN_INTERVALS = 3
+#: ...and never before this many seconds.
+QUIET_SHOWN_S = 2.0
 #: How many problem lines a verdict quotes.
 _QUOTED_LINES = 3
 _QUOTE_CHARS = 160
@@ -78,6 +107,20 @@ class ProblemLine:
     text: str
     age_s: float | None = None
     """Seconds since the line arrived; None when unknown (a tail read has no times)."""
+    thread: str | None = None
+    """The thread whose uncaught exception's traceback holds this line, when it is in one."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadThread:
+    """A thread whose uncaught exception reached the log ("Exception in thread NAME:" and its traceback)."""
+
+    name: str
+    exception: str
+    """The traceback's last line, e.g. 'torch.OutOfMemoryError: CUDA out of memory. …'."""
+    age_s: float | None = None
+    progress_after: bool = False
+    """The log went on reporting progress (steps, rates, losses) after the thread died."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +137,20 @@ class StackSummary:
     """The innermost frame worth reading, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
     count: int = 1
     """Identical threads folded into this one (DataLoader workers)."""
+    main: bool = False
+    """The process's main thread (MainThread, else its first thread)."""
+    signature: tuple = ()
+    """Every frame's (function, file, line): equal signatures are the same stack."""
+    collective: str | None = None
+    """The collective it is in (all_reduce, barrier, ...) or 'synchronize'; None when in none."""
+    label: str = ""
+    """The process's place in the run, as console.observe.roles labels it."""
+    role: str = ""
+    rank: int | None = None
+    parent: int | None = None
+    """The process's parent PID (a worker's rank)."""
+    cpu_pct: float | None = None
+    """The process's CPU% over the sampling window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +174,7 @@ class Evidence:
     log_growth: int = 0
     """Bytes the log grew during the window."""
     log_silent_s: float | None = None
-    """Seconds since the log last grew (now − mtime), 0 when it grew in the window."""
+    """Seconds since the log last grew (now − its mtime)."""
     log_written_since_launch: bool | None = None
     """None when no launch is known."""
     rate_metric: str | None = None
@@ -126,14 +183,26 @@ class Evidence:
     rate_silent_s: float | None = None
     """Seconds since the last throughput line, when one was seen."""
     rate_interval_s: float | None = None
-    """The run's usual gap between throughput lines."""
+    """The run's usual gap between throughput lines (None until learned)."""
+    log_write_interval_s: float | None = None
+    """The run's usual gap between writes to its log (None until learned)."""
     problems: tuple[ProblemLine, ...] = ()
     """Problem lines since the last launch, oldest first."""
+    dead_threads: tuple[DeadThread, ...] = ()
+    """Threads that died of an uncaught exception, as the log tells."""
+    nccl: tuple[NcclFact, ...] = ()
+    """What the log's NCCL watchdog and flight-recorder lines say."""
+    flight: tuple[FlightRecord, ...] = ()
+    """The ranks' flight-recorder dumps, when the run wrote them."""
     stacks: tuple[StackSummary, ...] = ()
     stack_error: str | None = None
     """Why no stacks were dumped when a dump was tried (with its advice)."""
+    stacks_missing: tuple[str, ...] = ()
+    """Ranks or main processes that could not be dumped while others were, each with why."""
     launched_at: float | None = None
     """When the console last launched the run (target clock), None when it did not."""
+    terminal_only_progress: TerminalOnlyProgress | None = None
+    """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +215,88 @@ class Verdict:
     next_step: str
     key: str | None = None
     """The console key that takes the next step: p dump, R restart, l log, w warmup."""
+
+
+@dataclass(frozen=True, slots=True)
+class StackGroup:
+    """Processes (ranks, here or across nodes) whose main threads have the identical stack."""
+
+    count: int
+    ranks: tuple[str, ...]
+    """Who is in the group: 'rank 1 (pid 1165)' on one host, 'node:pid' in a fleet."""
+    wait: str | None
+    """What the stack waits on (queue get, NCCL collective, ...), None when it runs."""
+    where: str
+    """The innermost frame worth reading."""
+    collective: str | None = None
+    cpu_pct: float | None = None
+    """The highest CPU% among the group's processes, when known (a spinning wait)."""
+    idle: bool = False
+    """py-spy saw the thread off the CPU."""
+
+
+def group_stacks(members: Iterable[tuple[str, StackSummary]]) -> list[StackGroup]:
+    """Main threads grouped by identical stack: (who, summary) pairs in, biggest group first.
+
+    The one grouping for both a host's ranks and a fleet's: N ranks on one host are the same
+    problem as one rank on each of N hosts.
+    """
+    groups: dict[tuple, list[tuple[str, StackSummary]]] = {}
+    for who, summary in members:
+        groups.setdefault(summary.signature or (summary.where,), []).append((who, summary))
+    out = []
+    for found in groups.values():
+        first = found[0][1]
+        cpus = [s.cpu_pct for _, s in found if s.cpu_pct is not None]
+        out.append(
+            StackGroup(
+                count=len(found),
+                ranks=tuple(who for who, _ in found),
+                wait=first.wait,
+                where=first.where,
+                collective=first.collective,
+                cpu_pct=max(cpus) if cpus else None,
+                idle=first.idle,
+            )
+        )
+    out.sort(key=lambda g: (-g.count, g.ranks))
+    return out
+
+
+def in_collective(group: StackGroup | StackSummary) -> bool:
+    """Waiting on its peers or its device: in a collective, a Work.wait, a CUDA synchronize."""
+    return group.collective is not None or group.wait in ("NCCL collective", "CUDA synchronize")
+
+
+def stragglers(groups: list[StackGroup]) -> list[StackGroup]:
+    """The odd ones out: the groups not in a collective while others are; else a lone smallest group."""
+    if len(groups) < 2:
+        return []
+    waiting = [g for g in groups if in_collective(g)]
+    if waiting and len(waiting) < len(groups):
+        return [g for g in groups if not in_collective(g)]
+    smallest = min(g.count for g in groups)
+    lone = [g for g in groups if g.count == smallest]
+    return lone if len(lone) == 1 and smallest < max(g.count for g in groups) else []
+
+
+def group_sentence(group: StackGroup) -> str:
+    """'rank 0 (pid 1164) waits in all_reduce (NCCL collective), spinning at 100% CPU in synchronize (…)',
+    'rank 1 (pid 1165) stopped in read_batch (train.py:13)'."""
+    many = group.count > 1
+    who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
+    if in_collective(group):
+        call = _call_text(group.collective)
+        named = group.collective not in (None, "synchronize")
+        doing = f"{'wait' if many else 'waits'} in {call}" + (f" ({group.wait})" if named and group.wait else "")
+        if group.cpu_pct is not None and group.cpu_pct > 50:
+            doing += f", spinning at {group.cpu_pct:.0f}% CPU"
+    elif group.wait or group.idle:
+        on = f" on {group.wait}" if group.wait else ""
+        return f"{who} stopped{on} in {group.where}"
+    else:
+        doing = "run" if many else "runs"
+    return f"{who} {doing} in {group.where}"
 
 
 def severity(name: str) -> int:
@@ -163,6 +314,22 @@ def is_problem(name: str) -> bool:
     return name != "healthy"
 
 
+def silence_limit_s(override: float | None, usual_interval_s: float | None) -> float:
+    """Seconds of silence that make a stall: `override` when set, else the run's rhythm (see the module doc)."""
+    if override is not None:
+        return override
+    if usual_interval_s is None:
+        return UNLEARNED_QUIET_S
+    return max(QUIET_FLOOR_S, QUIET_INTERVALS * usual_interval_s)
+
+
+def rhythm_text(interval_s: float | None) -> str:
+    """'usually writes every 0.3 s', or that no rhythm is known yet."""
+    if interval_s is None:
+        return "its rhythm not learned yet"
+    return f"usually writes every {_seconds(interval_s)}"
+
+
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
     """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
     return _Diagnosis(evidence, config).verdict()
@@ -178,33 +345,88 @@ class _Diagnosis:
 
     # -- observations --------------------------------------------------------
 
+    def _waiting_pids(self) -> set[int]:
+        """Processes dumped with every thread waiting or idle: their CPU and GPU use is a spinning wait, not work."""
+        threads: dict[int, list[StackSummary]] = {}
+        for t in self.ev.stacks:
+            threads.setdefault(t.pid, []).append(t)
+        return {pid for pid, found in threads.items() if all(t.wait or t.idle for t in found)}
+
+    def _working(self) -> list[ProcessReading]:
+        """Alive processes busy on the CPU and not just spinning in a wait."""
+        waiting = self._waiting_pids()
+        return [
+            p
+            for p in self.alive
+            if p.cpu_pct is not None and p.cpu_pct > self.stall.cpu_idle_pct and p.pid not in waiting
+        ]
+
     def _busy_cpu(self) -> bool:
-        return any(p.cpu_pct is not None and p.cpu_pct > self.stall.cpu_idle_pct for p in self.alive)
+        return bool(self._working())
+
+    def _run_gpu_pids(self, working_only: bool) -> set[int]:
+        waiting = self._waiting_pids() if working_only else set()
+        return {pid for p in self.alive if p.pid not in waiting for pid in (p.pid, *p.nspid)}
+
+    def _gpu_busy_by_run(self, g: GpuReading) -> bool:
+        """The run's own use of GPU `g`: its processes' SM% when read, else the device's use when the run is on it."""
+        idle = self.stall.gpu_idle_pct
+        working = self._run_gpu_pids(working_only=True)
+        if g.process_sm_pct is not None and not self.ev.in_pid_namespace:  # in a container the PIDs are the host's
+            return sum(pct for pid, pct in g.process_sm_pct if pid in working) > idle
+        if g.utilization_pct is None or g.utilization_pct <= idle:
+            return False
+        if g.processes and not self.ev.in_pid_namespace:
+            on_it = {gp.pid for gp in g.processes}
+            if not on_it & self._run_gpu_pids(working_only=False):
+                return False  # busy with another job's work
+            if self.ev.stacks and not on_it & working:
+                return False  # the run's processes on it only spin in a wait
+        return True
 
     def _busy_gpu(self) -> bool:
-        return any(
-            g.utilization_pct is not None and g.utilization_pct > self.stall.gpu_idle_pct for g in self.ev.gpus
-        )
+        return any(self._gpu_busy_by_run(g) for g in self.ev.gpus)
+
+    def _busy(self) -> bool:
+        """The run works (CPU or its own GPU use, not a spinning wait), and no rank is stopped on its own."""
+        return (self._busy_cpu() or self._busy_gpu()) and not self._blocked_ranks()
 
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
 
+    def _log_limit(self) -> float:
+        return silence_limit_s(self.stall.log_silent_s, self.ev.log_write_interval_s)
+
+    def _rate_limit(self) -> float:
+        ev, override = self.ev, self.stall.log_silent_s
+        if override is not None:
+            return max(override, RATE_GAPS * (ev.rate_interval_s or 0.0))
+        return silence_limit_s(None, ev.rate_interval_s)
+
     def _silent(self) -> bool:
-        """No log growth past the threshold, or no throughput line past it and past the run's usual gaps."""
-        ev, limit = self.ev, self.stall.log_silent_s
-        if ev.log_silent_s is not None and ev.log_silent_s > limit:
+        """No log growth past its limit, or no throughput line past the limit for progress."""
+        ev = self.ev
+        if ev.log_growth == 0 and ev.log_silent_s is not None and ev.log_silent_s > self._log_limit():
             return True
-        if ev.rate_silent_s is None:
-            return False
-        return ev.rate_silent_s > max(limit, RATE_GAPS * (ev.rate_interval_s or 0.0))
+        return ev.rate_silent_s is not None and ev.rate_silent_s > self._rate_limit()
 
     def _progressing(self) -> bool:
-        return self.ev.log_growth > 0 or (
-            self.ev.log_silent_s is not None and self.ev.log_silent_s <= self.stall.log_silent_s
-        )
+        return self.ev.log_growth > 0 or (self.ev.log_silent_s is not None and self.ev.log_silent_s <= self._log_limit())
+
+    def _quiet(self) -> bool:
+        """Not written for several of its usual intervals (not yet a stall): the header must not say it progresses."""
+        ev = self.ev
+        if ev.log_silent_s is None:
+            return False
+        usual = ev.log_write_interval_s
+        return ev.log_silent_s > max(QUIET_SHOWN_S, QUIET_SHOWN_INTERVALS * (usual or 0.0))
+
+    def _quiet_text(self) -> str:
+        ev = self.ev
+        return f"quiet {_seconds(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
 
     def _recent(self, line: ProblemLine) -> bool:
-        return line.age_s is None or line.age_s <= self.stall.log_silent_s
+        return line.age_s is None or line.age_s <= self._log_limit()
 
     def _of_kind(self, *kinds: LineKind) -> list[ProblemLine]:
         return [p for p in self.ev.problems if p.kind in kinds]
@@ -225,7 +447,8 @@ class _Diagnosis:
             if lifetime is not None:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
-            lines.append(f"pid {p.pid} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
+            role = f" [{p.label}]" if p.label else ""
+            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
                 busy.sort(key=lambda t: -t.cpu_pct)
@@ -251,12 +474,123 @@ class _Diagnosis:
             mem = "mem ?" if unknown else f"{spread([mib / 1024 for mib in used], '{:.1f}')} GiB used"
             held = f" (pid {', '.join(map(str, holders))})" if holders else ""
             lines.append(f"{name} {util}, {mem}{held}")
+        for g in ev.gpus:
+            lines += self._gpu_share_lines(g)  # whose work each busy GPU does: one line per GPU, it differs
         if ev.gpu_contexts_unseen:
             run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
             pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)
             held = f"pid {', '.join(map(str, pids))}" if pids else "PIDs the driver does not list here"
             lines.append(f"GPU memory held by {held}: this PID namespace cannot see them (host PIDs)")
         return lines
+
+    def _gpu_share_lines(self, g: GpuReading) -> list[str]:
+        """Whose work a busy GPU does: 'GPU 0 95%, none of it from the run: pid 710 is not the run's'."""
+        idle = self.stall.gpu_idle_pct
+        if g.utilization_pct is None or g.utilization_pct <= idle or self.ev.in_pid_namespace:
+            return []
+        run = self._run_gpu_pids(working_only=False)
+        if g.process_sm_pct is not None:
+            mine = sum(pct for pid, pct in g.process_sm_pct if pid in run)
+            others = [f"pid {pid} {pct:.0f}%" for pid, pct in g.process_sm_pct if pid not in run and pct > idle]
+            share = "none of it" if mine <= idle else f"{mine:.0f}% SM"
+            line = f"GPU {g.index} {g.utilization_pct:.0f}%, {share} from the run"
+            if others:
+                line += f": {', '.join(others)} {'is' if len(others) == 1 else 'are'} not the run's"
+            return [line]
+        foreign = [gp.pid for gp in g.processes if gp.pid not in run]
+        if g.processes and len(foreign) == len(g.processes):
+            names = ", ".join(f"pid {pid}" for pid in foreign)
+            return [f"GPU {g.index} {g.utilization_pct:.0f}%, none of it from the run: {names} {'is' if len(foreign) == 1 else 'are'} not the run's"]
+        return []
+
+    def _program_threads(self) -> list[StackSummary]:
+        """The main thread of each rank (or of the run's main program), by rank."""
+        mains = [t for t in self.ev.stacks if t.main and t.role not in ("worker", "child", "launcher", "shell")]
+        return sorted(mains, key=lambda t: (t.rank if t.rank is not None else -1, t.pid))
+
+    def _blocked_ranks(self) -> list[StackSummary]:
+        """Ranks stopped on something of their own (their data, a queue, a lock, I/O; not a collective),
+        every thread and worker of theirs idle, while another rank still runs: a collective cannot
+        complete without them, so the running ranks only spin. Empty unless there are two ranks or more."""
+        mains = self._program_threads()
+        if len(mains) < 2:
+            return []
+        waiting = self._waiting_pids()
+        cpu = {p.pid: p.cpu_pct for p in self.alive}
+
+        def blocked(main: StackSummary) -> bool:
+            workers = [t.pid for t in self.ev.stacks if t.role == "worker" and t.parent == main.pid]
+            idle = (cpu.get(main.pid) or 0.0) <= self.stall.cpu_idle_pct
+            return bool(main.wait) and not in_collective(main) and idle and main.pid in waiting and set(workers) <= waiting
+
+        stuck = [m for m in mains if blocked(m)]
+        return stuck if len(stuck) < len(mains) else []
+
+    def _rank_groups(self) -> list[StackGroup]:
+        return group_stacks((_who(t), t) for t in self._program_threads())
+
+    def _rank_lines(self) -> list[str]:
+        """Ranks grouped by stack, the odd one out named: '… rank 1 is the straggler'."""
+        groups = self._rank_groups()
+        if len(self._program_threads()) < 2:
+            return []
+        lines = [group_sentence(g) for g in groups]
+        names = [_short_who(who) for g in stragglers(groups) for who in g.ranks]
+        names = names or [_short_who(_who(t)) for t in self._blocked_ranks()]
+        if names:
+            lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
+        return lines
+
+    def _worker_lines(self) -> list[str]:
+        """The stacks of DataLoader workers whose owner's main thread waits on them."""
+        lines = []
+        for owner in self._program_threads():
+            if not owner.wait:
+                continue
+            workers = [t for t in self.ev.stacks if t.main and t.role == "worker" and t.parent == owner.pid]
+            for g in group_stacks((str(t.pid), t) for t in workers):
+                state = "blocked" if g.wait or g.idle else "running"
+                on = f" on {g.wait}" if g.wait else ""
+                many = "DataLoader workers" if g.count > 1 else "DataLoader worker"
+                lines.append(f"{g.count} {many} of {_who(owner)} {state}{on} in {g.where} (pids {', '.join(g.ranks)})")
+        return lines
+
+    def _hung_summary(self) -> str:
+        """What the hang is: the collective and the ranks not in it, or the wait of the main thread."""
+        groups = self._rank_groups()
+        behind = stragglers(groups)
+        waiting = [g for g in groups if in_collective(g)]
+        nccl = self._nccl_summary()
+        if nccl:
+            return nccl
+        died = [f'thread "{t.name}" died of {_exception_type(t.exception)}' for t in self.ev.dead_threads]
+        if died:
+            return "; ".join(died) + ", then the run stopped"
+        if waiting and behind:
+            call = _call_text(waiting[0].collective)
+            inside = [_short_who(w) for g in waiting for w in g.ranks]
+            outside = [_short_who(w) for g in behind for w in g.ranks]
+            return (
+                f"{', '.join(inside)} {'waits' if len(inside) == 1 else 'wait'} in {call}; "
+                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {_user_frame(behind[0].where)}"
+            )
+        if waiting:
+            return f"every rank waits in {_call_text(waiting[0].collective)}"
+        blocked = self._blocked_ranks()
+        if blocked:
+            first = blocked[0]
+            others = [_short_who(_who(t)) for t in self._program_threads() if t not in blocked]
+            return f"{_short_who(_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
+        mains = self._program_threads()
+        if len(mains) == 1 and mains[0].wait:
+            return f"the main thread {self._waits_on(mains[0])}"
+        return "the run is alive and idle"
+
+    def _waits_on(self, main: StackSummary) -> str:
+        """'waits on its DataLoader workers (hf_trainer.py:75)', 'waits on queue get in pack_hidden (hung.py:9)'."""
+        if "_get_data" in main.where and any(t.role == "worker" and t.parent == main.pid for t in self.ev.stacks):
+            return f"waits on its DataLoader workers ({_user_frame(main.where).rpartition(' (')[2].rstrip(')')})"
+        return f"waits on {main.wait} in {_user_frame(main.where)}"
 
     def _log_lines(self) -> list[str]:
         ev = self.ev
@@ -266,10 +600,23 @@ class _Diagnosis:
             return [f"log {ev.log_path} does not exist"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
         if ev.log_silent_s is not None and ev.log_growth == 0:
-            lines.append(f"log silent {ev.log_silent_s:.0f} s (threshold {self.stall.log_silent_s:g} s)")
+            if self.stall.log_silent_s is not None:
+                how = "set by [stall] log_silent_s"
+            elif ev.log_write_interval_s is None:
+                how = "until its rhythm is learned"
+            else:
+                how = "from its rhythm"
+            lines.append(
+                f"log silent {_seconds(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
+                f"(a stall after {_seconds(self._log_limit())}, {how})"
+            )
+        elif ev.log_write_interval_s is not None:
+            lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
+        if ev.terminal_only_progress is not None:
+            lines.append(f"no progress reaches the log: {ev.terminal_only_progress.advice}")
         if ev.rate_silent_s is not None:
-            usual = f"usual interval {ev.rate_interval_s:.0f} s" if ev.rate_interval_s else "usual interval unknown"
-            lines.append(f"last throughput line {ev.rate_silent_s:.0f} s ago ({usual})")
+            usual = f"usually every {_seconds(ev.rate_interval_s)}" if ev.rate_interval_s else "usual interval not learned yet"
+            lines.append(f"last throughput line {_seconds(ev.rate_silent_s)} ago ({usual})")
         return lines
 
     def _stdout_lines(self) -> list[str]:
@@ -293,10 +640,13 @@ class _Diagnosis:
         if ev.stack_error:
             return [f"stacks not dumped: {ev.stack_error}"]
         out = []
+        several = len({t.pid for t in ev.stacks}) > 1
         for t in ev.stacks:
             fold = f" ×{t.count}" if t.count > 1 else ""
             what = f"waiting on {t.wait}" if t.wait else ("idle" if t.idle else "running")
-            out.append(f'thread "{t.name}"{fold} {what}: {t.where}')
+            whose = f"{_who(t)} " if several else ""
+            out.append(f'{whose}thread "{t.name}"{fold} {what}: {t.where}')
+        out += [f"not dumped: {why}" for why in ev.stacks_missing]
         return out
 
     def _throughput_line(self) -> list[str]:
@@ -322,11 +672,20 @@ class _Diagnosis:
                 None,
             )
 
-        ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or self._recent(p)]
+        ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or (self._recent(p) and p.thread is None)]
         if ooms:
+            state = "the run is dead" if not self.alive else "a process is still alive"
+            if any("OutOfResources" in p.text for p in ooms):
+                # Triton: a kernel config asks for more shared memory than the GPU has; the batch is not the cause.
+                return Verdict(
+                    "oom",
+                    f"a Triton kernel asked for more shared memory than the GPU has (OutOfResources); {state}",
+                    self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
+                    "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart (R)",
+                    "R",
+                )
             key = "w" if self.has_warmup else "R"
             step = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
-            state = "the run is dead" if not self.alive else "a process is still alive"
             return Verdict(
                 "oom",
                 f"CUDA out of memory; {state}",
@@ -348,6 +707,13 @@ class _Diagnosis:
         if not self.alive:
             return self._not_alive()
 
+        dead = [t for t in ev.dead_threads if not t.progress_after]
+        if dead and (self._quiet() or not self._busy_cpu()):  # a busy run may still log its next step
+            return self._thread_died(dead)
+
+        hidden = ev.terminal_only_progress
+        if hidden is not None and self._busy():  # its log's silence says nothing: the processes do
+            return self._progress_off_log(hidden, "the run is busy")
         if self._silent():
             return self._stalled()
 
@@ -361,9 +727,15 @@ class _Diagnosis:
             )
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
+            if hidden is not None:
+                return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")
+            if self._quiet():
+                summary = f"its log is {self._quiet_text()}; the run is alive"
+            else:
+                summary = "the run is alive and its log progresses"
             return Verdict(
                 "healthy",
-                "the run is alive and its log progresses",
+                summary,
                 self._log_lines() + self._throughput_line() + self._process_lines() + self._gpu_lines(),
                 "nothing to do",
                 None,
@@ -375,6 +747,16 @@ class _Diagnosis:
             self._process_lines() + self._log_lines() + self._gpu_lines(),
             "configure the run's log (--log) so progress can be judged, or read it (l)",
             "l",
+        )
+
+    def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
+        """Healthy as far as can be told: the framework draws its progress on a terminal the log never sees."""
+        return Verdict(
+            "healthy",
+            f"its progress goes only to a terminal ({hidden.framework}), not to its log; {state}",
+            self._log_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+            hidden.advice,
+            None,
         )
 
     def _not_alive(self) -> Verdict:
@@ -400,18 +782,72 @@ class _Diagnosis:
                 "check from the host (or run Pulse there) before relaunching",
                 None,
             )
+        nccl = self._nccl_summary()
         return Verdict(
             "dead",
-            gone,
-            self._process_lines() + self._problem_lines(list(ev.problems)) + self._log_lines() + self._gpu_lines(),
+            f"{gone}: {nccl}" if nccl else gone,
+            self._nccl_lines()
+            + self._process_lines()
+            + self._problem_lines(list(ev.problems))
+            + self._log_lines()
+            + self._gpu_lines(),
             "read the end of the log (l) for the cause, then restart (R)",
             "l",
         )
 
+    def _nccl_lines(self) -> list[str]:
+        return nccl_lines(list(self.ev.nccl), list(self.ev.flight))
+
+    def _nccl_summary(self) -> str | None:
+        """'the NCCL watchdog timed out in ALLREDUCE #5530; rank 1 never joined it', when NCCL says so."""
+        ev = self.ev
+        seq, op, missing = never_joined(list(ev.flight))
+        timed_out = next((f for f in ev.nccl if f.op), None)
+        if timed_out is None and not missing:
+            return None
+        text = f"the NCCL watchdog timed out in {timed_out.op} #{timed_out.seq}" if timed_out else f"{op} #{seq} stalled"
+        if missing:
+            text += f"; {', '.join(f'rank {r}' for r in missing)} never joined {op} #{seq}"
+        return text
+
+    def _dead_thread_lines(self, dead) -> list[str]:
+        return [
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {_seconds(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            + (" (the log went on for a while after)" if t.progress_after else "")
+            for t in dead
+        ]
+
+    def _thread_died(self, dead: list[DeadThread]) -> Verdict:
+        """A thread died and the process lives on without progress: whatever waits on that thread waits forever."""
+        first = dead[-1]
+        others = f" (and {len(dead) - 1} more thread(s))" if len(dead) > 1 else ""
+        mains = self._program_threads()
+        waiting = [f"the main thread {self._waits_on(mains[0])}"] if len(mains) == 1 and mains[0].wait else []
+        return Verdict(
+            "hung",
+            f'thread "{first.name}" died of {_exception_type(first.exception)}{others}; the process lives on',
+            self._dead_thread_lines(dead)
+            + ["no progress was logged after it died"]
+            + waiting
+            + self._rank_lines()
+            + self._log_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+            + self._stack_lines(),
+            "fix what killed the thread (its traceback is in the log, l), then restart (R): "
+            "what waits on that thread will wait forever",
+            "R",
+        )
+
     def _stalled(self) -> Verdict:
         ev = self.ev
-        busy = self._busy_cpu() or self._busy_gpu()
-        to_file = [p for p in self.alive if _is_regular_file(p.stdout) and p.unbuffered is False]
+        busy = self._busy()
+        waiting = self._waiting_pids()
+        to_file = [
+            p
+            for p in self.alive
+            if p.pid not in waiting and p.role != "launcher" and _is_regular_file(p.stdout) and p.unbuffered is False
+        ]
         if busy and to_file:
             return Verdict(
                 "buffered",
@@ -421,14 +857,14 @@ class _Diagnosis:
                 "R",
             )
         if not busy and (self._cpu_known() or ev.gpus):
-            waiting = [t for t in ev.stacks if t.idle or t.wait]
-            summary = "the run is alive, idle and silent"
-            if waiting:
-                summary += f"; {len(waiting)} thread(s) waiting"
             return Verdict(
                 "hung",
-                summary,
-                self._log_lines()
+                f"{self._hung_summary()}; quiet {_seconds(ev.log_silent_s or 0.0)}",
+                self._nccl_lines()
+                + self._dead_thread_lines(self.ev.dead_threads)
+                + self._rank_lines()
+                + self._worker_lines()
+                + self._log_lines()
                 + self._process_lines()
                 + self._gpu_lines()
                 + self._stack_lines()
@@ -438,11 +874,45 @@ class _Diagnosis:
             )
         return Verdict(
             "unknown",
-            "the run is busy but its log is silent, and stdout is not a block-buffered file",
-            self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+            f"the run is busy but its log is {self._quiet_text()}",
+            self._nccl_lines()
+            + self._log_lines()
+            + self._stdout_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+            + self._rank_lines()
+            + self._stack_lines(),
             "dump the stacks (p) to see what it is busy with",
             "p",
         )
+
+
+def _exception_type(line: str) -> str:
+    """'torch.OutOfMemoryError' from a traceback's last line (the whole line is evidence)."""
+    return _clip(line.split(":", 1)[0].strip() or line, 80)
+
+
+def _user_frame(where: str) -> str:
+    """The run's own frame of a 'call ← frame' where, e.g. 'read_batch (ddp_allreduce.py:32)'."""
+    return where.rpartition(" ← ")[2]
+
+
+def _call_text(collective: str | None) -> str:
+    """'all_reduce', 'a CUDA synchronize', or 'a collective' when the stack does not say which."""
+    if collective == "synchronize":
+        return "a CUDA synchronize"
+    return collective or "a collective"
+
+
+def _who(thread: StackSummary) -> str:
+    """'rank 1 (pid 1165)', 'main (pid 711)', or 'pid 711' for a process without a label."""
+    name = thread.label.split(" · ", 1)[0]
+    return f"{name} (pid {thread.pid})" if name else f"pid {thread.pid}"
+
+
+def _short_who(who: str) -> str:
+    """'rank 1 (pid 1165)' → 'rank 1'; a bare 'pid 711' stays."""
+    return who.split(" (pid ", 1)[0]
 
 
 def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
@@ -455,6 +925,16 @@ def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
     return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
+
+
+def _seconds(value: float) -> str:
+    """A duration for a sentence: '0.3 s', '12 s', '4 min 10 s'."""
+    if value < 10:
+        return f"{value:.1f} s".replace(".0 s", " s")
+    if value < 120:
+        return f"{value:.0f} s"
+    minutes, seconds = divmod(int(round(value)), 60)
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -1,15 +1,21 @@
 """Gather the evidence for one diagnosis from a target (the I/O half of console.diagnose).
 
 In parallel: two samples `window_s` apart from the sampling agent (processes with CPU% by
-delta, GPUs, the log's stat at both ends of the window) and the log's last bytes (problem
-kinds and throughput), unless the console already follows the log into a RunState. Then, only when the run looks stuck (alive, idle, silent), one py-spy dump of
-the run's main process, summarised per thread. A key press to a verdict stays under ~3 s.
+delta, GPUs with each process's SM % on the second, the log's stat at both ends of the
+window) and the log's last bytes (problem kinds, throughput, dead threads, NCCL lines),
+unless the console already follows the log into a RunState. When NCCL's watchdog spoke, the
+ranks' flight-recorder dumps are read. Then, only when the run looks stuck (silent, idle or
+busy) or its progress is drawn only on a terminal (its log cannot tell), every rank and worker
+is dumped with py-spy in parallel, each summarised per thread.
+A key press to a verdict stays under ~3 s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import base64
+import binascii
+import re
 import statistics
 import time
 from dataclasses import replace
@@ -17,15 +23,33 @@ from typing import Literal
 
 from console.actions.pyspy import DumpError, dump
 from console.config import Config
-from console.diagnose import Evidence, ProblemLine, StackSummary, diagnose
+from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
-from console.observe.pyspy import ProcessDump, StackFrame, ThreadStack, classify_wait, group_identical, is_user_frame
+from console.observe.nccl import (
+    DEFAULT_DUMP_PREFIX,
+    DUMP_PREFIX_VARIABLES,
+    MAX_DUMP_BYTES,
+    FlightRecord,
+    NcclFact,
+    dump_rank,
+    nccl_fact,
+    parse_flight_record,
+)
+from console.observe.pyspy import (
+    ProcessDump,
+    classify_wait,
+    collective_call,
+    group_identical,
+    main_thread,
+    stack_signature,
+    where,
+)
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote
-from console.remote.target import Target
+from console.remote.target import Target, TargetError
 from console.state import RunState
 
 DumpStacks = Literal["auto", "always", "never"]
@@ -36,11 +60,15 @@ TAIL_BYTES = 256 * 1024
 TAIL_TIMEOUT_S = 10.0
 #: Problem lines an Evidence keeps (the newest).
 MAX_PROBLEMS = 20
+#: NCCL facts an Evidence keeps (the newest).
+MAX_NCCL_FACTS = 20
+#: Flight-recorder dumps read at most (one per rank on this host).
+MAX_FLIGHT_DUMPS = 64
 #: Throughput is the median of this many newest values (one noisy line is not a trend).
 RATE_VALUES = 5
 DUMP_TIMEOUT_S = 5.0
-#: Verdicts that a stack dump can explain.
-_STUCK = ("hung", "unknown")
+#: Verdicts that a stack dump can explain (a busy run may only spin in a wait).
+_STUCK = ("hung", "unknown", "buffered")
 
 
 async def gather(
@@ -61,7 +89,7 @@ async def gather(
     cannot be sampled.
     """
     window_s = config.stall.sample_window_s if window_s is None else window_s
-    sampling = asyncio.ensure_future(sample_once(target, config, window_s))
+    sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True))
     if follower_state is None and config.run.log:
         tail = asyncio.ensure_future(read_tail(target, config, timeout=window_s + TAIL_TIMEOUT_S))
     else:
@@ -81,11 +109,59 @@ async def gather(
         state.add_lines(lines)
         evidence = from_samples(first, last, config, state, timed=False, launched_at=launched_at)
 
+    if evidence.nccl:
+        evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
     if dump_stacks == "never" or not evidence.processes:
         return evidence
-    if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK:
+    # A log that cannot show progress (drawn only on a terminal) leaves the stacks to tell work from a spinning wait.
+    if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK and evidence.terminal_only_progress is None:
         return evidence
     return await with_stacks(target, config, evidence)
+
+
+def dump_prefixes(processes: tuple[ProcessReading, ...]) -> list[str]:
+    """Where the run's flight recorder writes: its ranks' TORCH_FR_DUMP_TEMP_FILE /
+    TORCH_NCCL_DEBUG_INFO_TEMP_FILE, and PyTorch's default."""
+    found = [dict(p.run_env).get(name) for p in processes for name in DUMP_PREFIX_VARIABLES]
+    return list(dict.fromkeys([*(f for f in found if f), DEFAULT_DUMP_PREFIX]))
+
+
+def flight_script(prefixes: list[str]) -> str:
+    """Bash printing `== PATH` and the base64 of each flight-recorder dump `PREFIX<rank>` (small files only)."""
+    globs = " ".join(f"{quote(prefix)}[0-9]*" for prefix in prefixes)
+    return (
+        f"n=0; for f in {globs}; do [ -f \"$f\" ] || continue; n=$((n+1)); [ $n -le {MAX_FLIGHT_DUMPS} ] || break; "
+        f'[ "$(stat -c %s -- "$f")" -le {MAX_DUMP_BYTES} ] || continue; '
+        'echo "== $f"; base64 -w0 -- "$f"; echo; done; true'
+    )
+
+
+async def read_flight_records(target: Target, processes: tuple[ProcessReading, ...], *, timeout: float) -> tuple[FlightRecord, ...]:
+    """The ranks' flight-recorder dumps on `target`, parsed safely; none when there are none or they cannot be read."""
+    prefixes = dump_prefixes(processes)
+    try:
+        result = await target.run(flight_script(prefixes), timeout)
+    except TargetError:
+        return ()
+    return parse_flight_listing(result.stdout, prefixes)
+
+
+def parse_flight_listing(listing: str, prefixes: list[str]) -> tuple[FlightRecord, ...]:
+    """FlightRecords from flight_script's output (a dump that does not parse is left out)."""
+    records = []
+    lines = listing.split("\n")
+    for header, body in zip(lines, lines[1:]):
+        if not header.startswith("== "):
+            continue
+        path = header[3:]
+        rank = next((r for prefix in prefixes if (r := dump_rank(path, prefix)) is not None), None)
+        if rank is None:
+            continue
+        try:
+            records.append(parse_flight_record(base64.b64decode(body, validate=True), rank))
+        except (ValueError, binascii.Error):
+            continue
+    return tuple(sorted(records, key=lambda r: r.rank))
 
 
 def tail_script(log: str, tail_bytes: int) -> str:
@@ -109,10 +185,14 @@ async def read_tail(target: Target, config: Config, *, timeout: float, tail_byte
     if not config.run.log:
         return []
     result = await target.run(tail_script(config.run.log, tail_bytes), timeout)
-    raws = result.stdout.split("\n")
+    return tail_lines(result.stdout, config, time.monotonic())
+
+
+def tail_lines(tail: str, config: Config, now: float) -> list[LogLine]:
+    """The lines of a log's tail as tail_script printed it, made safe and classified, all read at `now`."""
+    raws = tail.split("\n")
     if raws and not raws[-1]:
         raws.pop()
-    now = time.monotonic()
     out = []
     for number, raw in enumerate(raws, 1):
         text, cut = sanitize(raw, MAX_LINE_BYTES)
@@ -168,20 +248,79 @@ def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float 
         "log_exists": True,
         "log_size": log.size,
         "log_growth": growth,
-        "log_silent_s": 0.0 if growth else round(max(0.0, last.time - log.mtime), 1),
+        "log_silent_s": round(max(0.0, last.time - log.mtime), 1),  # the last write, however long the window
         "log_written_since_launch": None if launched_at is None else log.mtime >= launched_at,
     }
 
 
+_THREAD_DIED = re.compile(r"^Exception in thread (.+?)(?: \(\w+\))?:\s*$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
+
+
+def thread_deaths(lines: list[LogLine]) -> list[tuple[str, str, int, int, float]]:
+    """Each uncaught thread exception in `lines`: (thread name, the traceback's last line, first and
+    last line number, when the last line arrived). Log lines are untrusted: only their shape is read."""
+    found = []
+    index = 0
+    while index < len(lines):
+        match = _THREAD_DIED.match(lines[index].text)
+        index += 1
+        if not match:
+            continue
+        start, last = lines[index - 1].number, None
+        while index < len(lines):
+            text = lines[index].text
+            if text.startswith((" ", "\t", "Traceback (most recent call last)")) or not text.strip() or text.startswith(_CHAINED):
+                index += 1
+                continue
+            if _EXCEPTION_LINE.match(text):
+                last = lines[index]
+                index += 1
+                following = next((line.text for line in lines[index:] if line.text.strip()), "")
+                if following.startswith(_CHAINED):
+                    continue
+            break
+        if last is not None:
+            found.append((match[1], last.text, start, last.number, last.time))
+    return found
+
+
 def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     now = state.clock()
+    # A thread's death and NCCL's account come with problem lines: a log without any is not scanned
+    # (the fleet judges every node this way on each repaint).
+    lines = state.current_lines() if state.problems else []
+    deaths = thread_deaths(lines)
+    in_thread = [(first, last, name) for name, _, first, last, _ in deaths]
+
+    def thread_of(number: int) -> str | None:
+        return next((name for first, last, name in in_thread if first <= number <= last), None)
+
     problems = tuple(
-        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None)
+        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None, thread_of(line.number))
         for line in list(state.problems)[-MAX_PROBLEMS:]
     )
+    dead = tuple(
+        DeadThread(
+            name,
+            exception,
+            round(now - arrived, 1) if timed else None,
+            any(_progress(line) for line in lines if line.number > last),
+        )
+        for name, exception, _, last, arrived in deaths
+    )
+    nccl = [fact for line in lines if (fact := _nccl_line(line.text)) is not None][-MAX_NCCL_FACTS:]
     metric = state.rate_metric
     values = state.rate_values()[-RATE_VALUES:]
-    fields: dict = {"problems": problems}
+    fields: dict = {
+        "problems": problems,
+        "dead_threads": dead,
+        "nccl": tuple(nccl),
+        "terminal_only_progress": state.terminal_only_progress,
+    }
+    if timed:
+        fields["log_write_interval_s"] = state.write_interval_s()
     if metric is None or not values:
         return fields
     fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric))
@@ -190,27 +329,87 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     return fields
 
 
+def _nccl_line(text: str) -> NcclFact | None:
+    # Most lines are neither: a cheap test first, the parse only for NCCL's own lines.
+    if "NCCL" not in text and "light recorder" not in text:
+        return None
+    return nccl_fact("", text)
+
+
+def _progress(line: LogLine) -> bool:
+    info = line.info
+    return any(value is not None for value in (info.step, info.loss, info.tokens_per_s, info.samples_per_s, info.it_per_s))
+
+
+#: py-spy dumps running at once on one target (each is a channel on its connection).
+DUMPS_AT_ONCE = 8
+#: The most processes one diagnosis dumps: ranks and main processes first, then their workers.
+MAX_DUMPED = 32
+#: Roles whose stacks say nothing about the run's progress (a launcher waits on its ranks).
+_NOT_DUMPED = ("launcher", "shell")
+_DUMP_ORDER = {"rank": 0, "main": 0, "worker": 1, "child": 2}
+
+
 def main_process(processes: tuple[ProcessReading, ...]) -> ProcessReading | None:
-    """The run's root: the oldest process whose parent is not itself one of the run's."""
+    """The process whose stack matters most: the run's main program or its lowest rank, never a
+    launcher or shell; else the oldest process whose parent is not one of the run's."""
+    live = [p for p in processes if p.state not in ("Z", "X")]
+    programs = [p for p in live if p.role in ("main", "rank")]
+    if programs:
+        return min(programs, key=lambda p: (p.rank if p.rank is not None else -1, p.pid))
     pids = {p.pid for p in processes}
-    roots = [p for p in processes if p.ppid not in pids and p.state not in ("Z", "X")]
+    roots = [p for p in live if p.ppid not in pids]
     return max(roots, key=lambda p: p.elapsed_s, default=None)
 
 
+def dump_order(processes: tuple[ProcessReading, ...]) -> list[ProcessReading]:
+    """The live processes a diagnosis dumps, ranks (or the main program) first, then workers; at most MAX_DUMPED."""
+    live = [p for p in processes if p.state not in ("Z", "X") and p.role not in _NOT_DUMPED]
+    live.sort(key=lambda p: (_DUMP_ORDER.get(p.role, 3), p.rank if p.rank is not None else -1, p.pid))
+    return live[:MAX_DUMPED]
+
+
 async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evidence:
-    """`evidence` with the main process's threads summarised from one py-spy dump (or why there are none)."""
-    root = main_process(evidence.processes)
-    if root is None:
+    """`evidence` with every rank's and worker's threads summarised, all dumped with py-spy in
+    parallel (DUMPS_AT_ONCE at a time, each bounded by DUMP_TIMEOUT_S); why none could be, if so."""
+    chosen = dump_order(evidence.processes)
+    if not chosen:
         return evidence
-    try:
-        process = await dump(target, root.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
-    except DumpError as exc:
-        return replace(evidence, stack_error=str(exc))
-    return replace(evidence, stacks=summarise(process))
+    limit = asyncio.Semaphore(DUMPS_AT_ONCE)
+
+    async def one(process: ProcessReading) -> ProcessDump:
+        async with limit:
+            return await dump(target, process.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+
+    results = await asyncio.gather(*(one(p) for p in chosen), return_exceptions=True)
+    for result in results:
+        if not isinstance(result, (ProcessDump, DumpError)):
+            raise result
+    return with_dumps(evidence, list(zip(chosen, results)))
 
 
-def summarise(process: ProcessDump) -> tuple[StackSummary, ...]:
-    """One StackSummary per group of identical threads of a py-spy dump, most common first."""
+def with_dumps(evidence: Evidence, dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]) -> Evidence:
+    """`evidence` with each process's dump summarised, or why none could be taken (pure)."""
+    stacks: list[StackSummary] = []
+    failures: list[str] = []
+    for process, result in dumps:
+        if isinstance(result, ProcessDump):
+            stacks += summarise(result, process)
+        elif result.code in ("no_such_process", "unsupported_python") and process.role not in ("rank", "main"):
+            continue  # a worker that ended meanwhile, or a child that is not Python (a shell, MPI's orted)
+        else:
+            failures.append(f"{process.label}: {result}" if process.label else str(result))
+    if not stacks:
+        return replace(evidence, stack_error=failures[0] if failures else "no process of the run could be dumped")
+    return replace(evidence, stacks=tuple(stacks), stacks_missing=tuple(failures))
+
+
+def summarise(process: ProcessDump, reading: ProcessReading | None = None) -> tuple[StackSummary, ...]:
+    """One StackSummary per group of identical threads of a py-spy dump, most common first.
+
+    `reading`: the process as sampled, for its place in the run (label, role, rank, parent) and CPU.
+    """
+    main = main_thread(process)
     out = []
     for count, thread in group_identical(process.threads):
         wait = classify_wait(thread)
@@ -221,24 +420,16 @@ def summarise(process: ProcessDump) -> tuple[StackSummary, ...]:
                 name=thread.name or str(thread.thread_id),
                 idle=not thread.active,
                 wait=None if wait in ("running", "unknown") else wait,
-                where=_where(thread),
+                where=where(thread),
                 count=count,
+                main=main is not None and thread.thread_id == main.thread_id,
+                signature=stack_signature(thread),
+                collective=collective_call(thread),
+                label=reading.label if reading is not None else "",
+                role=reading.role if reading is not None else "",
+                rank=reading.rank if reading is not None else None,
+                parent=reading.ppid if reading is not None else None,
+                cpu_pct=reading.cpu_pct if reading is not None else None,
             )
         )
     return tuple(out)
-
-
-def _where(thread: ThreadStack) -> str:
-    """The run's innermost own frame and the call it is in, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
-    frames = thread.frames
-    if not frames:
-        return "no Python frames"
-    index = next((i for i, frame in enumerate(frames) if is_user_frame(frame)), None)
-    if index is None or index == 0:
-        return _frame(frames[0])
-    return f"{_frame(frames[index - 1])} ← {_frame(frames[index])}"
-
-
-def _frame(frame: StackFrame) -> str:
-    where = f"{os.path.basename(frame.file)}:{frame.line}" if frame.line is not None else frame.file
-    return f"{frame.function} ({where})"

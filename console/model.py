@@ -126,6 +126,9 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     """Set when the GPU itself reports a fault, e.g. '[GPU requires reset]'."""
+    process_sm_pct: tuple[tuple[int, float], ...] | None = None
+    """(pid, SM %) of each process using it, from NVML process samples or `nvidia-smi pmon`;
+    None when not read (only a diagnosis reads it, never the 1 Hz loop). Host PIDs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,16 @@ class ProcessReading:
     thread_cpu: tuple[ThreadCpu, ...] = ()
     cpu_s: float | None = None
     """CPU seconds (utime+stime) over the process's life: cpu_s / elapsed_s is what `ps` calls %CPU."""
+    run_env: tuple[tuple[str, str], ...] = ()
+    """Its RANK, LOCAL_RANK, WORLD_SIZE, CUDA_VISIBLE_DEVICES and flight-recorder paths, where set."""
+    role: str = ""
+    """Its place in the run (console.observe.roles): launcher, rank, worker, main, child, or '' unknown."""
+    rank: int | None = None
+    """The rank it is (a rank) or serves (a DataLoader worker); None outside a distributed run."""
+    label: str = ""
+    """What the operator reads: 'launcher (torchrun)', 'rank 1 · GPU 1', 'worker of rank 1'."""
+    gpus: tuple[int, ...] = ()
+    """Indices of the GPUs the driver lists it on."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,12 @@ PROGRESS_POINT_S = 1.0
 #: Metrics a log can give for throughput, best first: the console shows the first one seen.
 RATE_METRICS = ("tokens_per_s", "samples_per_s", "it_per_s")
 RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s", "it_per_s": "it/s"}
+#: Writes (and progress updates) whose gaps make the log's rhythm: the newest this many.
+RHYTHM_WRITES = 100
+#: Lines arriving closer together than this are one write (one flush of the run, one read of the follower).
+SAME_WRITE_S = 0.02
+#: A rhythm needs at least this many gaps between writes; fewer say nothing about the run.
+RHYTHM_MIN_GAPS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +71,15 @@ class RunState:
         self.step: int | None = None
         self.total_steps: int | None = None
         self.lines_received = 0
+        self.log_first_line = 1
+        """Number of the current log's first line: lines before it are an earlier launch's."""
         self.last_line_at: float | None = None
         self.last_rate_at: float | None = None
+        self.write_times: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
+        """Arrival times of the log's writes (lines arriving together are one): its rhythm."""
+        self.log_mtimes: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
+        """The log's mtime (target clock) each time a sample saw it change: writes that are not
+        lines (a progress bar redrawn with \\r) still count, at the samples' resolution."""
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
         self.log_path: str | None = None
@@ -83,6 +96,9 @@ class RunState:
     def add_sample(self, sample: Sample) -> None:
         self.samples.append(sample)
         self.last_sample_at = self.clock()
+        log = sample.log
+        if log is not None and log.exists and (not self.log_mtimes or log.mtime > self.log_mtimes[-1]):
+            self.log_mtimes.append(log.mtime)
 
     def add_lines(self, lines: Iterable[LogLine]) -> None:
         for line in lines:
@@ -99,6 +115,12 @@ class RunState:
             if info.total_steps is not None:
                 self.total_steps = info.total_steps
             self.last_line_at = line.time
+            self._note_write(line.time)
+
+    def _note_write(self, written: float) -> None:
+        """One more write for the log's rhythm (lines or redraws arriving together are one)."""
+        if not self.write_times or written - self.write_times[-1] > SAME_WRITE_S:
+            self.write_times.append(written)
 
     def _look_for_terminal_only_progress(self, text: str) -> None:
         """Until progress first shows, a start-up banner may name a progress display the log never sees."""
@@ -125,6 +147,7 @@ class RunState:
         self.progress = progress
         if progress is None:
             return
+        self._note_write(progress.time)  # a bar's redraw is a write of the log, though no line
         self.terminal_only_progress = None
         if self._progress_point_at is None or abs(progress.time - self._progress_point_at) >= PROGRESS_POINT_S:
             self._progress_point_at = progress.time
@@ -151,9 +174,16 @@ class RunState:
             points.clear()
         self.step = self.total_steps = None
         self.last_rate_at = None
+        self.write_times.clear()
+        self.log_mtimes.clear()
+        self.log_first_line = self.lines_received + 1
         self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 
     # -- readers -------------------------------------------------------------
+
+    def current_lines(self) -> list[LogLine]:
+        """The lines held from the current log (an earlier launch's are left out)."""
+        return self.lines_after(self.log_first_line - 1)
 
     @property
     def latest(self) -> Sample | None:
@@ -191,10 +221,20 @@ class RunState:
         return [p.value for p in points if p.time >= cutoff]
 
     def rate_interval_s(self) -> float | None:
-        """The median gap between throughput lines: the run's usual reporting interval."""
+        """The median gap between throughput lines: the run's usual progress interval (None until learned)."""
         name = self.rate_metric
         if name is None:
             return None
-        times = [p.time for p in self.series[name]][-50:]
-        gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
-        return gaps[len(gaps) // 2] if gaps else None
+        return usual_gap_s([p.time for p in self.series[name]][-RHYTHM_WRITES:])
+
+    def write_interval_s(self) -> float | None:
+        """How often the log usually writes (None until learned): the shorter of the median gaps
+        between line arrivals and between the mtimes samples saw; each can only overstate it."""
+        found = [gap for gap in (usual_gap_s(list(self.write_times)), usual_gap_s(list(self.log_mtimes))) if gap]
+        return min(found, default=None)
+
+
+def usual_gap_s(times: list[float]) -> float | None:
+    """The median gap between successive `times`; None with fewer than RHYTHM_MIN_GAPS gaps."""
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    return gaps[len(gaps) // 2] if len(gaps) >= RHYTHM_MIN_GAPS else None

@@ -2,8 +2,8 @@
 
     scripts/bench [--quick] [--json] [--out FILE] [--only poll,tail,...]
 
-Phases: 1 poll, 2 tail, 3 flood, 4 idle, 5 memory, 6 start, 7 diagnosis, and 8 fleet only when
-named in --only (see benchlib/).
+Phases: 1 poll, 2 tail, 3 flood, 4 idle, 5 memory, 6 start, 7 diagnosis, 8 silence, and 9 fleet
+only when named in --only (see benchlib/).
 Every figure is a median with tail percentiles over repetitions, and each comparison is
 against the manual way measured in the same run. Prints a markdown report (or, with
 --json, one JSON object: the headline figures, the goals, the machine and every detail);
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO_ROOT), str(Path(__file__).resolve().parent)]
 
-PHASE_NAMES = ("poll", "tail", "flood", "idle", "memory", "start", "diagnosis", "fleet")
+PHASE_NAMES = ("poll", "tail", "flood", "idle", "memory", "start", "diagnosis", "silence", "fleet")
 #: The fleet runs only when named (--only fleet): its 256 simulated nodes run 256 agents on this
 #: machine, more than a small shared box has cores for.
 DEFAULT_PHASES = tuple(name for name in PHASE_NAMES if name != "fleet")

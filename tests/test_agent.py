@@ -374,6 +374,21 @@ def test_unbuffered_from_the_flag_or_the_environment(spawn) -> None:
     assert readings[by_flag.pid]["unbuffered"] is True
 
 
+def test_a_rank_sends_its_place_in_the_run_and_no_other_variable(spawn) -> None:
+    name = unique_name()
+    env = {**os.environ, "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "WANDB_API_KEY": "secret-key"}
+    rank = spawn([sys.executable, "-c", "import time; time.sleep(300)", name], env=env)
+    wait_until(lambda: agent.ProcessWatch(name, "").read()[0], "the rank")
+    (reading,) = [p for p in agent.ProcessWatch(name, "").read()[0] if p["pid"] == rank.pid]
+    assert {k: v for k, v in reading["env"].items() if "RANK" in k or k == "WORLD_SIZE"} == {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+    }
+    assert set(reading["env"]) <= set(agent.RUN_ENV_KEYS)
+    assert "secret-key" not in json.dumps(reading)
+
+
 def test_a_scan_reads_the_cmdline_only_of_processes_it_does_not_know(monkeypatch: pytest.MonkeyPatch, spawn) -> None:
     monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)
     name = unique_name()

@@ -33,11 +33,19 @@ def nvidia_smi_stand_in(folder: Path, host_pids: list[int]) -> Path:
     gpu = dict(zip(CAPTURED_GPU_FIELDS, (H200 / "smi_query_gpu_busy.txt").read_text().strip().split(", ")))
     uuid_, _, used, name = (H200 / "smi_apps_busy_noheader.txt").read_text().strip().split(", ")
     apps = [{"gpu_uuid": uuid_, "pid": str(pid), "used_memory": used, "process_name": name} for pid in host_pids]
+    return write_nvidia_smi(folder, gpu, apps)
+
+
+def write_nvidia_smi(folder: Path, gpu: dict, apps: list[dict], pmon: str = "") -> Path:
+    """An executable nvidia-smi in `folder` answering the CSV queries with `gpu` and `apps`, and `pmon` with `pmon`."""
     path = folder / "nvidia-smi"
     path.write_text(
         "#!/usr/bin/python3\n"
         "import sys\n"
-        f"GPU = {gpu!r}\nAPPS = {apps!r}\n"
+        f"GPU = {gpu!r}\nAPPS = {apps!r}\nPMON = {pmon!r}\n"
+        "if sys.argv[1:2] == ['pmon']:\n"
+        "    sys.stdout.write(PMON)\n"
+        "    sys.exit(0)\n"
         "query = next(a for a in sys.argv[1:] if a.startswith('--query-'))\n"
         "kind, _, fields = query.partition('=')\n"
         "rows = [GPU] if kind == '--query-gpu' else APPS\n"

@@ -67,7 +67,7 @@ def test_empty_config_is_local_defaults():
         ("[runn]\nlog = 'x'\n", "bad.toml:1: runn: unknown section"),
         ("[run]\nmatch = 'train(.py'\n", "bad.toml:2: run.match: not a valid regular expression"),
         ("[metrics]\n\nbaseline_tokens_per_s = 'fast'\n", 'bad.toml:3: metrics.baseline_tokens_per_s: must be a number, not "fast"'),
-        ("[stall]\nlog_silent_s = -1\n", "bad.toml:2: stall.log_silent_s: must be greater than 0"),
+        ("[stall]\nlog_silent_s = -1\n", "bad.toml:2: stall.log_silent_s: must be a finite number greater than 0"),
         ("[target]\ncontainer = { kind = 'lxc', id = '1' }\n", "bad.toml:2: target.container.kind: must be pct, docker, kubectl or none"),
         ("[target]\ncontainer = { kind = 'docker' }\n", "bad.toml:2: target.container.id: is required"),
         ("[gpus]\nroles = { a = [0], b = [0] }\n", "bad.toml:2: gpus.roles.b: GPU 0 already has role 'a'"),

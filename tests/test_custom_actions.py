@@ -49,7 +49,8 @@ async def test_hostile_values_arrive_literally(where, request, tmp_path):
 
 
 def test_pids_become_separate_quoted_words():
-    action = CustomAction(name="stacks", key="y", command="py-spy dump --pid {pid}; echo {pids}", confirm=False)
+    action = CustomAction(name="stacks", key="y", command="py-spy dump --pid {pid}; echo {pids}", confirm=False,
+                          mutating=False)
     plan = plan_custom(action, ActionContext(pids=(41, 42, 43)))
     assert plan.command == "py-spy dump --pid 41; echo 41 42 43"
     assert not plan.mutating
@@ -64,25 +65,28 @@ def test_refusals_are_one_line():
     typo = CustomAction(name="t", key="t", command="tail {logs}", confirm=False)
     with pytest.raises(ActionRefused, match=r"unknown placeholder \{logs\}"):
         plan_custom(typo, ActionContext(log="/x"))
-    viewer = CustomAction(name="smi", key="n", command="echo {gpu}", confirm=False)
+    viewer = CustomAction(name="smi", key="n", command="echo {gpu}", confirm=False, mutating=False)
     assert plan_custom(viewer, ActionContext(gpu=3), read_only=True).command == "echo 3"
+    unasked = CustomAction(name="kill all", key="K", command="kill -9 {pids}", confirm=False)
+    with pytest.raises(ActionRefused, match=r"^read-only: action 'kill all' disabled"):
+        plan_custom(unasked, ActionContext(pids=(5,)), read_only=True)
 
 
-async def test_dangerous_action_is_audited_viewer_is_not(tmp_path):
+async def test_every_custom_action_is_audited_saying_whether_it_changes_anything(tmp_path):
     config = Config(audit_log=str(tmp_path / "audit.jsonl"))
     audit = AuditLog(config.audit_log)
     target = LocalTarget()
-    viewer = CustomAction(name="where", key="w", command="echo {log}", confirm=False)
+    viewer = CustomAction(name="where", key="w", command="echo {log}", confirm=False, mutating=False)
     await run(target, config, plan_custom(viewer, ActionContext(log="/l")))
-    assert audit.entries() == []
     touch = CustomAction(name="touch", key="T", command="touch {log}; exit 3", dangerous=True)
     steps, _ = await run(target, config, plan_custom(touch, ActionContext(log=str(tmp_path / "made"))))
     assert steps[-1].status is StepStatus.FAILED and steps[-1].detail == "exit 3"
     assert (tmp_path / "made").exists()
-    [entry] = audit.entries()
-    assert entry["action"] == "custom:touch"
-    assert entry["plan"]["command"] == f"touch {tmp_path / 'made'}; exit 3"
-    assert entry["outcome"] == "failed: touch: exit 3"
+    seen, changed = audit.entries()
+    assert (seen["action"], seen["plan"]["mutating"], seen["outcome"]) == ("custom:where", False, "ok: exit 0")
+    assert changed["action"] == "custom:touch" and changed["plan"]["mutating"] is True
+    assert changed["plan"]["command"] == f"touch {tmp_path / 'made'}; exit 3"
+    assert changed["outcome"] == "failed: touch: exit 3"
 
 
 async def test_stopping_a_streaming_action_stops_its_remote_process(sshd, tmp_path):

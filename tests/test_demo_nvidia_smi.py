@@ -17,6 +17,7 @@ from console.observe.smi import (
     GPU_QUERY_ARGS,
     parse_apps_csv,
     parse_gpu_csv,
+    parse_pmon,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
@@ -144,3 +145,13 @@ def test_loop_prints_the_header_once():
 def test_an_unknown_field_is_refused_like_the_real_tool(capsys):
     assert nvidia_smi_main(["--query-gpu=index,bogus", "--format=csv"]) == 2
     assert 'Field "bogus" is not a valid field to query.' in capsys.readouterr().err
+
+
+def test_pmon_is_the_real_layout_and_names_the_trainer_on_every_gpu(busy_state):
+    done = nvidia_smi("pmon", "-c", "1", "-s", "u", state=busy_state)
+    assert done.returncode == 0, done.stderr
+    real = (ROOT / "tests" / "data" / "real" / "torchrun_hang" / "smi_pmon.txt").read_text().splitlines()
+    assert done.stdout.splitlines()[:2] == real[:2]
+    assert parse_pmon(done.stdout) == {i: ((os.getpid(), 98.0),) for i in range(GPU_COUNT)}
+    idle = nvidia_smi("pmon", "-c", "1")
+    assert parse_pmon(idle.stdout) == {i: () for i in range(GPU_COUNT)}

@@ -9,6 +9,7 @@ import pytest
 from console.config import Config, MetricsConfig, StallConfig, WarmupConfig
 from console.diagnose import (
     VERDICTS,
+    DeadThread,
     Evidence,
     ProblemLine,
     StackSummary,
@@ -17,6 +18,7 @@ from console.diagnose import (
     worse,
 )
 from console.model import GpuProcess, GpuReading, LineKind, ProcessReading, ThreadCpu
+from console.observe.progress import LIGHTNING_RICH
 
 CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(baseline_tokens_per_s=14200))
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."
@@ -107,29 +109,68 @@ def test_hung_by_delta_although_ps_says_busy():
         line.startswith("pid 447 CPU 0.0% over 1.5 s (ps would say 52.5%: lifetime average)")
         for line in verdict.evidence
     )
-    assert "log silent 312 s (threshold 300 s)" in verdict.evidence
+    assert "log silent 5 min 12 s, its rhythm not learned yet (a stall after 5 min, set by [stall] log_silent_s)" in verdict.evidence
 
 
 def test_hung_quotes_the_waiting_threads():
     stacks = (
-        StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)"),
+        StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← pack_hidden (hung.py:9)", main=True),
     )
     verdict = diagnose(replace(HUNG, stacks=stacks), CONFIG)
     assert verdict.name == "hung"
-    assert "1 thread(s) waiting" in verdict.summary
+    assert verdict.summary == "the main thread waits on queue in pack_hidden (hung.py:9); quiet 5 min 12 s"
     assert 'thread "MainThread" waiting on queue: Queue.get (queue.py:171) ← pack_hidden (hung.py:9)' in verdict.evidence
 
 
 def test_silence_under_the_threshold_is_not_a_stall():
     quiet = replace(HUNG, log_silent_s=200.0, rate_silent_s=200.0)
-    assert diagnose(quiet, CONFIG).name == "healthy"
+    verdict = diagnose(quiet, CONFIG)
+    assert verdict.name == "healthy"
+    assert verdict.summary == "its log is quiet 3 min 20 s, its rhythm not learned yet; the run is alive"
+
+
+# -- silence against the run's own rhythm ------------------------------------------------------
+
+RHYTHM = Config(metrics=MetricsConfig(baseline_tokens_per_s=14200))  # no [stall] log_silent_s: learned
+
+
+def test_a_run_that_wrote_every_second_stalls_after_twenty_seconds_of_silence():
+    every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0)
+    quiet = diagnose(replace(every_second, log_silent_s=12.0, rate_silent_s=12.0), RHYTHM)
+    assert quiet.name == "healthy"
+    assert quiet.summary == "its log is quiet 12 s, usually writes every 1 s; the run is alive"
+    stalled = diagnose(replace(every_second, log_silent_s=21.0, rate_silent_s=21.0), RHYTHM)
+    assert stalled.name == "hung"
+    assert stalled.summary.endswith("; quiet 21 s")
+    assert "log silent 21 s, usually writes every 1 s (a stall after 20 s, from its rhythm)" in stalled.evidence
+
+
+def test_a_fast_writer_is_quiet_after_a_few_of_its_intervals_and_progressing_before():
+    fast = replace(HEALTHY, log_growth=0, log_write_interval_s=0.3)
+    assert diagnose(replace(fast, log_silent_s=0.6), RHYTHM).summary == "the run is alive and its log progresses"
+    assert diagnose(replace(fast, log_silent_s=3.0), RHYTHM).summary.startswith("its log is quiet 3 s, usually writes every 0.3 s")
+
+
+def test_a_run_that_logs_rarely_is_judged_by_its_own_rhythm():
+    rare = replace(HUNG, log_write_interval_s=60.0, rate_interval_s=60.0, log_silent_s=600.0, rate_silent_s=600.0)
+    assert diagnose(rare, RHYTHM).name == "healthy"
+    assert diagnose(replace(rare, log_silent_s=1300.0, rate_silent_s=1300.0), RHYTHM).name == "hung"
+
+
+def test_without_a_rhythm_the_unlearned_limit_applies_and_an_explicit_limit_wins():
+    unlearned = replace(HUNG, rate_interval_s=None)
+    assert diagnose(replace(unlearned, log_silent_s=200.0, rate_silent_s=200.0), RHYTHM).name == "healthy"
+    assert diagnose(replace(unlearned, log_silent_s=310.0, rate_silent_s=310.0), RHYTHM).name == "hung"
+    patient = Config(stall=StallConfig(log_silent_s=1000.0))
+    every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0, log_silent_s=100.0, rate_silent_s=100.0)
+    assert diagnose(every_second, patient).name == "healthy"
 
 
 def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
     warnings_only = replace(HUNG, log_growth=500, log_silent_s=0.0, rate_silent_s=900.0)
     verdict = diagnose(warnings_only, CONFIG)
     assert verdict.name == "hung"
-    assert "last throughput line 900 s ago (usual interval 1 s)" in verdict.evidence
+    assert "last throughput line 15 min ago (usually every 1 s)" in verdict.evidence
 
 
 def test_a_run_that_reports_rarely_is_not_silent_between_reports():
@@ -168,6 +209,41 @@ def test_busy_and_silent_with_unbuffered_stdout_is_not_called_buffered():
     verdict = diagnose(spinning, CONFIG)
     assert verdict.name == "unknown"
     assert verdict.key == "p"
+
+
+# -- progress drawn only on a terminal ----------------------------------------------------------
+
+#: Silent 5 min 12 s past the limit, no throughput ever logged: the log showed Lightning's RichProgressBar starting.
+TERMINAL_ONLY = replace(
+    HUNG, rate_metric=None, rate_now=None, rate_silent_s=None, rate_interval_s=None, terminal_only_progress=LIGHTNING_RICH
+)
+
+
+def test_a_run_whose_progress_goes_only_to_a_terminal_is_still_hung_when_idle_and_its_stacks_wait():
+    stacks = (StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← fit (train.py:40)", main=True),)
+    verdict = diagnose(replace(TERMINAL_ONLY, stacks=stacks), CONFIG)
+    assert (verdict.name, verdict.key) == ("hung", "p")
+    assert verdict.summary == "the main thread waits on queue in fit (train.py:40); quiet 5 min 12 s"
+    assert f"no progress reaches the log: {LIGHTNING_RICH.advice}" in verdict.evidence
+
+
+def test_a_run_whose_progress_goes_only_to_a_terminal_is_healthy_while_it_works_and_hung_when_it_only_spins():
+    spinning = replace(TERMINAL_ONLY, processes=(proc(cpu=100.0),))
+    busy = diagnose(spinning, CONFIG)
+    assert busy.name == "healthy" and busy.next_step == LIGHTNING_RICH.advice
+    assert busy.summary == "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy"
+    in_all_reduce = StackSummary(447, 447, "MainThread", False, "NCCL collective", "all_reduce (distributed_c10d.py:2806)",
+                                 main=True, collective="all_reduce")
+    assert diagnose(replace(spinning, stacks=(in_all_reduce,)), CONFIG).name == "hung"
+
+
+def test_an_idle_run_whose_progress_goes_only_to_a_terminal_is_not_said_to_progress_before_the_limit():
+    verdict = diagnose(replace(TERMINAL_ONLY, log_silent_s=200.0), CONFIG)
+    assert verdict.name == "healthy"
+    assert verdict.summary == (
+        "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; "
+        "the run is alive but not busy; quiet 3 min 20 s, its rhythm not learned yet"
+    )
 
 
 def test_dead_quotes_the_last_problem_lines():
@@ -260,3 +336,73 @@ def test_unknown_when_alive_without_a_log_to_judge():
                                rate_now=None, rate_silent_s=None), CONFIG)
     assert verdict.name == "unknown"
     assert "no log configured" in verdict.evidence
+
+
+# -- a thread that died ---------------------------------------------------------------------------
+
+DIED = DeadThread("TargetForwardLoop", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB.", 4.0)
+
+
+def test_a_dead_thread_in_an_idle_live_process_is_hung_not_oom():
+    oom_line = ProblemLine(LineKind.OOM, DIED.exception, 4.0, thread="TargetForwardLoop")
+    idle = replace(HUNG, log_silent_s=4.0, rate_silent_s=4.0, problems=(oom_line,), dead_threads=(DIED,))
+    verdict = diagnose(idle, CONFIG)
+    assert verdict.name == "hung"
+    assert verdict.summary == 'thread "TargetForwardLoop" died of torch.OutOfMemoryError; the process lives on'
+    assert verdict.evidence[0] == f'thread "TargetForwardLoop" died 4 s ago: {DIED.exception}'
+
+
+def test_a_dead_thread_does_not_stop_a_busy_run_that_still_logs():
+    busy = replace(HEALTHY, dead_threads=(DIED,))
+    assert diagnose(busy, CONFIG).name == "healthy"
+    went_on = replace(HUNG, log_silent_s=4.0, rate_silent_s=4.0, dead_threads=(replace(DIED, progress_after=True),))
+    assert diagnose(went_on, CONFIG).name == "healthy"
+
+
+def test_a_run_in_a_pid_namespace_keeps_its_gpu_use_by_the_device_reading():
+    """Inside a container the driver's per-process PIDs are the host's: none would match the run's."""
+    gpu_bound = replace(
+        HUNG,
+        in_pid_namespace=True,
+        processes=(proc(cpu=1.0, stdout="/workspace/train.log", unbuffered=False),),
+        gpus=(replace(gpu(util=97.0, pids=(90447,)), process_sm_pct=((90447, 97.0),)),),
+    )
+    assert diagnose(gpu_bound, CONFIG).name == "buffered"
+
+
+# -- ranks ----------------------------------------------------------------------------------------
+
+
+def rank_thread(n: int, *, wait=None, collective=None, where: str) -> StackSummary:
+    """Rank n's main thread (pid 10 + n); a thread without a wait runs at 100 % CPU."""
+    pid, cpu = 10 + n, (0.0 if wait else 100.0)
+    return StackSummary(pid, pid, "MainThread", wait is not None, wait, where, main=True, signature=(where,),
+                        collective=collective, label=f"rank {n} · GPU {n}", role="rank", rank=n, cpu_pct=cpu)
+
+
+def two_ranks(*threads: StackSummary):
+    """A silent two-rank run whose ranks' main threads are `threads`."""
+    processes = tuple(replace(proc(t.pid, t.cpu_pct), role="rank", rank=t.rank, label=t.label) for t in threads)
+    return replace(HUNG, processes=processes, gpus=(), stacks=threads)
+
+
+def test_a_rank_saving_a_checkpoint_while_the_others_wait_in_a_barrier_is_not_hung():
+    saving = two_ranks(
+        rank_thread(0, where="save (torch/serialization.py:900) ← save_checkpoint (train.py:40)"),
+        rank_thread(1, wait="NCCL collective", collective="barrier", where="barrier (distributed_c10d.py:4100)"),
+    )
+    verdict = diagnose(saving, CONFIG)
+    assert verdict.name == "unknown"  # busy writing: stacks tell, no rule calls it hung
+    assert "rank 1 (pid 11) waits in barrier (NCCL collective) in barrier (distributed_c10d.py:4100)" in verdict.evidence
+    assert "rank 0 is the straggler" in verdict.evidence
+
+
+def test_a_rank_stopped_on_its_own_data_holds_up_a_rank_that_still_spins():
+    stuck = two_ranks(
+        rank_thread(0, where="compute_loss (trainer.py:2088)"),
+        rank_thread(1, wait="I/O", where="read (socket.py:700) ← read_batch (train.py:13)"),
+    )
+    verdict = diagnose(stuck, CONFIG)
+    assert verdict.name == "hung"
+    assert verdict.summary.startswith("rank 1 waits on I/O in read_batch (train.py:13); rank 0 cannot finish its step")
+    assert "rank 1 is the straggler" in verdict.evidence

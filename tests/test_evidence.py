@@ -53,8 +53,11 @@ async def test_stacks_are_dumped_only_when_the_run_looks_stuck(procs, tmp_path):
     wait_for(lambda: "producer died" in log.read_text(), "the producer to die")
     target = LocalTarget()
     patient = replace(config, stall=replace(config.stall, log_silent_s=60.0))
-    fresh = await gather(target, patient)  # not silent for 60 s yet: nothing to dump
-    assert fresh.stacks == () and diagnose(fresh, patient).name == "healthy"
+    fresh = await gather(target, patient)  # not silent for 60 s yet, but its producer thread died: hung at once
+    verdict = diagnose(fresh, patient)
+    assert verdict.name == "hung"
+    assert verdict.summary == 'thread "TargetForwardLoop" died of RuntimeError; the process lives on'
+    assert any(line.startswith("the main thread waits on queue get in pack_hidden (hung_queue.py:") for line in verdict.evidence)
     wait_for(lambda: time.time() - log.stat().st_mtime > 1.3, "the log to go silent")
     stuck = await gather(target, config)
     assert diagnose(stuck, config).name == "hung"
@@ -130,9 +133,9 @@ def sample(at: float, log: LogStatus | None) -> Sample:
     "before, after, growth, silent",
     [
         (LogStatus("/l", True, 100, 50.0, 7), LogStatus("/l", True, 100, 50.0, 7), 0, 50.0),
-        (LogStatus("/l", True, 100, 50.0, 7), LogStatus("/l", True, 160, 99.9, 7), 60, 0.0),
-        (LogStatus("/l", True, 900, 50.0, 7), LogStatus("/l", True, 40, 99.9, 8), 40, 0.0),  # replaced by a new file
-        (LogStatus("/l", False), LogStatus("/l", True, 30, 99.9, 8), 30, 0.0),  # appeared
+        (LogStatus("/l", True, 100, 50.0, 7), LogStatus("/l", True, 160, 99.9, 7), 60, 0.1),  # the last write, not the window
+        (LogStatus("/l", True, 900, 50.0, 7), LogStatus("/l", True, 40, 99.9, 8), 40, 0.1),  # replaced by a new file
+        (LogStatus("/l", False), LogStatus("/l", True, 30, 99.9, 8), 30, 0.1),  # appeared
     ],
 )
 def test_log_growth_and_silence(before, after, growth, silent):

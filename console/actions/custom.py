@@ -6,8 +6,10 @@ come from the run and the config, so they are untrusted: every value is shell-qu
 before it goes into the template, and a log path `x; rm -rf ~` arrives as that literal
 path. Other braces in a template are left alone.
 
-An action with `confirm` or `dangerous` changes something: it is refused in read-only mode
-and audited. One with neither is a viewer (`nvidia-smi -q`, `tail -n 100 {log}`) and runs freely.
+A custom action changes something unless the config declares `mutating = false` (a viewer:
+`nvidia-smi -q`, `tail -n 100 {log}`): Pulse cannot tell `kill -9 {pids}` from a viewer by
+looking, so only the operator's word makes one safe. Mutating actions are refused in read-only
+mode. Every custom action that runs is audited, viewers too (the entry says which it was).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class CustomPlan:
             "command": self.command,
             "dangerous": self.action.dangerous,
             "confirm": self.action.confirm,
+            "mutating": self.mutating,
         }
 
     def describe(self) -> list[str]:
@@ -85,8 +88,8 @@ class CustomPlan:
 
 
 def is_mutating(action: CustomAction) -> bool:
-    """True when the action asks for confirmation or is marked dangerous."""
-    return action.confirm or action.dangerous
+    """True unless the config declared the action `mutating = false` (dangerous always counts)."""
+    return action.mutating or action.dangerous
 
 
 def plan_custom(action: CustomAction, context: ActionContext, *, read_only: bool = False) -> CustomPlan:
@@ -242,12 +245,9 @@ async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEv
 def execute_custom(
     target: Target, config: Config, plan: CustomPlan
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Run the filled command and stream its output; mutating actions are audited."""
-    events = _run_custom(target, plan)
-    if not plan.mutating:
-        return events
+    """Run the filled command and stream its output; audited, whether it changes anything or not."""
     return audited(
-        events,
+        _run_custom(target, plan),
         log=AuditLog(config.audit_log),
         action=f"custom:{plan.action.name}",
         target=target,

@@ -289,43 +289,59 @@ def dump_json(dump: ProcessDump) -> dict:
     }
 
 
+class NoRunProcess(Exception):
+    """Nothing to dump: no process matches the run (one line, with why)."""
+
+
+async def dump_run(target: Target, config: Config, args: argparse.Namespace) -> list[ProcessDump]:
+    """The dumps `pulse dump` prints for one machine: its run's main process (or --pid), and children
+    with --children. NoRunProcess when the run has no process; DumpError or TargetError on failure."""
+    pid = args.pid
+    commands: dict[int, str] = {}
+    if pid is None:
+        _, sample = await sample_once(target, config, 0.0)
+        if not sample.processes:
+            raise NoRunProcess(sample.process_error or "no process matches [run] match")
+        pid = sample.processes[0].pid
+        commands = {p.pid: p.cmdline for p in sample.processes}
+    dumps = await dump_tree(
+        target,
+        pid,
+        bool(args.children),
+        py_spy=config.target.py_spy,
+        native=bool(args.native),
+        locals=bool(args.locals),
+        nonblocking=bool(args.nonblocking),
+    )
+    # py-spy's JSON carries no command line; the sample that found the run does.
+    return [replace(d, command=commands.get(d.pid, "")) if not d.command else d for d in dumps]
+
+
+def print_dumps(dumps: list[ProcessDump], out: TextIO) -> None:
+    """The dumps as text, a blank line between processes."""
+    for i, one in enumerate(dumps):
+        if i:
+            _say("", out)
+        for line in format_dump(one):
+            _say(line, out)
+
+
 async def _dump(config: Config, args: argparse.Namespace) -> int:
     target = make_target(config.target)
     try:
-        pid = args.pid
-        commands: dict[int, str] = {}
-        if pid is None:
-            _, sample = await sample_once(target, config, 0.0)
-            if not sample.processes:
-                why = sample.process_error or "no process matches [run] match"
-                _say(f"dump: no run process found ({why}); pass --pid", sys.stderr)
-                return EXIT_REFUSED
-            pid = sample.processes[0].pid
-            commands = {p.pid: p.cmdline for p in sample.processes}
-        dumps = await dump_tree(
-            target,
-            pid,
-            bool(args.children),
-            py_spy=config.target.py_spy,
-            native=bool(args.native),
-            locals=bool(args.locals),
-            nonblocking=bool(args.nonblocking),
-        )
+        dumps = await dump_run(target, config, args)
+    except NoRunProcess as exc:
+        _say(f"dump: no run process found ({exc}); pass --pid", sys.stderr)
+        return EXIT_REFUSED
     except (DumpError, TargetError) as exc:
         _say(f"dump: {exc}", sys.stderr)
         return EXIT_FAILED
     finally:
         await target.close()
-    # py-spy's JSON carries no command line; the sample that found the run does.
-    dumps = [replace(d, command=commands.get(d.pid, "")) if not d.command else d for d in dumps]
     if args.json:
         _say(json.dumps([dump_json(d) for d in dumps], indent=2), sys.stdout)
     else:
-        for i, one in enumerate(dumps):
-            if i:
-                _say("", sys.stdout)
-            for line in format_dump(one):
-                _say(line, sys.stdout)
+        print_dumps(dumps, sys.stdout)
     return EXIT_OK
 
 

@@ -4,7 +4,8 @@
 
 It answers the invocations Pulse makes, in the exact format of the real tool (see
 tests/fixtures/h200/): `--query-gpu=FIELDS` and `--query-compute-apps=FIELDS` with
-`--format=csv[,noheader][,nounits]`, `-i`/`--id`, `-L`, and `-l`/`-lms` loops. Memory,
+`--format=csv[,noheader][,nounits]`, `-i`/`--id`, `-L`, `-l`/`-lms` loops, and `pmon -c 1`
+(per-process SM %, the trainer's share being its GPU's whole use). Memory,
 utilisation, power and clocks follow the trainer's state file; the trainer's PID holds
 memory on every GPU while it lives, and the memory is released a moment after it dies.
 Standard library only: it starts in milliseconds, like the real tool's ~27 ms.
@@ -194,6 +195,10 @@ def parse_args(argv: list[str]) -> dict:
 
         if name == "--state":
             options["state"] = take()
+        elif name == "pmon" and options["query"] is None:
+            options["query"] = "pmon"
+        elif name in ("-c", "--count", "-s", "--select") and options["query"] == "pmon":
+            take()  # one sample of the utilization columns is all this stand-in prints
         elif name in ("--query-gpu", "--query-compute-apps"):
             options["query"], options["fields"] = name, [f.strip() for f in take().split(",") if f.strip()]
         elif name == "--format":
@@ -230,6 +235,8 @@ def render(options: dict, now: float, header: bool) -> str:
     gpus = select(gpus, options["ids"])
     if options["query"] == "-L":
         return "".join(f"GPU {g['index']}: {GPU_NAME} (UUID: {UUIDS[g['index']]})\n" for g in gpus)
+    if options["query"] == "pmon":
+        return render_pmon(gpus, processes)
     if options["format"] is None:
         raise UsageError(f"{options['query']} requires --format (csv).")
     show_header, units = parse_format(options["format"])
@@ -240,13 +247,36 @@ def render(options: dict, now: float, header: bool) -> str:
     return render_csv(options["fields"], APP_FIELDS, rows, show_header and header, units)
 
 
+#: `nvidia-smi pmon -c 1` as the 580 driver prints it on an H200 (tests/data/real/*/smi_pmon.txt).
+PMON_HEADER = (
+    "# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command \n"
+    "# Idx           #    C/G      %      %      %      %      %      %    name \n"
+)
+
+
+def render_pmon(gpus: list[dict], processes: list[dict]) -> str:
+    """One pmon sample: each GPU's compute process with the GPU's use as its own, or a row of dashes."""
+    rows = [PMON_HEADER]
+    for gpu in gpus:
+        on_it = [p for p in processes if p["gpu"] == gpu["index"]]
+        if not on_it:
+            rows.append(f"{gpu['index']:>5} {'-':>10}     -      -      -      -      -      -      -    -              \n")
+        for process in on_it:
+            name = Path(str(process["name"])).name[:15]
+            sm, mem = gpu["utilization_gpu_pct"], gpu["utilization_memory_pct"]
+            rows.append(
+                f"{gpu['index']:>5} {process['pid']:>10}     C {sm:>6} {mem:>6}      -      -      -      -    {name:<15}\n"
+            )
+    return "".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_args(sys.argv[1:] if argv is None else argv)
         if options["query"] is None:
             raise UsageError(
                 "This stand-in nvidia-smi answers --query-gpu, --query-compute-apps and -L "
-                "(with --format=csv[,noheader][,nounits])."
+                "(with --format=csv[,noheader][,nounits]), and pmon -c 1."
             )
         sys.stdout.write(render(options, time.time(), header=True))
         sys.stdout.flush()

@@ -235,15 +235,16 @@ def execute_fleet_restart(
 
 
 async def execute_fleet_warmup(
-    nodes: list[FleetNode], plan: WarmupPlan
+    nodes: list[FleetNode], plan: WarmupPlan, *, audit: bool = True
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """The warmup on every node at once (each node's steps one at a time, each audited); events tagged `node: step`."""
+    """The warmup on every node at once (each node's steps one at a time, each audited unless `audit`
+    is False: --no-audit); events tagged `node: step`."""
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
 
     async def run(node: FleetNode) -> None:
         try:
-            async for event in execute_warmup(node.target, node.config, plan):
+            async for event in execute_warmup(node.target, node.config, plan, audit=audit):
                 if isinstance(event, StepEvent):
                     event = replace(event, step=f"{node.name}: {event.step}", data={**event.data, "node": node.name})
                 else:

@@ -26,7 +26,8 @@ from console.check import EXIT_HEALTHY, EXIT_PROBLEM, EXIT_UNREACHABLE, report_j
 from console.config import Config
 from console.diagnose import is_problem, severity
 from console.fleet.fleet import Fleet, FleetError
-from console.fleet.fleet_diagnose import FleetDiagnosis, diagnose_fleet, nccl_lines
+from console.fleet.fleet_diagnose import FleetDiagnosis, diagnose_fleet
+from console.observe.nccl import nccl_lines
 
 
 def run_fleet_check(config: Config, args: argparse.Namespace) -> int:

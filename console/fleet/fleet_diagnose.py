@@ -12,16 +12,16 @@ among the nodes' problem lines are read for the collective, its sequence number 
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass, field
 
 from console.actions.pyspy import DumpError, dump
-from console.diagnose import Evidence, Verdict, diagnose, severity
-from console.evidence import DUMP_TIMEOUT_S, gather, summarise
+from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
+from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
-from console.observe.pyspy import ProcessDump, ThreadStack
+from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
+from console.observe.pyspy import ProcessDump
 from console.remote.target import TargetError
 
 #: The longest one node may take to be sampled before it counts as unreachable.
@@ -45,32 +45,6 @@ class RankStack:
     @property
     def label(self) -> str:
         return f"{self.node}:{self.pid}"
-
-
-@dataclass(frozen=True, slots=True)
-class StackGroup:
-    """Ranks whose main threads have the identical stack."""
-
-    count: int
-    ranks: tuple[str, ...]
-    """`node:pid` of each rank in the group."""
-    wait: str | None
-    """What the stack waits on (queue, lock, collective, ...), None when it runs."""
-    where: str
-    """The innermost frame worth reading, as in a single-host diagnosis."""
-
-
-@dataclass(frozen=True, slots=True)
-class NcclFact:
-    """What one NCCL watchdog / flight-recorder line says."""
-
-    node: str
-    rank: int | None
-    op: str | None
-    seq: int | None
-    timeout_ms: int | None
-    flight_recorder: bool
-    text: str
 
 
 @dataclass
@@ -120,6 +94,10 @@ class FleetDiagnosis:
             verb = ("wait" if many else "waits") if g.wait else ("run" if many else "runs")
             doing = f"{verb} on {g.wait}" if g.wait else verb
             lines.append(f"{who} {doing} in {g.where}")
+        behind = stragglers(self.groups)
+        if behind:
+            names = [rank for g in behind for rank in g.ranks]
+            lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
         failed = [r for r in self.ranks if r.dump is None]
         if failed:
             lines.append(f"{len(failed)} rank(s) not dumped: {failed[0].label}: {failed[0].error}")
@@ -129,81 +107,16 @@ class FleetDiagnosis:
 # -- pure ------------------------------------------------------------------------------------
 
 
-def main_thread(process: ProcessDump) -> ThreadStack | None:
-    """The rank's own thread: MainThread when py-spy names it, else the first one listed."""
-    for thread in process.threads:
-        if thread.name == "MainThread":
-            return thread
-    return process.threads[0] if process.threads else None
-
-
 def group_ranks(ranks: list[RankStack]) -> list[StackGroup]:
-    """Ranks grouped by identical main-thread stack (function, file, line of every frame), biggest first."""
-    groups: dict[tuple, list[RankStack]] = {}
+    """Ranks grouped by identical main-thread stack (the single-host grouping, console.diagnose.group_stacks)."""
+    members = []
     for rank in ranks:
-        thread = main_thread(rank.dump) if rank.dump is not None else None
-        if thread is None:
+        if rank.dump is None:
             continue
-        key = tuple((f.function, f.file, f.line) for f in thread.frames)
-        groups.setdefault(key, []).append(rank)
-    out = []
-    for members in groups.values():
-        first = members[0]
-        assert first.dump is not None
-        thread = main_thread(first.dump)
-        summary = next((s for s in summarise(first.dump) if thread is not None and s.tid == thread.thread_id), None)
-        out.append(
-            StackGroup(
-                count=len(members),
-                ranks=tuple(m.label for m in members),
-                wait=summary.wait if summary else None,
-                where=summary.where if summary else "no Python frames",
-            )
-        )
-    out.sort(key=lambda g: (-g.count, g.ranks))
-    return out
-
-
-_SEQ = re.compile(r"\bSeqNum=(\d+)")
-_OP = re.compile(r"\bOpType=(\w+)")
-_TIMEOUT = re.compile(r"\bTimeout\(ms\)=(\d+)")
-_RANK = re.compile(r"\[(?:PG \S+ )?[Rr]ank ?(\d+)\]")
-_FLIGHT = re.compile(r"flight.?recorder|dump(?:ing)? debug info|DUMP_ON_TIMEOUT", re.IGNORECASE)
-
-
-def nccl_fact(node: str, text: str) -> NcclFact | None:
-    """The facts of an NCCL watchdog or flight-recorder line; None for any other line."""
-    flight = bool(_FLIGHT.search(text))
-    if not flight and "nccl" not in text.lower():
-        return None
-    seq, op, timeout, rank = (m.group(1) if (m := r.search(text)) else None for r in (_SEQ, _OP, _TIMEOUT, _RANK))
-    return NcclFact(
-        node=node,
-        rank=int(rank) if rank else None,
-        op=op,
-        seq=int(seq) if seq else None,
-        timeout_ms=int(timeout) if timeout else None,
-        flight_recorder=flight,
-        text=text[:300],
-    )
-
-
-def nccl_lines(facts: list[NcclFact]) -> list[str]:
-    """The NCCL facts as evidence: the collective and, when ranks differ, the ones behind."""
-    if not facts:
-        return []
-    lines = []
-    seqs = {f.rank if f.rank is not None else f.node: f.seq for f in facts if f.seq is not None}
-    ops = sorted({f.op for f in facts if f.op})
-    if ops:
-        lines.append(f"NCCL watchdog timed out in {', '.join(ops)} on {len({f.node for f in facts})} node(s)")
-    if seqs and len(set(seqs.values())) > 1:
-        low = min(seqs.values())
-        behind = sorted(str(k) for k, v in seqs.items() if v == low)
-        lines.append(f"ranks {', '.join(behind)} are behind at collective #{low} (others reached #{max(seqs.values())})")
-    if any(f.flight_recorder for f in facts):
-        lines.append("NCCL flight recorder dumped (see the nodes' logs)")
-    return lines
+        main = next((s for s in summarise(rank.dump) if s.main), None)
+        if main is not None:
+            members.append((rank.label, main))
+    return group_stacks(members)
 
 
 # -- gathering -------------------------------------------------------------------------------
@@ -240,7 +153,8 @@ async def _dump_node(node: FleetNode, report: NodeReport) -> list[RankStack]:
                 return RankStack(node.name, pid, error=str(exc))
             return RankStack(node.name, pid, dump=process)
 
-    live = [p.pid for p in report.evidence.processes if p.state not in ("Z", "X")]
+    # Ranks (or each node's main program) only: a launcher waits on its ranks, and workers are not ranks.
+    live = [p.pid for p in dump_order(report.evidence.processes) if p.role not in ("worker", "child")]
     return list(await asyncio.gather(*(one(pid) for pid in live)))
 
 
@@ -260,7 +174,7 @@ async def diagnose_fleet(
         for report in reports
         if report.evidence is not None
         for line in report.evidence.problems
-        if line.kind in (LineKind.NCCL_TIMEOUT, LineKind.TRACEBACK, LineKind.KILLED) or _FLIGHT.search(line.text)
+        if line.kind in (LineKind.NCCL_TIMEOUT, LineKind.TRACEBACK, LineKind.KILLED) or FLIGHT.search(line.text)
         if (fact := nccl_fact(report.name, line.text)) is not None
     ]
     diagnosis = FleetDiagnosis(reports, nccl=facts, job=job)

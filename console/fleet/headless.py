@@ -1,21 +1,40 @@
-"""`pulse restart --slurm-job ID`: the fleet restart without the UI (plan, ask, steps, exit code).
+"""`pulse restart | warmup | dump` on a fleet (`--slurm-job ID`, `--hosts a,b`), without the UI.
 
-Exit 0 when the job runs again with the run alive on every node, 1 when a step failed,
-2 when refused or not confirmed (as `pulse restart` on one host).
+restart (Slurm only): exit 0 when the job runs again with the run alive on every node.
+warmup: every node at once, each node's steps one at a time; exit 0 when every step passed.
+dump: the run's main process on every node; exit 0 when every node was dumped.
+Exit 1 when a step (or a node) failed, 2 when refused, not confirmed, or the fleet cannot be
+formed (as the same commands on one host).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+from dataclasses import dataclass, field
 
-from console.actions.audit import ActionRefused, StepEvent, StepStatus
-from console.actions.headless import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, confirm, format_event
+from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus, audit_refusal
+from console.actions.headless import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    NoRunProcess,
+    confirm,
+    dump_json,
+    dump_run,
+    format_event,
+    print_dumps,
+)
+from console.actions.pyspy import DumpError
+from console.actions.warmup import WarmupPlan, plan_warmup
 from console.config import Config
-from console.fleet.fleet import control_target
-from console.fleet.fleet_actions import execute_fleet_restart, plan_fleet_restart
+from console.fleet.fleet import Fleet, FleetError, FleetNode, control_target
+from console.fleet.fleet_actions import execute_fleet_restart, execute_fleet_warmup, plan_fleet_restart
 from console.fleet.slurm import SlurmClient
+from console.observe.pyspy import ProcessDump
+from console.remote.target import TargetError
 
 
 def restart(config: Config, args: argparse.Namespace) -> int:
@@ -41,10 +60,7 @@ async def _restart(config: Config, args: argparse.Namespace) -> int:
         print(f"restart through Slurm on {target.label}:")
         for line in plan.describe():
             print(f"  {line}")
-        answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
-        if not answer:
-            why = "no terminal to ask on; pass --yes" if answer is None else "nothing done"
-            print(f"restart: not confirmed: {why}", file=sys.stderr)
+        if not _confirmed("restart", args):
             return EXIT_REFUSED
         verified = False
         try:
@@ -58,3 +74,103 @@ async def _restart(config: Config, args: argparse.Namespace) -> int:
         return EXIT_OK if verified else EXIT_FAILED
     finally:
         await target.close()
+
+
+def _confirmed(action: str, args: argparse.Namespace) -> bool:
+    """Ask on the terminal (or take --yes); say why not on stderr."""
+    answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
+    if not answer:
+        why = "no terminal to ask on; pass --yes" if answer is None else "nothing done"
+        print(f"{action}: not confirmed: {why}", file=sys.stderr)
+    return bool(answer)
+
+
+def warmup(config: Config, args: argparse.Namespace) -> int:
+    """The warmup on every node of the fleet; 0 only when every node passed every step."""
+    if getattr(args, "read_only", False):
+        print("read-only: warmup disabled (started with --read-only)", file=sys.stderr)
+        return EXIT_REFUSED
+    audit = not getattr(args, "no_audit", False)
+    try:
+        plan = plan_warmup(config)
+    except ActionRefused as exc:
+        print(f"warmup: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if audit and (unwritable := audit_refusal("warmup", AuditLog(config.audit_log))):
+        print(f"warmup: {unwritable}", file=sys.stderr)
+        return EXIT_REFUSED
+    return asyncio.run(_warmup(config, args, plan, audit=audit))
+
+
+async def _open_fleet(action: str, config: Config) -> Fleet | None:
+    """The fleet the config names, or None after saying in one line why it cannot be formed."""
+    try:
+        return await Fleet.open(config)
+    except FleetError as exc:
+        print(f"{action}: {exc}", file=sys.stderr)
+        return None
+
+
+async def _warmup(config: Config, args: argparse.Namespace, plan: WarmupPlan, *, audit: bool) -> int:
+    if (fleet := await _open_fleet("warmup", config)) is None:
+        return EXIT_REFUSED
+    try:
+        print(f"warmup on {len(fleet.nodes)} node(s): {', '.join(n.name for n in fleet.nodes)}:")
+        for line in plan.describe():
+            print(f"  {line}")
+        if not _confirmed("warmup", args):
+            return EXIT_REFUSED
+        passed = {n.name: 0 for n in fleet.nodes}
+        failed = False
+        async for event in execute_fleet_warmup(fleet.nodes, plan, audit=audit):
+            print(format_event(event), flush=True)
+            if isinstance(event, StepEvent) and "node" in event.data:
+                failed |= event.status is StepStatus.FAILED
+                passed[event.data["node"]] += event.status is StepStatus.OK and ": step " in event.step
+        return EXIT_OK if not failed and all(n == len(plan.steps) for n in passed.values()) else EXIT_FAILED
+    finally:
+        await fleet.close()
+
+
+def dump(config: Config, args: argparse.Namespace) -> int:
+    """py-spy stacks of the run's main process on every node; a node that fails says why and the rest go on."""
+    return asyncio.run(_dump(config, args))
+
+
+@dataclass
+class _NodeDump:
+    name: str
+    dumps: list[ProcessDump] = field(default_factory=list)
+    error: str | None = None
+    found: bool = True
+    """False when the node has no process of the run (nothing to dump, rather than a failure)."""
+
+
+async def _dump_node(node: FleetNode, args: argparse.Namespace) -> _NodeDump:
+    try:
+        return _NodeDump(node.name, await dump_run(node.target, node.config, args))
+    except NoRunProcess as exc:
+        return _NodeDump(node.name, error=f"no run process found ({exc})", found=False)
+    except (DumpError, TargetError) as exc:
+        return _NodeDump(node.name, error=str(exc))
+
+
+async def _dump(config: Config, args: argparse.Namespace) -> int:
+    if (fleet := await _open_fleet("dump", config)) is None:
+        return EXIT_REFUSED
+    try:
+        results = await asyncio.gather(*(_dump_node(node, args) for node in fleet.nodes))
+    finally:
+        await fleet.close()
+    if args.json:
+        print(json.dumps([{"node": r.name, "error": r.error, "processes": [dump_json(d) for d in r.dumps]}
+                          for r in results], indent=2))
+    for result in results:
+        if result.error is not None:
+            print(f"dump: {result.name}: {result.error}", file=sys.stderr)
+        elif not args.json:
+            print(f"== {result.name} ==")
+            print_dumps(result.dumps, sys.stdout)
+    if not any(r.found for r in results):
+        return EXIT_REFUSED
+    return EXIT_FAILED if any(r.error is not None for r in results) else EXIT_OK

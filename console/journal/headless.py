@@ -35,8 +35,6 @@ def _error(command: str, text: str) -> int:
 
 
 def run_watch(config: Config, args: argparse.Namespace) -> int:
-    if config.target.slurm_job or config.target.hosts:
-        return _error("watch", "a fleet (slurm_job or hosts) is not watched headless yet: give one host")
     if not (config.run.match or config.run.pidfile or config.run.log):
         return _error("watch", f"{config.source}: nothing names the run: give [run] match, pidfile or log (or --match/--log)")
     try:

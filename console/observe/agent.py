@@ -192,6 +192,20 @@ def run_tree(procs: List[Record], roots: Iterable[int], self_pids: Iterable[int]
     return chosen
 
 
+#: A command line is matched on its first this-many characters (an argv can be megabytes).
+MATCH_CHARS = 4096
+#: CPU seconds the match regex may spend on one command line; a real pattern needs microseconds.
+MATCH_BUDGET_S = 0.25
+
+
+class MatchTimedOut(Exception):
+    """The match regex ran past MATCH_BUDGET_S on one command line (catastrophic backtracking)."""
+
+
+def _match_expired(signum: int, frame: Any) -> None:
+    raise MatchTimedOut()
+
+
 def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[int]) -> List[Record]:
     """The run's processes: those whose command line matches `pattern`, and their descendants.
 
@@ -200,16 +214,35 @@ def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[
     grep, an editor or a tail whose command line merely names the run), a shell whose `-c`
     command string names it (its launcher), or a program Pulse started. Descendants
     (DataLoader workers) are included whatever their names.
+
+    Each search gets MATCH_BUDGET_S of CPU time (SIGVTALRM; the standard `re` checks for
+    signals while it backtracks) and raises MatchTimedOut past it. Off the main thread, where
+    no signal can be set, it runs unbounded on the capped line.
     """
     regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+    bounded = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    previous = signal.signal(signal.SIGVTALRM, _match_expired) if bounded else None
     excluded = set(self_pids)
     matched = []
-    for record in procs:
-        if record["pid"] in excluded:
-            continue
-        words = match_words(record)
-        if words and regex.search(" ".join(words)):
-            matched.append(record["pid"])
+    try:
+        for record in procs:
+            if record["pid"] in excluded:
+                continue
+            words = match_words(record)
+            if not words:
+                continue
+            if bounded:
+                signal.setitimer(signal.ITIMER_VIRTUAL, MATCH_BUDGET_S)
+            try:
+                found = regex.search(" ".join(words), 0, MATCH_CHARS)
+            finally:
+                if bounded:
+                    signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            if found:
+                matched.append(record["pid"])
+    finally:
+        if bounded:
+            signal.signal(signal.SIGVTALRM, previous)
     return run_tree(procs, matched, excluded)
 
 
@@ -353,12 +386,43 @@ class CpuMeter:
         self._previous, self._current = self._current, {}
 
 
-def _unbuffered(proc_dir: str, argv: List[str]) -> Optional[bool]:
+#: Environment variables that say a process's place in a distributed run (and where its
+#: NCCL flight recorder dumps): sent with the process, any other variable never is.
+RUN_ENV_KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "SLURM_PROCID",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+)
+
+
+def read_environ(proc_dir: str) -> Optional[List[str]]:
+    """A process's environment entries (NAME=value); None when unreadable (another user's process)."""
+    try:
+        return _read_text(proc_dir + "/environ").split("\0")
+    except OSError:
+        return None
+
+
+def run_env(environ: Optional[List[str]]) -> Dict[str, str]:
+    """The RUN_ENV_KEYS set in `environ`."""
+    found = {}
+    for entry in environ or ():
+        name, _, value = entry.partition("=")
+        if name in RUN_ENV_KEYS:
+            found[name] = value[:300]
+    return found
+
+
+def _unbuffered(environ: Optional[List[str]], argv: List[str]) -> Optional[bool]:
     if python_unbuffered_flag(argv):
         return True
-    try:
-        environ = _read_text(proc_dir + "/environ").split("\0")
-    except OSError:
+    if environ is None:
         return None
     return any(entry.startswith("PYTHONUNBUFFERED=") and len(entry) > 17 for entry in environ)
 
@@ -403,6 +467,7 @@ def describe_process(
         stdout: Optional[str] = os.readlink(proc_dir + "/fd/1")
     except OSError:
         stdout = None
+    environ = read_environ(proc_dir)
     return {
         "pid": pid,
         "ppid": stat["ppid"],
@@ -415,7 +480,8 @@ def describe_process(
         "cmdline": " ".join(record["argv"]),
         "nspid": list(parse_nspid(status)),
         "stdout": stdout,
-        "unbuffered": _unbuffered(proc_dir, record["argv"]),
+        "unbuffered": _unbuffered(environ, record["argv"]),
+        "env": run_env(environ),
         "children": children,
         "thread_cpu": _thread_cpu(proc_dir, meter, now),
     }
@@ -481,7 +547,14 @@ class ProcessWatch:
                 return [], error
             chosen = run_tree(procs, [pid], self_pids)
         else:
-            chosen = select_run_processes(procs, self.regex, self_pids)
+            try:
+                chosen = select_run_processes(procs, self.regex, self_pids)
+            except MatchTimedOut:
+                self.config_error = (
+                    "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
+                    % (self.regex.pattern, MATCH_BUDGET_S)
+                )
+                return [], self.config_error
         children: Dict[int, List[int]] = {}
         for record in procs:
             children.setdefault(record["ppid"], []).append(record["pid"])
@@ -570,6 +643,31 @@ class NvmlGpus:
             "error": None,
         }
 
+    def start_process_utilization(self) -> None:
+        """Nothing to start: NVML keeps the samples, process_utilization asks for the window's."""
+
+    def process_utilization(self, since_s: float) -> Record:
+        """Each GPU's per-process SM % over the last `since_s` seconds (NVML process samples, averaged)."""
+        nvml = self.nvml
+        since_us = int((time.time() - since_s) * 1e6)
+        found: Dict[int, List[List[float]]] = {}
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            return {"process_sm_error": "NVML: %s" % exc}
+        for index in range(count):
+            try:
+                samples = nvml.nvmlDeviceGetProcessUtilization(nvml.nvmlDeviceGetHandleByIndex(index), since_us)
+            except nvml.NVMLError_NotFound:
+                samples = []  # no process ran a kernel since then
+            except (nvml.NVMLError, AttributeError) as exc:
+                return {"process_sm_error": "NVML process utilization: %s" % exc}
+            by_pid: Dict[int, List[float]] = {}
+            for sample in samples:
+                by_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+            found[index] = [[pid, round(sum(values) / len(values), 1)] for pid, values in sorted(by_pid.items())]
+        return {"process_sm": found}
+
     def read(self) -> Record:
         """The `gpus` part of a line (the per-second fields only: no PCIe or process utilization)."""
         try:
@@ -630,17 +728,25 @@ class SmiGpus:
         self.timeout_s = timeout_s
         self.apps_every_s = apps_every_s
         self._stuck: Optional[subprocess.Popen] = None
+        self._pmon: Optional[Tuple[Optional[subprocess.Popen], Optional[str]]] = None
+        """A pmon started at the start of a diagnosis's window, or why it could not start."""
         self._apps: Optional[Tuple[str, float, Optional[List[Optional[float]]]]] = None
         """The last compute-apps CSV, when it was asked for, and the GPUs' memory.used then."""
 
     def run(self, query: str) -> Tuple[Optional[str], Optional[str]]:
         """(stdout, None) or (None, one line saying what went wrong)."""
+        return self._run_argv(self.command + [query, "--format=csv,noheader,nounits"])
+
+    def _run_argv(self, argv: List[str]) -> Tuple[Optional[str], Optional[str]]:
+        process, error = self._spawn(argv)
+        return (None, error) if process is None else self._collect(process)
+
+    def _spawn(self, argv: List[str]) -> Tuple[Optional[subprocess.Popen], Optional[str]]:
         if self._stuck is not None:
             if self._stuck.poll() is None:
                 # Killed but not gone: it is stuck in the driver; do not pile up more of them.
                 return None, "nvidia-smi (PID %d) is still hung in the driver" % self._stuck.pid
             self._stuck = None
-        argv = self.command + [query, "--format=csv,noheader,nounits"]
         try:
             process = subprocess.Popen(
                 argv,
@@ -653,6 +759,9 @@ class SmiGpus:
             return None, "%s not found (no NVIDIA driver tools on this PATH?)" % self.command[0]
         except OSError as exc:
             return None, "%s cannot run: %s" % (self.command[0], exc.strerror or exc)
+        return process, None
+
+    def _collect(self, process: subprocess.Popen) -> Tuple[Optional[str], Optional[str]]:
         try:
             out, err = process.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -672,6 +781,19 @@ class SmiGpus:
                 said[0] if said else "no message",
             )
         return out.decode("utf-8", "replace"), None
+
+    def start_process_utilization(self) -> None:
+        """Start `nvidia-smi pmon -c 1 -s u` now: it samples for about a second, so it runs during
+        the diagnosis's window and process_utilization only collects it."""
+        self._pmon = self._spawn(self.command + ["pmon", "-c", "1", "-s", "u"])
+
+    def process_utilization(self, since_s: float) -> Record:
+        """One pmon sample of each process's SM %, raw for the console to parse (started now if not yet)."""
+        if self._pmon is None:
+            self.start_process_utilization()
+        (process, error), self._pmon = self._pmon, None
+        out, error = (None, error) if process is None else self._collect(process)
+        return {"smi_pmon": out} if error is None else {"process_sm_error": error}
 
     def read(self) -> Record:
         """The `smi_*_csv` part of a line."""
@@ -759,7 +881,8 @@ class Agent:
             part["gpu_error"] = "%s; %s" % (part["gpu_error"], self.gpu_note)
         return part
 
-    def sample(self) -> Record:
+    def sample(self, process_use_s: Optional[float] = None) -> Record:
+        """One line; with `process_use_s`, also each GPU's per-process SM % over about that many seconds."""
         line: Record = {"t": time.time()}
         try:
             line.update(self._gpu_part())
@@ -772,6 +895,11 @@ class Agent:
             line["processes"], line["process_error"] = [], "process read failed: %s: %s" % (type(exc).__name__, exc)
         line["in_pid_namespace"] = self.namespaced
         line["log"] = log_status(self.args.log)
+        if process_use_s is not None and self.gpus is not None:
+            try:
+                line.update(self.gpus.process_utilization(process_use_s))
+            except Exception as exc:  # as for the other GPU reads: reported, never fatal
+                line["process_sm_error"] = "per-process GPU use failed: %s: %s" % (type(exc).__name__, exc)
         return line
 
 
@@ -786,6 +914,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("nvidia_smi", help="the nvidia-smi command")
     parser.add_argument("smi_gpu_fields", help="fields for nvidia-smi --query-gpu")
     parser.add_argument("smi_app_fields", help="fields for nvidia-smi --query-compute-apps")
+    parser.add_argument(
+        "--process-utilization",
+        action="store_true",
+        help="the last sample (of a counted run) also reads each GPU's per-process SM %% (for a diagnosis)",
+    )
     parser.add_argument(
         "--apps-every", type=float, default=APPS_EVERY_S, metavar="S",
         help="seconds between nvidia-smi compute-apps queries (0: every sample)",
@@ -817,7 +950,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     taken = 0
     due = time.monotonic()
     while not hung_up.is_set():
-        line = json.dumps(agent.sample(), separators=(",", ":")) + "\n"
+        last = bool(args.count) and taken == args.count - 1
+        process_use_s = max(args.interval, 1.0) if args.process_utilization and last else None
+        if args.process_utilization and taken == 0 and args.count > 1 and agent.gpus is not None:
+            agent.gpus.start_process_utilization()  # pmon samples while the window passes
+        line = json.dumps(agent.sample(process_use_s), separators=(",", ":")) + "\n"
         try:
             sys.stdout.write(line)
             sys.stdout.flush()

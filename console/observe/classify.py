@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 from console.observe.lines import classify_line
 from console.observe.textsafe import sanitize, split_lines
+from console.observe.user_patterns import disabled_notices
 
 _CHUNK = 1 << 16
 
@@ -62,4 +63,9 @@ def _classify_stream(stream: BinaryIO, patterns) -> int:
 
 
 def _render(lines: list[bytes], patterns) -> str:
-    return "".join(json.dumps(classify_line(sanitize(raw)[0], patterns).as_json()) + "\n" for raw in lines)
+    """The lines as JSON; a config pattern disabled on the way (past its time budget) is said on stderr."""
+    seen = len(disabled_notices())
+    text = "".join(json.dumps(classify_line(sanitize(raw)[0], patterns).as_json()) + "\n" for raw in lines)
+    for notice in disabled_notices()[seen:]:
+        print(f"pulse classify: {notice}", file=sys.stderr, flush=True)
+    return text

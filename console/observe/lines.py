@@ -17,6 +17,7 @@ from itertools import islice
 
 from console.config import MetricPattern
 from console.model import LineInfo, LineKind
+from console.observe.user_patterns import PatternError, compile_user_pattern, search_user_pattern
 
 _NORMAL = LineInfo()
 
@@ -571,13 +572,13 @@ def parse_metric_value(text: str) -> float:
 
 
 @lru_cache(maxsize=256)
-def compile_metric_pattern(regex: str, name: str) -> re.Pattern:
-    """The compiled regex of a config pattern; raises ValueError saying what is wrong."""
+def compile_metric_pattern(regex: str, name: str):
+    """The compiled regex of a config pattern (run with a time budget); raises ValueError saying what is wrong."""
     if name not in METRIC_NAMES:
         raise ValueError(f"metric pattern for {name!r}: the metric must be one of {', '.join(METRIC_NAMES)}")
     try:
-        compiled = re.compile(regex)
-    except re.error as exc:
+        compiled = compile_user_pattern(regex)
+    except PatternError as exc:
         raise ValueError(f"metric pattern {regex!r}: {exc}") from None
     if "value" not in compiled.groupindex and name not in compiled.groupindex:
         raise ValueError(f"metric pattern {regex!r} needs a named group (?P<value>...) or (?P<{name}>...)")
@@ -593,7 +594,7 @@ def _apply_patterns(
             rule = compile_metric_pattern(pattern.regex, pattern.name)
         except ValueError:
             continue  # the config loader reports bad patterns; a line must never fail on one
-        match = rule.search(text)
+        match = search_user_pattern(rule, f"[metrics] patterns.{pattern.name}", text)
         if not match:
             continue
         raw = match.groupdict().get("value") or match.groupdict().get(pattern.name)

@@ -232,6 +232,16 @@ _QUEUE = re.compile(r"(?:^|\.)(?:Simple|Joinable|Lifo|Priority)?Queue\.get(?:_no
 _COLLECTIVE = re.compile(
     r"all_?reduce|all_?gather|reduce_scatter|all_?to_?all|broadcast|barrier|nccl|ProcessGroupNCCL|WorkNCCL", re.I
 )
+#: torch.distributed's collectives (and their wrappers' usual names): a frame of one of these
+#: names is a rank in a collective wherever it is defined (DeepSpeed, Megatron and the run's
+#: own helpers wrap them under the same names).
+COLLECTIVE_NAMES = frozenset(
+    """all_reduce allreduce all_reduce_coalesced all_gather allgather all_gather_into_tensor all_gather_object
+    _all_gather_base reduce_scatter reduce_scatter_tensor _reduce_scatter_base all_to_all all_to_all_single
+    alltoall broadcast broadcast_object_list barrier monitored_barrier wait_tensor""".split()
+)
+#: A distributed Work's wait: `Work.wait`, `c10d::ProcessGroupNCCL::WorkNCCL::wait(...)`.
+_WORK_WAIT = re.compile(r"Work(?:NCCL)?(?:\.|::)(?:wait|synchronize)\b")
 _SYNCHRONIZE = re.compile(r"synchronize|cuStreamQuery|cudaStreamQuery", re.I)
 _LOCK = re.compile(
     r"(?:Condition|Event|Barrier|Semaphore|BoundedSemaphore)\.wait|(?:R?Lock|Semaphore|Condition)\.acquire"
@@ -267,7 +277,9 @@ def _frame_waits(frame: StackFrame) -> Iterable[str]:
     file = frame.file
     if _QUEUE.search(name) and (name != "get" or file.endswith(("queue.py", "queues.py"))):
         yield "queue get"
-    if _COLLECTIVE.search(name) and ("distributed" in file or "c10d" in name or "nccl" in f"{name} {file}".lower()):
+    if (_COLLECTIVE.search(name) and ("distributed" in file or "c10d" in name or "nccl" in f"{name} {file}".lower())) or (
+        _short_name(name) in COLLECTIVE_NAMES or _WORK_WAIT.search(name)
+    ):
         yield "NCCL collective"
     if _SYNCHRONIZE.search(name) or (frame.native and file.startswith("libcuda")):
         yield "CUDA synchronize"
@@ -277,6 +289,58 @@ def _frame_waits(frame: StackFrame) -> Iterable[str]:
         yield "I/O"
     if _SLEEP.search(name):
         yield "sleep"
+
+
+def is_waiting(wait: str) -> bool:
+    """A classify_wait answer that means the thread waits (on a peer, a device, a lock, I/O), even at 100 % CPU."""
+    return wait in WAITS
+
+
+def collective_call(thread: ThreadStack) -> str | None:
+    """The collective a thread is in (`all_reduce`, `barrier`, ...), else 'synchronize' when it waits on the device."""
+    found = None
+    for frame in thread.frames:
+        short = _short_name(frame.function.split("(", 1)[0].rsplit("::", 1)[-1])
+        if short in COLLECTIVE_NAMES:
+            found = short  # frames are innermost first: the outermost collective names the call
+        elif found is None and (_SYNCHRONIZE.search(frame.function) or _WORK_WAIT.search(frame.function)):
+            found = "synchronize"
+    return found
+
+
+def main_thread(process: ProcessDump) -> ThreadStack | None:
+    """The process's own thread: MainThread when py-spy names it, else the first one listed."""
+    for thread in process.threads:
+        if thread.name == "MainThread":
+            return thread
+    return process.threads[0] if process.threads else None
+
+
+def stack_signature(thread: ThreadStack) -> tuple:
+    """What makes two stacks the same stack: every frame's function, file and line."""
+    return tuple((frame.function, frame.file, frame.line) for frame in thread.frames)
+
+
+def where(thread: ThreadStack) -> str:
+    """The run's innermost own frame and the call it is in, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
+    frames = thread.frames
+    if not frames:
+        return "no Python frames"
+    index = next((i for i, frame in enumerate(frames) if is_user_frame(frame)), None)
+    if index is None or index == 0:
+        return frame_text(frames[0])
+    # A main thread waiting on its DataLoader workers is said so, however deep the trainer's frames go.
+    call = next((f for f in frames[:index] if _DATALOADER_WAIT.search(f.function)), frames[index - 1])
+    return f"{frame_text(call)} ← {frame_text(frames[index])}"
+
+
+_DATALOADER_WAIT = re.compile(r"DataLoaderIter\._get_data$")
+
+
+def frame_text(frame: StackFrame) -> str:
+    """`read_batch (train.py:13)`."""
+    place = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}" if frame.line is not None else frame.file
+    return f"{frame.function} ({place})"
 
 
 def _short_name(function: str) -> str:
@@ -289,7 +353,7 @@ def group_identical(threads: Sequence[ThreadStack]) -> list[tuple[int, ThreadSta
     """Threads with the same stack counted once: (count, first such thread), most common first."""
     groups: dict[tuple, list] = {}
     for thread in threads:
-        key = tuple((frame.function, frame.file, frame.line) for frame in thread.frames)
+        key = stack_signature(thread)
         if key in groups:
             groups[key][0] += 1
         else:

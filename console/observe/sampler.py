@@ -13,12 +13,14 @@ import asyncio
 import codecs
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from console.config import Config
 from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
+from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
 from console.remote.program import open_program
 from console.remote.target import Channel, Target, TargetError
@@ -44,10 +46,13 @@ class SampleError(ValueError):
     """An agent line that is not a sample: one line saying what is wrong with it."""
 
 
-def agent_args(config: Config, interval_s: float, count: int, apps_every_s: float | None = None) -> list[str]:
-    """The agent's argv for `config` (see agent.build_parser); options, then `--`, as a regex may start with '-'."""
+def agent_args(
+    config: Config, interval_s: float, count: int, *, process_utilization: bool = False, apps_every_s: float | None = None
+) -> list[str]:
+    """The agent's argv for `config` (see agent.build_parser); `--` before the positionals, as a regex may start with '-'."""
     run = config.run
     return [
+        *(["--process-utilization"] if process_utilization else []),
         *([] if apps_every_s is None else [f"--apps-every={apps_every_s:g}"]),
         "--",
         f"{interval_s:g}",
@@ -172,6 +177,11 @@ def _process(raw: object) -> ProcessReading:
         unbuffered=unbuffered if isinstance(unbuffered, bool) else None,
         children=tuple(_int(c, "a child pid") for c in _list(p.get("children"), "children")),
         thread_cpu=tuple(_thread(t) for t in _list(p.get("thread_cpu"), "thread_cpu")),
+        run_env=tuple(
+            (name, _safe(value))
+            for name, value in sorted(_dict(p.get("env") or {}, "a process's env").items())
+            if name in agent.RUN_ENV_KEYS
+        ),
     )
 
 
@@ -203,16 +213,44 @@ def parse_sample(obj: dict) -> Sample:
         gpus = tuple(_nvml_gpu(g) for g in _list(obj.get("gpus"), "gpus"))
     else:
         raise SampleError(f"gpu_source is {source!r:.40}, not nvml, nvidia-smi or none")
+    gpus, use_error = _with_process_use(gpus, obj)
+    if use_error:
+        gpu_error = "; ".join(e for e in (gpu_error, use_error) if e)
     return Sample(
         time=time,
         gpus=gpus,
         gpu_source=source,
         gpu_error=gpu_error,
-        processes=tuple(_process(p) for p in _list(obj.get("processes"), "processes")),
+        processes=label_processes(tuple(_process(p) for p in _list(obj.get("processes"), "processes")), gpus),
         process_error=_optional_text(obj.get("process_error")),
         in_pid_namespace=obj.get("in_pid_namespace") is True,
         log=_log(obj.get("log")),
     )
+
+
+def _with_process_use(gpus: tuple[GpuReading, ...], obj: dict) -> tuple[tuple[GpuReading, ...], str | None]:
+    """The GPUs with their per-process SM % when the line carries it (NVML `process_sm` or pmon's text);
+    a GPU the answer does not list keeps None (not read), never an empty list (none of its use is anyone's)."""
+    error = _optional_text(obj.get("process_sm_error"))
+    if obj.get("smi_pmon") is not None:
+        try:
+            by_index = smi.parse_pmon(str(obj["smi_pmon"]))
+        except smi.ParseError as exc:
+            return gpus, _safe(exc)
+    elif obj.get("process_sm") is not None:
+        raw = _dict(obj["process_sm"], "process_sm")
+        by_index = {}
+        for index, rows in raw.items():
+            if not str(index).isdigit():
+                raise SampleError(f"process_sm has GPU {index!r:.20}, not an index")
+            pairs = []
+            for row in _list(rows, "a GPU's process_sm"):
+                pid, pct = _list(row, "a process_sm row")[:2]
+                pairs.append((_int(pid, "a process_sm pid"), _number(pct, "a process_sm value") or 0.0))
+            by_index[int(index)] = tuple(pairs)
+    else:
+        return gpus, error
+    return tuple(replace(g, process_sm_pct=by_index.get(g.index)) for g in gpus), error
 
 
 def parse_line(line: str) -> Sample:
@@ -273,8 +311,10 @@ class Sampler:
         async for sample in self._samples(self.interval_s, 0):
             yield sample
 
-    async def _samples(self, interval_s: float, count: int) -> AsyncIterator[Sample]:
-        args = agent_args(self.config, interval_s, count, self.apps_every_s)
+    async def _samples(self, interval_s: float, count: int, process_utilization: bool = False) -> AsyncIterator[Sample]:
+        args = agent_args(
+            self.config, interval_s, count, process_utilization=process_utilization, apps_every_s=self.apps_every_s
+        )
         channel = await open_program(
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
         )
@@ -336,11 +376,14 @@ async def _reap(channel: Channel) -> None:
         pass
 
 
-async def sample_once(target: Target, config: Config, window_s: float) -> tuple[Sample, Sample]:
-    """Two samples `window_s` apart: the second has CPU% over that window. TargetError if the agent fails."""
+async def sample_once(
+    target: Target, config: Config, window_s: float, *, process_utilization: bool = False
+) -> tuple[Sample, Sample]:
+    """Two samples `window_s` apart: the second has CPU% over that window (and, with
+    `process_utilization`, each GPU's per-process SM %). TargetError if the agent fails."""
     sampler = Sampler(target, config)
     samples: list[Sample] = []
-    async for sample in sampler._samples(window_s, 2):
+    async for sample in sampler._samples(window_s, 2, process_utilization):
         samples.append(sample)
     if len(samples) < 2:
         raise TargetError(f"{target.label}: the sampling agent sent {len(samples)} of 2 samples")

@@ -105,6 +105,44 @@ def parse_apps_csv(
     return found
 
 
+def parse_pmon(text: str) -> dict[int, tuple[tuple[int, float], ...]]:
+    """(pid, SM %) per GPU index from `nvidia-smi pmon -c 1 -s u` (columns named by its `# gpu pid ...` header).
+
+    A GPU with no process prints a row of dashes; a process without a sample shows `-` (0 %).
+    """
+    columns: list[str] | None = None
+    found: dict[int, list[tuple[int, float]]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "#":
+            if columns is None and "pid" in words[1:]:
+                columns = words[1:]
+            continue
+        if words[0].startswith("#"):
+            if columns is None and "pid" in [words[0][1:], *words[1:]]:
+                columns = [words[0][1:], *words[1:]]
+            continue
+        if columns is None or "gpu" not in columns or "sm" not in columns:
+            raise ParseError(f"nvidia-smi pmon: no '# gpu pid ... sm' header before line {number}: {line[:120]!r}")
+        cells = line.split(None, len(columns) - 1)
+        if len(cells) < columns.index("sm") + 1:
+            raise ParseError(f"nvidia-smi pmon line {number}: expected {len(columns)} columns: {line[:120]!r}")
+        row = dict(zip(columns, cells))
+        if not row["gpu"].isdigit():
+            raise ParseError(f"nvidia-smi pmon line {number}: gpu is {row['gpu']!r}, not an index")
+        gpu = found.setdefault(int(row["gpu"]), [])
+        if not row.get("pid", "-").isdigit():
+            continue  # no process on this GPU
+        sm = row["sm"]
+        try:
+            gpu.append((int(row["pid"]), 0.0 if sm == "-" else float(sm)))
+        except ValueError:
+            raise ParseError(f"nvidia-smi pmon line {number}: sm is {sm!r}, not a number") from None
+    return {index: tuple(rows) for index, rows in found.items()}
+
+
 def attach_processes(gpus: Iterable[GpuReading], apps: Iterable[tuple[str, GpuProcess]]) -> tuple[GpuReading, ...]:
     """The readings with each GPU's compute processes filled in (matched by uuid)."""
     by_uuid: dict[str, list[GpuProcess]] = {}

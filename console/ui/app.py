@@ -25,10 +25,12 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.config import Config
+from console.diagnose import silence_limit_s
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
+from console.observe.user_patterns import disabled_notices
 from console.state import RunState
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
@@ -183,6 +185,7 @@ class PulseApp(ThemedApp):
         self._painted_sample: Sample | None = None
         self._frame_pending = False
         self._updated_at = 0.0
+        self._patterns_said = 0
         self.log_input_mode = "filter"
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
@@ -297,6 +300,14 @@ class PulseApp(ThemedApp):
             self.watch.observe()
         self.refresh_panes(force=False)
         self.flush_log()  # a state fed without mark_changed, lines held while a modal was up, the bar's ETA
+        self._say_disabled_patterns()
+
+    def _say_disabled_patterns(self) -> None:
+        """A config pattern that ran past its time budget is disabled (user_patterns): say which, once."""
+        notices = disabled_notices()
+        for notice in notices[self._patterns_said :]:
+            self.notify(notice, title="pattern disabled", severity="warning", timeout=30)
+        self._patterns_said = len(notices)
 
     def flush_log(self) -> None:
         """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
@@ -368,7 +379,8 @@ class PulseApp(ThemedApp):
         silent = self.log_silent_s(now)
         grew = "log not read yet" if silent is None else f"log grew {format_duration(silent)} ago"
         set_titles(processes_box, title, Text(grew))
-        stalled = silent is not None and silent >= self.config.stall.log_silent_s
+        limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
+        stalled = silent is not None and silent >= limit
         processes_box.set_class(stalled, "-crit")
         processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
         self._refresh_log_titles()
@@ -614,7 +626,8 @@ class PulseApp(ThemedApp):
         verdict = diagnose_state(self.state, self.config)
         if verdict is None:
             return
-        if self.verdict is None or verdict.name != self.verdict.name:
+        # The summary changes too ("quiet 12 s"): the header must never keep saying the log progresses.
+        if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
             self.set_verdict(verdict)
         elif self.watch is not None:
             self.watch.verdict(verdict)  # the alerts' hysteresis counts how long a verdict holds

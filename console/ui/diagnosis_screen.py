@@ -31,8 +31,8 @@ def verdict_text(verdict, evidence) -> Text:
     once, in its own words ("dump the stacks (p)").
     """
     text = Text()
-    text.append(verdict.name.upper(), "bold reverse")
-    text.append(f"  {verdict.summary}\n\n", "bold")
+    text.append(f" {verdict.name.upper()} ", "bold reverse")
+    text.append(f" {verdict.summary}\n\n", "bold")
     text.append("Next step  ", "bold underline")
     text.append(f"{verdict.next_step}\n\n", "bold")
     if verdict.evidence:
@@ -47,7 +47,8 @@ def verdict_text(verdict, evidence) -> Text:
             count = f" ×{stack.count}" if stack.count > 1 else ""
             state = f"waits on {stack.wait}" if stack.wait else ("idle" if stack.idle else "running")
             text.append(f"  {stack.name}{count}", "bold")
-            text.append(f" (pid {stack.pid}, tid {stack.tid}) {state}\n", "dim")
+            who = f"{stack.label}, " if stack.label else ""
+            text.append(f" ({who}pid {stack.pid}, tid {stack.tid}) {state}\n", "dim")
             text.append(f"      {stack.where}\n")
         text.append("\n")
     elif evidence is not None and getattr(evidence, "stack_error", None):

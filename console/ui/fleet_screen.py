@@ -184,7 +184,7 @@ class TextScreen(FramedModal[None]):
 
 def diagnosis_text(diagnosis) -> Text:
     """The fleet diagnosis: the headline, the ranks grouped by stack, NCCL, then each node's verdict."""
-    from console.fleet.fleet_diagnose import nccl_lines
+    from console.observe.nccl import nccl_lines
 
     text = Text()
     worst = diagnosis.worst

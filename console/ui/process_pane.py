@@ -25,7 +25,7 @@ STATE_NAMES = {
     "X": "dead",
 }
 
-COLUMNS = (("", "mark"), ("PID", "pid"), ("state", "state"), ("CPU%", "cpu"), ("RSS", "rss"), ("thr", "threads"), ("elapsed", "elapsed"), ("command", "command"))
+COLUMNS = (("", "mark"), ("PID", "pid"), ("role", "role"), ("state", "state"), ("CPU%", "cpu"), ("RSS", "rss"), ("thr", "threads"), ("elapsed", "elapsed"), ("command", "command"))
 COMMAND_WIDTH = 60
 RIGHT_ALIGNED = frozenset({"pid", "cpu", "rss", "threads", "elapsed"})
 
@@ -77,7 +77,7 @@ def tree_order(processes: list[ProcessReading]) -> list[tuple[ProcessReading, in
 
 
 class ProcessPane(DataTable):
-    """PID, state, CPU% (by delta), RSS, threads, elapsed and command of each process of the run."""
+    """PID, role (launcher, rank N, worker of rank N), state, CPU% (by delta), RSS, threads, elapsed and command."""
 
     COMPONENT_CLASSES = DataTable.COMPONENT_CLASSES | {
         "process-pane--alive",
@@ -200,6 +200,7 @@ class ProcessPane(DataTable):
         return {
             "mark": mark,
             "pid": Text(str(process.pid), style=dim, justify="right"),
+            "role": Text(process.label, style=dim),
             "state": state,
             "cpu": Text(cpu, style=dim, justify="right"),
             "rss": Text(format_rss(process.rss_mib), style=dim, justify="right"),

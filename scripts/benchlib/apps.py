@@ -345,6 +345,34 @@ async def diagnosis(spec: dict) -> dict:
     return {"key_to_verdict_ms": summary(times), "verdicts": verdicts, "stack_groups": stacks}
 
 
+async def silence(spec: dict) -> dict:
+    """A run that wrote once a second stops (idle): seconds from its last write until the header says
+    quiet, and until it leaves healthy, in the console as it runs (its 5 s re-judging included)."""
+    config = config_from_spec(spec["config"])
+    log = Path(config.run.log)
+    state = RunState()
+    app = monitored_app(config, state)
+    seen: list[tuple[float, str, str]] = []
+    async with app.run_test(size=SIZE):
+        await ready(state)
+        await until(lambda: f"step {spec['steps']} " in log.read_text(), 60, "the run's last line", step_s=0.05)
+        last_write = log.stat().st_mtime
+        while app.verdict is None or app.verdict.name == "healthy":
+            if time.time() - last_write > 120:
+                raise RuntimeError("the header still says healthy 120 s after the last write")
+            if app.verdict is not None and (not seen or seen[-1][2] != app.verdict.summary):
+                seen.append((round(time.time() - last_write, 1), app.verdict.name, app.verdict.summary))
+            await asyncio.sleep(0.05)
+        left = round(time.time() - last_write, 1)
+    quiet = next((at for at, _, summary in seen if "quiet" in summary), None)
+    return {
+        "header_quiet_after_s": quiet,
+        "header_left_healthy_after_s": left,
+        "verdict": app.verdict.name,
+        "summary": app.verdict.summary,
+    }
+
+
 async def console_in_terminal(spec: dict) -> dict:
     """The real console with Textual's own terminal driver on this process's terminal (the
     parent's pseudo-terminal), until `q`: what the parent types reaches it as keys do."""
@@ -360,6 +388,7 @@ PHASES = {
     "idle": idle,
     "memory": memory,
     "diagnosis": diagnosis,
+    "silence": silence,
     "terminal": console_in_terminal,
 }
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from benchlib import poll, writer
 from benchlib.apps import PING_EVERY_S, SIZE
 from benchlib.stats import summary
-from benchlib.world import HUNG_PROGRAM, REPO_ROOT, World, config_to_spec, stop_process, wait_for
+from benchlib.world import REPO_ROOT, STOPPING_RUN, TWO_RANK_HANG, World, config_to_spec, stop_process, wait_for
 
 BENCH_SCRIPT = REPO_ROOT / "scripts" / "bench.py"
 WRITER = [sys.executable, str(Path(writer.__file__))]
@@ -354,18 +354,37 @@ def run_start(world: World, quick: bool) -> dict:
 def run_diagnosis(world: World, quick: bool) -> dict:
     log = world.dir / "hung.log"
     tag = f"pulse-bench-hung-{os.getpid()}"
+    launcher, rank = TWO_RANK_HANG
+    argv = [sys.executable, str(launcher), "--nproc_per_node", "2", str(rank), "--tag", tag]
     with log.open("wb") as out:
-        hung = world.spawn([sys.executable, "-u", str(HUNG_PROGRAM), "--tag", tag], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        hung = world.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
-        # No GPUs: the stand-in's GPUs are the demo trainer's, busy, and would say "busy, not hung".
-        config = world.log_config("clean", log, rf"hung_queue\.py --tag {tag}\b", stall_s=1.0, gpu_source="none")
+        # No GPUs: the stand-in's GPUs are the demo trainer's, busy with no PID of this run.
+        config = world.log_config("clean", log, rf"--tag {tag}\b", stall_s=1.0, gpu_source="none")
         spec = {"config": config_to_spec(config), "silent_s": 1.2, "repeats": 1 if quick else 5}
         return child(world, "diagnosis", spec)
     finally:
         stop_process(hung)
 
 
-# -- 8. fleet --------------------------------------------------------------------------------
+# -- 8. silence ------------------------------------------------------------------------------
+
+
+def run_silence(world: World, quick: bool) -> dict:
+    log = world.dir / "stopping.log"
+    tag = f"pulse-bench-stopping-{os.getpid()}"
+    argv = [sys.executable, "-u", str(STOPPING_RUN), "--interval", "1", "--steps", "12", "--tag", tag]
+    with log.open("wb") as out:
+        run = world.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        # No [stall] log_silent_s: the limit is learned from the run's rhythm, as by default.
+        config = world.log_config("clean", log, rf"healthy\.py .*--tag {tag}\b", stall_s=None, gpu_source="none")
+        return child(world, "silence", {"config": config_to_spec(config), "steps": 12})
+    finally:
+        stop_process(run)
+
+
+# -- 9. fleet --------------------------------------------------------------------------------
 
 FLEET_NODES = 256
 

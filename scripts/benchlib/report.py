@@ -17,7 +17,8 @@ GOALS = (
     ("idle_remote_cpu_pct", "Idle remote CPU, % of one core (agent + follower + sshd)", "<", 0.5),
     ("memory_growth_mib_per_hour", "RSS growth of the real console over SSH, second half of a fixed window (MiB per hour)", "<", 1.0),
     ("start_ms", "pulse demo → first full frame, median (ms)", "<", 500),
-    ("diagnosis_ms", "Key d → verdict on screen (py-spy dump included), median (ms)", "<", 3000),
+    ("diagnosis_ms", "Key d → verdict on screen on a two-rank hang (every rank dumped), median (ms)", "<", 3000),
+    ("silence_left_healthy_s", "A run writing once a second stops: header leaves healthy after (s)", "<=", 30),
     ("fleet_256_cpu_pct", "Fleet of 256 simulated nodes at 1 Hz: console CPU, % of one core", "<", 10),
 )
 
@@ -93,6 +94,7 @@ def headline(phases: dict) -> dict:
     out["memory_growth_after_full_mib_per_hour"] = None
     out["start_ms"] = _get(phases, "start", "full_frame_ms", "median")
     out["diagnosis_ms"] = _get(phases, "diagnosis", "key_to_verdict_ms", "median")
+    out["silence_left_healthy_s"] = _get(phases, "silence", "header_left_healthy_after_s")
     out["fleet_256_cpu_pct"] = _get(phases, "fleet", "console_cpu_pct_of_one_core")
     out["fleet_256_verdict_s"] = _get(phases, "fleet", "fleet_diagnosis_s")
     return out
@@ -262,13 +264,18 @@ def markdown(result: dict) -> str:
                             ("first_log_line_ms", "first trainer log line drawn (the trainer writes it ~1.7 s after its start)"))])
     if "diagnosis" in p and "key_to_verdict_ms" in p["diagnosis"]:
         d = p["diagnosis"]
-        lines += ["", "## 7. Diagnosis (tests/procs/hung_queue.py, key d → verdict screen)", ""]
-        lines += _table(["n", "median ms", "p95 ms", "max ms", "verdicts", "stack groups"],
+        lines += ["", "## 7. Diagnosis (two-rank hang: tests/procs/torchrun + straggler_rank.py, key d → verdict screen)", ""]
+        lines += _table(["n", "median ms", "p95 ms", "max ms", "verdicts", "threads summarised"],
                         [[d["key_to_verdict_ms"]["n"], _fmt(d["key_to_verdict_ms"]["median"]), _fmt(d["key_to_verdict_ms"]["p95"]),
                           _fmt(d["key_to_verdict_ms"]["max"]), ", ".join(map(str, d["verdicts"])), ", ".join(map(str, d["stack_groups"]))]])
+    if "silence" in p and "header_left_healthy_after_s" in p["silence"]:
+        q = p["silence"]
+        lines += ["", "## 8. Silence (tests/procs/healthy.py --interval 1 --steps 12, then idle; no [stall] log_silent_s)", ""]
+        lines += _table(["header says quiet after s", "header leaves healthy after s", "then"],
+                        [[_fmt(q["header_quiet_after_s"]), _fmt(q["header_left_healthy_after_s"]), f"{q['verdict']}: {q['summary']}"]])
     if "fleet" in p and "console_cpu_pct_of_one_core" in p["fleet"]:
         f = p["fleet"]
-        lines += ["", f"## 8. Fleet ({f['nodes']} simulated nodes, 1 Hz, scripts/bench_fleet.py)", ""]
+        lines += ["", f"## 9. Fleet ({f['nodes']} simulated nodes, 1 Hz, scripts/bench_fleet.py)", ""]
         lines += _table(["console % of one core", "per node %", "RSS MiB", "per node MiB", "all sampling after s",
                          "fleet verdict from held samples ms", "fleet diagnosis s", "fresh diagnosis s"],
                         [[_fmt(f["console_cpu_pct_of_one_core"], 2), _fmt(f["console_cpu_pct_per_node"], 3),

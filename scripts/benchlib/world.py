@@ -35,7 +35,10 @@ SLOW_INIT = (
 )
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PY_SPY = Path(sys.executable).with_name("py-spy")
-HUNG_PROGRAM = REPO_ROOT / "tests" / "procs" / "hung_queue.py"
+#: The two-rank hang `d` is measured on: a torchrun stand-in whose rank 1 never reaches the all-reduce.
+TWO_RANK_HANG = (REPO_ROOT / "tests" / "procs" / "torchrun", REPO_ROOT / "tests" / "procs" / "straggler_rank.py")
+#: A run that writes a step line every second, then stops: how soon the header stops calling it healthy.
+STOPPING_RUN = REPO_ROOT / "tests" / "procs" / "healthy.py"
 
 
 class World:
@@ -101,7 +104,7 @@ class World:
         return config
 
     def log_config(
-        self, server: str, log: Path, match: str, *, stall_s: float = 300.0, gpu_source: str = "nvidia-smi"
+        self, server: str, log: Path, match: str, *, stall_s: float | None = 300.0, gpu_source: str = "nvidia-smi"
     ) -> Config:
         """A run found by `match` writing `log`, watched through `server` (GPUs: the demo's stand-in)."""
         assert self.demo_config is not None

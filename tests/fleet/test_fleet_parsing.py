@@ -6,7 +6,7 @@ import pytest
 
 from console.config import ConfigError, parse_config
 from console.fleet.fleet import node_config, node_host, node_logs
-from console.fleet.fleet_diagnose import nccl_fact, nccl_lines
+from console.observe.nccl import nccl_fact, nccl_lines
 from console.fleet.slurm_text import SlurmError, parse_duration, parse_fields, parse_job, parse_submitted, expand_filename
 
 #: `scontrol show job -o` of a two-node job (22.05), shortened to the fields Pulse reads and a few it skips.
@@ -93,7 +93,7 @@ def test_nccl_watchdog_and_flight_recorder_lines() -> None:
     assert recorder is not None and recorder.flight_recorder and recorder.rank == 3
     assert nccl_fact("gpu01", "step 10 loss 2.0") is None
     assert nccl_lines([fact, behind, recorder]) == [
-        "NCCL watchdog timed out in ALLREDUCE on 2 node(s)",
-        "ranks 9 are behind at collective #4511 (others reached #4512)",
+        "NCCL watchdog timed out in ALLREDUCE #4512 after 600 s on 2 node(s)",
+        "rank 9 is behind at collective #4511 (others reached #4512)",
         "NCCL flight recorder dumped (see the nodes' logs)",
     ]

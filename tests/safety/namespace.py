@@ -123,3 +123,14 @@ class Scene:
 
     def new_logs(self) -> list[str]:
         return sorted(p.name for p in self.folder.glob(f"{self.tag}_*.log") if p != self.old_log)
+
+
+def pulse_beside_a_run(folder: str, argv: list[str], run: list[str] | None = None) -> dict:
+    """A scene: `run` started (when given), then `pulse ARGV` to its end; its exit code and output,
+    and whether the run outlived it."""
+    scene = Scene(folder)
+    process = scene.start(run) if run else None
+    seen = scene.pulse(*argv)
+    seen["run_pid"] = process.pid if process else None
+    seen["run_alive"] = process is not None and process.poll() is None
+    return seen

@@ -25,6 +25,7 @@ from console.model import (
 )
 from console.observe import progress, textsafe
 from console.observe.lines import classify_line
+from console.observe.roles import label_processes
 from console.remote.shell import Container
 from console.state import RunState
 
@@ -130,12 +131,12 @@ def run_processes(*, main_state: str = "R", main_cpu: float | None = 812.4, work
             threads=4,
             rss_mib=2_210.0 + n * 17,
             cpu_pct=worker_cpu,
-            cmdline=f"python3 -u /root/train_dflash_pipeline.py [DataLoader worker {n}]",
+            cmdline=LAUNCH,  # DataLoader workers are forks: their rank's command line
             nspid=(pid,),
         )
         for n, pid in enumerate(WORKER_PIDS)
     )
-    return (main, *workers)
+    return label_processes((main, *workers))
 
 
 def step_lines(count: int, *, rate_of, start_step: int = 1_000, total: int = 50_000, end_at: float = NOW, every_s: float = 2.0):

@@ -1,0 +1,121 @@
+"""A run is a process tree: which process is the launcher, which a rank, which a rank's DataLoader worker.
+
+Pure: from the processes of one sample (command lines, parents, RANK / LOCAL_RANK from their
+environment) and the GPUs' process lists. Launchers are recognised by the program they run
+(torchrun, `python -m torch.distributed.run`, deepspeed, `accelerate launch`, mpirun, srun, ...);
+a worker is a child of a rank or of the run's main process with the same command line (a
+fork), or started by multiprocessing's spawn / forkserver.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import replace
+
+from console.model import GpuReading, ProcessReading
+
+#: Programs that start the ranks of a run.
+LAUNCHER_PROGRAMS = frozenset(
+    "torchrun deepspeed accelerate-launch mpirun mpiexec orterun prterun srun".split()
+)
+#: Modules that do, run as `python -m MODULE`.
+LAUNCHER_MODULES = frozenset(
+    """torch.distributed.run torch.distributed.launch torch.distributed.elastic.agent.server.api
+    deepspeed.launcher.runner deepspeed.launcher.launch accelerate.commands.launch""".split()
+)
+#: Command-line text of a child multiprocessing started with spawn or forkserver.
+SPAWNED_CHILD_MARKS = ("multiprocessing.spawn", "multiprocessing-fork", "multiprocessing.forkserver")
+#: Where a rank finds its rank: torchrun / deepspeed / accelerate, then MPI and Slurm's own names.
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
+SHELLS = frozenset("bash sh zsh dash fish ksh".split())
+
+
+def program(cmdline: str) -> str:
+    """The program a command line runs: the script or `-m` module after a Python interpreter, else argv[0]'s name."""
+    words = cmdline.split()
+    if not words:
+        return ""
+    first = os.path.basename(words[0])
+    if not first.startswith("python"):
+        return first
+    rest = iter(words[1:])
+    for word in rest:
+        if word == "-m":
+            return next(rest, "")
+        if word.startswith("-m") and len(word) > 2:
+            return word[2:]
+        if word in ("-W", "-X", "-Q"):
+            next(rest, None)
+        elif not word.startswith("-"):
+            return os.path.basename(word)
+    return first
+
+
+def launcher_name(cmdline: str) -> str | None:
+    """The launcher a command line is (e.g. 'torchrun', 'accelerate launch'), None when it is none."""
+    name = program(cmdline)
+    if name.removesuffix(".py") in LAUNCHER_PROGRAMS:
+        return name.removesuffix(".py")
+    if name in LAUNCHER_MODULES:
+        return name
+    if name == "accelerate" and " launch " in f" {cmdline} ":
+        return "accelerate launch"
+    return None
+
+
+def rank_of(process: ProcessReading) -> int | None:
+    """The rank its environment gives it (RANK_VARIABLES, first set wins), None outside a distributed run."""
+    env = dict(process.run_env)
+    for name in RANK_VARIABLES:
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _gpus_of(process: ProcessReading, gpus: Iterable[GpuReading]) -> tuple[int, ...]:
+    pids = {process.pid, *process.nspid}
+    return tuple(g.index for g in gpus if any(p.pid in pids for p in g.processes))
+
+
+def label_processes(processes: tuple[ProcessReading, ...], gpus: tuple[GpuReading, ...] = ()) -> tuple[ProcessReading, ...]:
+    """`processes` with role, rank, GPUs and label filled in (parents are labelled before their children).
+
+    Roles: launcher, rank, worker (of a rank or of the main process), child (any other child of
+    those), main (a run without ranks: its topmost Python program), shell, '' (unknown).
+    """
+    by_pid = {p.pid: p for p in processes}
+    done: dict[int, ProcessReading] = {}
+
+    def labelled(process: ProcessReading, depth: int = 0) -> ProcessReading:
+        if process.pid in done:
+            return done[process.pid]
+        parent = by_pid.get(process.ppid)
+        parent = labelled(parent, depth + 1) if parent is not None and depth < 64 else None
+        done[process.pid] = result = _label(process, parent, _gpus_of(process, gpus))
+        return result
+
+    return tuple(labelled(p) for p in processes)
+
+
+def _label(process: ProcessReading, parent: ProcessReading | None, gpus: tuple[int, ...]) -> ProcessReading:
+    on = f" · GPU {','.join(map(str, gpus))}" if gpus else ""
+    launcher = launcher_name(process.cmdline)
+    rank = rank_of(process)
+    if launcher is not None:
+        return replace(process, role="launcher", rank=None, gpus=gpus, label=f"launcher ({launcher})")
+    if parent is not None and parent.role == "worker":  # forkserver's children: workers of the same owner
+        return replace(process, role="worker", rank=parent.rank, gpus=gpus, label=parent.label.split(" · ")[0] + on)
+    if parent is not None and parent.role in ("rank", "main"):
+        forked = process.cmdline == parent.cmdline or any(mark in process.cmdline for mark in SPAWNED_CHILD_MARKS)
+        owner = f"rank {parent.rank}" if parent.role == "rank" else f"pid {parent.pid}"
+        role = "worker" if forked else "child"
+        return replace(process, role=role, rank=parent.rank, gpus=gpus, label=f"{role} of {owner}{on}")
+    if rank is not None:
+        return replace(process, role="rank", rank=rank, gpus=gpus, label=f"rank {rank}{on}")
+    if program(process.cmdline) in SHELLS:
+        return replace(process, role="shell", rank=None, gpus=gpus, label="shell")
+    if parent is None or parent.role in ("shell", "launcher"):
+        return replace(process, role="main", rank=None, gpus=gpus, label=f"main{on}")
+    return replace(process, role="", rank=None, gpus=gpus, label=on.removeprefix(" · "))

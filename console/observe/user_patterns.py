@@ -1,0 +1,45 @@
+"""Regexes from the config, run so that none can hang Pulse: a time budget per line, lines capped.
+
+The built-in rules (lines.py) are Pulse's own and stay on the fast `re` path. A pattern from
+the config runs through the `regex` package with its timeout: one that exceeds its budget on a
+line (catastrophic backtracking such as `(a|aa)+$` on a long run of `a`) is disabled for the
+rest of the process, and a notice naming it is kept for the console and `pulse classify`.
+"""
+
+from __future__ import annotations
+
+import regex
+
+#: A line is matched on its first this-many characters (lines are untrusted and can be long).
+USER_PATTERN_CHARS = 4096
+#: Seconds one pattern may take on one line: a real pattern needs microseconds.
+USER_PATTERN_BUDGET_S = 0.1
+
+PatternError = regex.error
+
+_disabled: dict[str, str] = {}
+"""Pattern text → the notice that disabled it."""
+
+
+def compile_user_pattern(pattern: str) -> regex.Pattern:
+    """The compiled pattern (callers cache it); PatternError when it is not a valid regular expression."""
+    return regex.compile(pattern)
+
+
+def search_user_pattern(compiled: regex.Pattern, label: str, text: str) -> regex.Match | None:
+    """`compiled.search` on the capped line within the budget; None when it does not match or is disabled."""
+    if compiled.pattern in _disabled:
+        return None
+    try:
+        return compiled.search(text, 0, USER_PATTERN_CHARS, timeout=USER_PATTERN_BUDGET_S)
+    except TimeoutError:
+        _disabled[compiled.pattern] = (
+            f"{label} {compiled.pattern!r} took more than {USER_PATTERN_BUDGET_S * 1000:g} ms on one line: "
+            "disabled until Pulse restarts (fix the pattern)"
+        )
+        return None
+
+
+def disabled_notices() -> list[str]:
+    """One line per pattern disabled so far, oldest first."""
+    return list(_disabled.values())

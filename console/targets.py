@@ -1,0 +1,33 @@
+"""Which machines a command acts on: the one it names, or every node it names; never this machine instead.
+
+A config (or `--hosts` / `--slurm-job`) that names a fleet sends every command to its fleet
+version; a command that has none refuses in one line. `make_target` refuses a fleet outright,
+so no single-host code path can quietly act on the local machine in the fleet's place.
+"""
+
+from __future__ import annotations
+
+from console.config import Config, TargetConfig
+
+def fleet_size(target: TargetConfig) -> str | None:
+    """How the target names a fleet ('Slurm job 123', '2 hosts (--hosts)'), None for one machine."""
+    if target.slurm_job:
+        return f"Slurm job {target.slurm_job}"
+    if target.hosts:
+        return f"{len(target.hosts)} host{'s' * (len(target.hosts) != 1)} ({', '.join(target.hosts)})"
+    return None
+
+
+def fleet_refusal(command: str, config: Config, pid: int | None = None) -> str | None:
+    """One line saying why `command` cannot act on the fleet `config` names; None when it can or there is none."""
+    fleet = fleet_size(config.target)
+    if fleet is None:
+        return None
+    if command == "restart" and not config.target.slurm_job:
+        return (f"restart: the target is {fleet}: Pulse restarts several nodes only through Slurm (--slurm-job ID); "
+                "restart one node with --host NODE")
+    if command in ("watch", "journal", "report"):
+        return f"{command}: the target is {fleet}: the run journal is kept for one machine; give --host NODE"
+    if command == "dump" and pid is not None:
+        return f"dump: --pid names a process on one machine, but the target is {fleet}: give --host NODE with --pid"
+    return None

@@ -1,0 +1,208 @@
+"""Replay of the real runs captured on an H200 host (tests/data/real, see its README) through
+Pulse's real parsers: each capture becomes the two agent lines a diagnosis would have sampled
+(parsed by console.observe.sampler.parse_sample), the log's lines with the times they were
+written (into a RunState, as the console's follower fills it), and the py-spy dumps of every
+process (parsed and summarised as a diagnosis does). What comes out is the Evidence that
+console.diagnose.diagnose judges."""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_left
+from dataclasses import replace
+from pathlib import Path
+
+from console.config import Config, RunConfig
+from console.diagnose import Evidence
+from console.actions.pyspy import DumpError
+from console.evidence import dump_order, from_samples, with_dumps
+from console.model import LogLine, Sample
+from console.observe.agent import python_unbuffered_flag, run_env
+from console.observe.follow import MAX_LINE_BYTES
+from console.observe.lines import classify_line
+from console.observe.nccl import FlightRecord, dump_rank, parse_flight_record
+from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json
+from console.observe.sampler import parse_sample
+from console.observe.textsafe import sanitize
+from console.state import RunState
+
+REAL = Path(__file__).resolve().parent / "data" / "real"
+CLOCK_TICKS = 100
+#: The capture read each process's /proc/PID/stat twice, this far apart.
+STAT_GAP_S = 1.0
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+class Capture:
+    """One scenario folder of tests/data/real."""
+
+    def __init__(self, name: str, *, ended: bool = False) -> None:
+        """`ended`: look after the job ended (its whole log, no process left) instead of at the snapshot."""
+        self.name = name
+        self.ended = ended
+        self.folder = REAL / name
+        self.meta = json.loads((self.folder / "meta.json").read_text())
+        self.snapshot = json.loads((self.folder / "snapshot.json").read_text())
+        self.writes = [json.loads(line) for line in (self.folder / "write_times.jsonl").read_text().splitlines()]
+        trimmed = (self.folder / "trim.json").exists()
+        # A trimmed log (lightning_tqdm) kept only its start, written without a pause: its end stands for the snapshot.
+        self.now = self.writes[-1]["t"] if trimmed else self.snapshot["monotonic"]
+        if ended:
+            self.now = self.meta["end_monotonic"]
+        self.config = Config(run=RunConfig(log=f"/tmp/cap/{name}/run.log", match=self.meta["match"]))
+
+    def unix(self, monotonic: float) -> float:
+        return self.snapshot["unix"] + (monotonic - self.snapshot["monotonic"])
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def run_processes(self) -> list[dict]:
+        """The run's processes as captured: its root and every descendant (never the neighbour)."""
+        captured = json.loads((self.folder / "processes.json").read_text())
+        pids = {self.meta["pid"]}
+        for _ in captured:
+            pids |= {p["pid"] for p in captured if p["stat"]["ppid"] in pids}
+        if self.ended:
+            return []
+        # A zombie has no command line left: the agent's match cannot find it, as it could not here.
+        return [p for p in captured if p["pid"] in pids and any(p["cmdline"])]
+
+    def _process_record(self, p: dict, later: bool) -> dict:
+        stat = p["stat_1s_later"] if later else p["stat"]
+        ticks = stat["utime"] + stat["stime"]
+        before = p["stat"]["utime"] + p["stat"]["stime"]
+        environ = [f"{k}={v}" for k, v in p.get("environ", {}).items()]
+        return {
+            "pid": p["pid"],
+            "ppid": stat["ppid"],
+            "state": stat["state"],
+            "elapsed_s": round(self.now - stat["starttime"] / CLOCK_TICKS, 2),
+            "threads": stat["num_threads"],
+            "rss_mib": 0.0,
+            "cpu_pct": round((ticks - before) / CLOCK_TICKS / STAT_GAP_S * 100.0, 1) if later else None,
+            "cpu_s": round(ticks / CLOCK_TICKS, 2),
+            "cmdline": " ".join(p["cmdline"]),
+            "nspid": [p["pid"]],
+            "stdout": p.get("fd1"),
+            "unbuffered": python_unbuffered_flag(p["cmdline"]) or bool(p.get("environ", {}).get("PYTHONUNBUFFERED")),
+            "children": [],
+            "thread_cpu": [],
+            "env": run_env(environ),
+        }
+
+    # -- GPUs ---------------------------------------------------------------------------------
+
+    def _gpu_part(self, source: str, with_process_use: bool) -> dict:
+        if source == "nvidia-smi":
+            part = {
+                "gpu_source": "nvidia-smi",
+                "smi_gpu_csv": (self.folder / "smi_query_gpu.csv").read_text(),
+                "smi_apps_csv": (self.folder / "smi_apps.csv").read_text(),
+            }
+            if with_process_use:
+                part["smi_pmon"] = (self.folder / "smi_pmon.txt").read_text()
+            return part
+        nvml = json.loads((self.folder / "nvml.json").read_text())
+        gpus, process_sm = [], {}
+        for g in nvml["gpus"]:
+            gpus.append(
+                {
+                    "index": g["index"],
+                    "uuid": g["uuid"],
+                    "name": "NVIDIA H200",
+                    "utilization_pct": float(g["utilization"]["gpu"]),
+                    "processes": [
+                        {"pid": p["pid"], "used_mib": p["used_bytes"] // (1 << 20), "name": None}
+                        for p in g["compute_processes"]
+                    ],
+                }
+            )
+            samples: dict[int, list[float]] = {}
+            for sample in g.get("process_utilization") or []:
+                samples.setdefault(sample["pid"], []).append(sample["smUtil"])
+            process_sm[str(g["index"])] = [[pid, sum(v) / len(v)] for pid, v in samples.items()]
+        part = {"gpu_source": "nvml", "gpus": gpus}
+        if with_process_use:
+            part["process_sm"] = process_sm
+        return part
+
+    # -- the log ------------------------------------------------------------------------------
+
+    def _written(self, until: float) -> tuple[int, float]:
+        """(size, time of the last write) of the log at monotonic time `until`."""
+        seen = [w for w in self.writes if w["t"] <= until]
+        last = seen[-1] if seen else self.writes[0]
+        return last["offset"], last["t"]
+
+    def _log_record(self, at: float) -> dict:
+        size, written = self._written(at)
+        return {"path": self.config.run.log, "exists": True, "size": size, "mtime": self.unix(written), "inode": 1}
+
+    def log_bytes(self, until: float | None = None) -> bytes:
+        """What the log held at monotonic time `until` (now by default)."""
+        size, _ = self._written(self.now if until is None else until)
+        return (self.folder / "run.log").read_bytes()[:size]
+
+    def lines(self, until: float | None = None) -> list[LogLine]:
+        """The log's lines (a bar's `\\r` redraws each one) written by `until`, each with the time of its write."""
+        data = self.log_bytes(until)
+        offsets = [w["offset"] for w in self.writes]
+        out: list[LogLine] = []
+        start = 0
+        for match in _LINE_END.finditer(data):
+            raw, start = data[start : match.start()], match.end()
+            if not raw.strip():
+                continue
+            text, cut = sanitize(raw.decode("utf-8", "replace"), MAX_LINE_BYTES)
+            write = self.writes[min(bisect_left(offsets, match.end()), len(self.writes) - 1)]
+            out.append(LogLine(len(out) + 1, text, classify_line(text), cut, write["t"]))
+        return out
+
+    # -- the evidence -------------------------------------------------------------------------
+
+    def samples(self, source: str = "nvidia-smi") -> tuple[Sample, Sample]:
+        processes = self.run_processes()
+        lines = []
+        for later, at in ((False, self.now - STAT_GAP_S), (True, self.now)):
+            line = {
+                "t": self.unix(at),
+                **self._gpu_part(source, with_process_use=later),
+                "processes": [self._process_record(p, later) for p in processes],
+                "process_error": None,
+                "in_pid_namespace": False,
+                "log": self._log_record(at),
+            }
+            lines.append(parse_sample(json.loads(json.dumps(line))))
+        return lines[0], lines[1]
+
+    def evidence(self, source: str = "nvidia-smi", *, stacks: bool = True) -> Evidence:
+        first, last = self.samples(source)
+        state = RunState(clock=lambda: self.now)
+        state.add_lines(self.lines())
+        evidence = from_samples(first, last, self.config, state, timed=True)
+        if evidence.nccl:
+            evidence = replace(evidence, flight=self.flight_records())
+        if not stacks or not last.processes:
+            return evidence
+        return with_dumps(evidence, [(process, self.dump(process.pid)) for process in dump_order(last.processes)])
+
+    def flight_records(self) -> tuple[FlightRecord, ...]:
+        """The ranks' flight-recorder dumps, through the restricted unpickler (none when the run wrote none)."""
+        prefix = str(self.folder / "nccl_trace_rank_")
+        dumps = sorted(self.folder.glob("nccl_trace_rank_[0-9]"))
+        return tuple(parse_flight_record(path.read_bytes(), dump_rank(str(path), prefix)) for path in dumps)
+
+    def dump(self, pid: int) -> ProcessDump | DumpError:
+        """The captured `py-spy dump --json` of `pid`, or its failure as the dump action reports it."""
+        text = (self.folder / "pyspy" / f"{pid}.json").read_text()
+        try:
+            return next(d for d in parse_dump_json(text) if d.pid == pid)
+        except ValueError:
+            code, advice = classify_error(text, 1)
+            return DumpError(code, f"py-spy on pid {pid}: {advice}")
+
+
+def scenarios() -> list[str]:
+    """Every captured run (the neighbour has no snapshot of its own)."""
+    return sorted(p.parent.name for p in REAL.glob("*/snapshot.json"))

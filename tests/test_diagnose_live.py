@@ -1,0 +1,78 @@
+"""`pulse check --json` on real process trees, locally and over the real sshd: a torchrun-like
+job whose rank 1 never reaches the all-reduce, and a DataLoader-like run whose workers hang
+while an unrelated process keeps the (stand-in) GPU busy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_check import CAPTURED_GPU_FIELDS, H200, PROCS, Run, check, write_nvidia_smi  # noqa: F401  (fixture)
+from tests.test_restart import procs  # noqa: F401  (fixture)
+
+#: `nvidia-smi pmon -c 1 -s u` as a 550-series driver prints it: two header lines, then one row per process.
+PMON_HEADER = (
+    "# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command \n"
+    "# Idx           #    C/G      %      %      %      %      %      %    name \n"
+)
+
+
+def shared_gpu_stand_in(folder: Path, run_pid: int, other_pid: int) -> Path:
+    """An nvidia-smi for one H200 at 95 % in use, all of it by `other_pid`; the run's pid holds memory, idle."""
+    gpu = dict(zip(CAPTURED_GPU_FIELDS, (H200 / "smi_query_gpu_busy.txt").read_text().strip().split(", ")))
+    gpu["utilization.gpu"] = "95"
+    uuid_ = gpu["uuid"]
+    apps = [
+        {"gpu_uuid": uuid_, "pid": str(other_pid), "used_memory": "30512", "process_name": "python3"},
+        {"gpu_uuid": uuid_, "pid": str(run_pid), "used_memory": "21610", "process_name": "python3"},
+    ]
+    pmon = PMON_HEADER + (
+        f"    0    {other_pid:>7}     C     95     41      -      -      -      -    python3        \n"
+        f"    0    {run_pid:>7}     C      -      -      -      -      -      -    python3        \n"
+    )
+    return write_nvidia_smi(folder, gpu, apps, pmon)
+
+
+def by_label(report: dict) -> dict[str, dict]:
+    return {p["label"].split(" · ")[0]: p for p in report["processes"]}
+
+
+def test_a_two_rank_hang_names_the_rank_not_in_the_all_reduce(procs, tmp_path, check):
+    run = Run(procs, tmp_path, "torchrun", "--nproc_per_node", "2", str(PROCS / "straggler_rank.py"))
+    run.wait_for_text("rank 0 step 5")
+    run.wait_for_text("rank 1 step 5")
+    run.wait_silent()
+    status, report, _ = check(*run.flags)
+    assert (status, report["verdict"]) == (1, "hung"), report["summary"]
+    roles = by_label(report)
+    assert set(roles) == {"launcher (torchrun)", "rank 0", "rank 1"}
+    assert roles["rank 0"]["rank"] == 0 and roles["rank 1"]["rank"] == 1
+    assert roles["rank 0"]["cpu_pct"] > 5.0  # spinning: busy by the CPU counter, yet waiting
+    rank1 = roles["rank 1"]["pid"]
+    assert report["summary"].startswith("rank 0 waits in all_reduce; rank 1 is not in it, in read_batch (straggler_rank.py:")
+    assert f"rank 1 (pid {rank1}) stopped in read_batch (straggler_rank.py:" in "\n".join(report["evidence"])
+    assert "rank 1 is the straggler" in report["evidence"]
+    dumped = {s["pid"] for s in report["stacks"]}
+    assert dumped == {roles["rank 0"]["pid"], rank1}  # every rank, never the launcher
+    main0 = next(s for s in report["stacks"] if s["main"] and s["label"].startswith("rank 0"))
+    assert (main0["collective"], main0["wait"]) == ("all_reduce", "NCCL collective")
+
+
+def test_a_dataloader_hang_on_a_gpu_busy_with_another_job_is_hung(procs, tmp_path, check):
+    run = Run(procs, tmp_path, "loader_hang.py")
+    other = procs.start([sys.executable, str(PROCS / "busy_buffered.py")], stdout=subprocess.DEVNULL)
+    run.wait_for_text("waiting for the next batch")
+    main = run.popen.pid
+    smi = shared_gpu_stand_in(tmp_path, main, other.pid)
+    run.wait_silent()
+    status, report, _ = check(*run.flags, nvidia_smi=smi)
+    assert (status, report["verdict"]) == (1, "hung"), report["summary"]
+    labels = sorted(p["label"] for p in report["processes"])
+    assert labels == ["main · GPU 0", f"worker of pid {main}", f"worker of pid {main}"]
+    assert other.pid not in [p["pid"] for p in report["processes"]]
+    evidence = "\n".join(report["evidence"])
+    assert f"GPU 0 95%, none of it from the run: pid {other.pid} 95% is not the run's" in evidence
+    assert report["gpus"][0]["utilization_pct"] == 95.0
+    assert report["summary"].startswith("the main thread waits on its DataLoader workers (loader_hang.py:")
+    assert f"2 DataLoader workers of main (pid {main}) blocked in Dataset.__getitem__ (loader_hang.py:" in evidence

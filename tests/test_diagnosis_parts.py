@@ -1,0 +1,122 @@
+"""Pure pieces of the diagnosis on real text: pmon output, thread deaths in a log, NCCL lines,
+flight-recorder listings; and the flight-recorder read on a real target (the local one)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+
+import pytest
+
+from console.evidence import dump_prefixes, parse_flight_listing, read_flight_records, thread_deaths
+from console.model import LogLine, LogStatus, ProcessReading, Sample
+from console.observe.lines import classify_line
+from console.observe.nccl import DEFAULT_DUMP_PREFIX, nccl_fact
+from console.observe.smi import ParseError, parse_pmon
+from console.remote.target import LocalTarget
+from console.state import RunState
+from tests.real_captures import REAL
+
+WATCHDOG = REAL / "torchrun_watchdog"
+
+
+def test_pmon_of_a_shared_h200_host():
+    by_gpu = parse_pmon((REAL / "torchrun_hang" / "smi_pmon.txt").read_text())
+    assert by_gpu[0] == ((1061, 0.0), (1210, 16.0), (1217, 82.0))
+    assert dict(by_gpu[1])[590] == 98.0 and dict(by_gpu[1])[1218] == 0.0
+
+
+def test_pmon_without_processes_and_garbage():
+    idle = "# gpu         pid   type     sm    mem    enc    dec    command\n# Idx           #    C/G      %      %      %      %    name\n    0          -     -      -      -      -      -    -\n"
+    assert parse_pmon(idle) == {0: ()}
+    with pytest.raises(ParseError, match="no '# gpu pid ... sm' header"):
+        parse_pmon("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
+
+
+def log_lines(path: Path) -> list[LogLine]:
+    texts = path.read_text(errors="replace").replace("\r", "\n").splitlines()
+    return [LogLine(n, text, classify_line(text), time=float(n)) for n, text in enumerate(texts, 1)]
+
+
+@pytest.mark.parametrize(
+    "capture, thread, exception",
+    [
+        ("thread_oom", "TargetForwardLoop", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB."),
+        ("triton_oom_thread", "TargetWarmup-0", "triton.runtime.errors.OutOfResources: out of resource: shared memory,"),
+        ("pipeline_producer_dies", "producer", "RuntimeError: producer lost its data source: shard stream closed"),
+    ],
+)
+def test_a_thread_death_is_named_by_the_last_line_of_its_traceback(capture, thread, exception):
+    (death,) = thread_deaths(log_lines(REAL / capture / "run.log"))
+    assert death[0] == thread and death[1].startswith(exception)
+
+
+def test_a_chained_thread_traceback_ends_at_its_last_exception():
+    texts = [
+        "Exception in thread loader (worker):",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in f',
+        "KeyError: 'shard'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in f',
+        "RuntimeError: no shard left",
+        "step 10 | loss 2.0",
+    ]
+    lines = [LogLine(n, t, classify_line(t)) for n, t in enumerate(texts, 1)]
+    assert thread_deaths(lines) == [("loader", "RuntimeError: no shard left", 1, 10, 0.0)]
+    assert thread_deaths(lines[:1]) == []  # the traceback has not arrived yet
+
+
+def test_the_watchdog_lines_of_a_real_timeout():
+    text = (WATCHDOG / "run.log").read_text(errors="replace").splitlines()
+    facts = [f for line in text if (f := nccl_fact("", line)) is not None]
+    watchdog = next(f for f in facts if f.op)
+    assert (watchdog.rank, watchdog.op, watchdog.seq, watchdog.timeout_ms) == (0, "ALLREDUCE", 5530, 20000)
+    enqueued = {f.rank: f.seq for f in facts if "Last enqueued NCCL work" in f.text}
+    assert enqueued == {0: 5530, 1: 5529}
+
+
+def test_a_flight_listing_with_a_foreign_file_and_a_broken_dump():
+    prefix = "/tmp/run/nccl_trace_rank_"
+    good = base64.b64encode((WATCHDOG / "nccl_trace_rank_1").read_bytes()).decode()
+    listing = f"== {prefix}1\n{good}\n== {prefix}0\nbm90IGEgcGlja2xl\n== /tmp/other_9\n{good}\n"
+    (record,) = parse_flight_listing(listing, [prefix])
+    assert (record.rank, record.last_seq, record.last_op) == (1, 5529, "all_reduce")
+
+
+async def test_flight_records_are_read_from_the_prefix_the_ranks_were_given(tmp_path):
+    prefix = str(tmp_path / "fr" / "trace_")
+    Path(prefix).parent.mkdir()
+    for rank in (0, 1):
+        shutil.copy(WATCHDOG / f"nccl_trace_rank_{rank}", f"{prefix}{rank}")
+    rank = ProcessReading(1, 0, "S", 1.0, 1, 1.0, 0.0, "python -u train.py", run_env=(("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix),))
+    assert dump_prefixes((rank,)) == [prefix, DEFAULT_DUMP_PREFIX]
+    records = await read_flight_records(LocalTarget(), (rank,), timeout=10)
+    assert [(r.rank, r.last_seq, r.last_state) for r in records] == [(0, 5530, "scheduled"), (1, 5529, "completed")]
+
+
+def test_a_log_redrawn_with_carriage_returns_gets_its_rhythm_from_the_samples_mtimes():
+    """A tqdm bar writes every 0.1 s without a newline: lines come rarely, the log's mtime moves every sample."""
+    state = RunState(clock=lambda: 100.0)
+    state.add_lines([LogLine(1, "{'loss': '8.99'}", classify_line("{'loss': '8.99'}"), time=0.0)])
+    for second in range(10):
+        log = LogStatus("/w/train.log", True, size=1000 + 50 * second, mtime=5000.0 + second - 0.05, inode=7)
+        state.add_sample(Sample(time=5000.0 + second, log=log))
+    assert state.write_interval_s() == pytest.approx(1.0)
+    state.start_new_log("/w/train2.log")
+    assert state.write_interval_s() is None
+
+
+def test_a_thread_that_died_in_an_earlier_launch_is_forgotten_with_its_log():
+    texts = ["Exception in thread loader:", "Traceback (most recent call last):", "RuntimeError: gone"]
+    state = RunState(clock=lambda: 10.0)
+    state.add_lines([LogLine(n, t, classify_line(t), time=1.0) for n, t in enumerate(texts, 1)])
+    assert [d[0] for d in thread_deaths(state.current_lines())] == ["loader"]
+    state.start_new_log("/w/train2.log")
+    state.add_lines([LogLine(4, "Traceback (most recent call last):", classify_line("Traceback (most recent call last):"), time=2.0)])
+    assert [line.number for line in state.current_lines()] == [4]
+    assert thread_deaths(state.current_lines()) == []
