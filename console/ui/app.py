@@ -43,6 +43,7 @@ from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
 from console.ui.run_view import (
     FRAME_S,
+    LOADED_UPDATE_S,
     RATE_WINDOW_S,
     compose_run_panes,
     own_pids,
@@ -280,11 +281,11 @@ class PulseApp(ThemedApp):
             self.call_later(self._update_in_frame)
 
     def _update_in_frame(self) -> None:
-        """Update now, or, an update having run less than a frame ago (a flood), once that frame
-        is over: whatever arrives meanwhile joins the same batch."""
-        wait = self._updated_at + FRAME_S - time.monotonic()
-        if wait > 0:
-            self.set_timer(wait, self._update_pending)
+        """Update now, or, an update having run less than a frame ago (a flood), LOADED_UPDATE_S
+        after it: whatever arrives meanwhile joins the same batch."""
+        since = time.monotonic() - self._updated_at
+        if since < FRAME_S:
+            self.set_timer(LOADED_UPDATE_S - since, self._update_pending)
         else:
             self._update_pending()
 

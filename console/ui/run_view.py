@@ -24,6 +24,9 @@ RATE_WINDOW_S = 300.0
 #: New log lines and samples go to the panes at most once a frame (Textual draws at most 60 a
 #: second): they are on screen the frame after they arrive, and a flood is written in batches.
 FRAME_S = 1 / 60
+#: Under load (an update less than a frame after the last), updates are spaced this far apart
+#: instead: a flood is drawn 20 times a second, so drawing it does not starve the keys.
+LOADED_UPDATE_S = 0.05
 #: Values kept for the sparklines (they summarise to their width).
 SPARK_POINTS = 240
 #: The last rate is shown as stale past this many usual intervals (and at least this long).
