@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from console.paths import audit_log_path
-from console.remote.shell import Container
+from console.model import Container, MetricPattern
+from console.user_patterns import compile_metric_pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +71,6 @@ class GpuConfig:
     source: str = "auto"
     """'auto' (NVML, then nvidia-smi), 'nvml' or 'nvidia-smi'."""
     poll_s: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class MetricPattern:
-    """An extra regex from the config: a named group gives the metric's value."""
-
-    name: str
-    """tokens_per_s, samples_per_s, it_per_s, loss, step or total_steps."""
-    regex: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +333,6 @@ def _problem_at(text: str, source: str, line: int, message: str) -> str:
 
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Build a Config from TOML text; ConfigError lists every problem, one line each."""
-    from console.observe.lines import compile_metric_pattern  # lines imports MetricPattern from here
-
     if (nul := text.find("\x00")) >= 0:
         raise ConfigError([_problem_at(text, source, text.count("\n", 0, nul) + 1, "a NUL byte: not a text config")])
     try:

@@ -6,7 +6,7 @@ import pytest
 
 from console.cli import build_command_parser
 from console.config import Config, ConfigError, load_config, load_from_args, parse_config
-from console.remote.shell import Container
+from console.model import Container
 
 DESIGN_EXAMPLE = """
 [target]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from console.observe.lines import METRIC_NAMES, classify_line
+from console.model import METRIC_NAMES
+from console.observe.lines import classify_line
 from console.observe.textsafe import sanitize
 
 DATA = Path(__file__).parent / "data"

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from console.model import ConnectionState, ConnectionStatus
-from console.remote.shell import Container, script_argv
+from console.model import Container
+from console.remote.shell import script_argv
 
 
 class TargetError(Exception):
