@@ -21,7 +21,6 @@ import time
 from dataclasses import replace
 from typing import Literal
 
-from console.actions.pyspy import DumpError, dump
 from console.config import Config
 from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose
 from console.model import LogLine, ProcessReading, Sample
@@ -46,6 +45,7 @@ from console.observe.pyspy import (
     stack_signature,
     where,
 )
+from console.observe.pyspy_run import DumpError, dump
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote

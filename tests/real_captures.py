@@ -15,7 +15,6 @@ from pathlib import Path
 
 from console.config import Config, RunConfig
 from console.diagnose import Evidence
-from console.actions.pyspy import DumpError
 from console.evidence import dump_order, from_samples, with_dumps
 from console.model import LogLine, Sample
 from console.observe.agent import python_unbuffered_flag, run_env
@@ -23,6 +22,7 @@ from console.observe.follow import MAX_LINE_BYTES
 from console.observe.lines import classify_line
 from console.observe.nccl import FlightRecord, dump_rank, parse_flight_record
 from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json
+from console.observe.pyspy_run import DumpError
 from console.observe.sampler import parse_sample
 from console.observe.textsafe import sanitize
 from console.state import RunState

@@ -12,7 +12,8 @@ import pytest
 from console.config import TargetConfig
 from console.model import ConnectionState, ConnectionStatus
 from console.remote.connect import make_target
-from console.remote.ssh import SshTarget, backoff_delays, split_user
+from console.remote.ssh import SshTarget, backoff_delays
+from console.remote.target import split_user
 from console.remote.target import LocalTarget, TargetError
 from tests.sshd import SshServer, start_sshd
 

@@ -31,12 +31,12 @@ from console.actions.audit import (
     audit_refusal,
     checked_seconds,
 )
-from console.actions.pyspy import DumpError, dump_tree
 from console.actions.restart import PlanRefused, execute_restart, plan_restart
 from console.actions.warmup import execute_warmup, plan_warmup
 from console.config import Config
 from console.model import PROBLEM_KINDS
 from console.observe.pyspy import ProcessDump, ThreadStack, classify_wait, group_identical, is_user_frame
+from console.observe.pyspy_run import DumpError, dump_tree
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize
 from console.remote.connect import make_target

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from console.config import Config
 from console.diagnose import Evidence, Verdict, diagnose, severity
@@ -22,9 +23,8 @@ from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
 from console.model import ConnectionStatus
 from console.monitor import Monitor
 from console.remote.connect import make_target
-from console.remote.shell import command_line, script_argv
-from console.remote.ssh import split_user
-from console.remote.target import Channel, Target
+from console.remote.srun import SrunTarget
+from console.remote.target import Target, split_user
 from console.state import RATE_UNITS, RunState
 
 #: The cheap per-node verdict compares the latest sample with one about this old.
@@ -34,27 +34,6 @@ CLOSE_TIMEOUT_S = 10.0
 
 class FleetError(Exception):
     """The fleet cannot be formed (no nodes, the job is not running, Slurm failed): one line."""
-
-
-class SrunTarget(Target):
-    """A node of a Slurm job reached through `srun --overlap` on the control target (the login node).
-
-    Every command becomes one job step inside the job's allocation: no new resources, and no
-    SSH to the compute node. The control target's connection carries all of them.
-    """
-
-    def __init__(self, control: Target, slurm: SlurmClient, job_id: str, node: str, config: Config) -> None:
-        super().__init__(config.target.container)
-        self.control = control
-        self.slurm = slurm
-        self.job_id = job_id
-        self.node = node
-        self.label = f"{node} (srun {job_id})"
-        control.on_state(self._set_state)
-
-    async def open(self, script: str, *, login: bool = True) -> Channel:
-        inner = command_line(script_argv(script, self.container, login=login))
-        return await self.control.open(self.slurm.srun_script(self.job_id, self.node, inner), login=False)
 
 
 @dataclass
@@ -256,7 +235,8 @@ class Fleet:
         for i, name in enumerate(names):
             if t.reach == "srun":
                 node_cfg = node_config(config, name, i, job, log=logs[i])
-                target: Target = SrunTarget(control, slurm, job.job_id, name, node_cfg)
+                step = partial(slurm.srun_script, job.job_id, name)
+                target: Target = SrunTarget(control, step, f"{name} (srun {job.job_id})", node_cfg.target.container)
                 nodes.append(FleetNode(name, node_cfg, target, RunState()))
             else:
                 nodes.append(cls._node(config, name, i, job, logs[i]))

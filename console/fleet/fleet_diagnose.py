@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from console.actions.pyspy import DumpError, dump
 from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
 from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
@@ -22,6 +21,7 @@ from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind
 from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
 from console.observe.pyspy import ProcessDump
+from console.observe.pyspy_run import DumpError, dump
 from console.remote.target import TargetError
 
 #: The longest one node may take to be sampled before it counts as unreachable.

@@ -26,7 +26,7 @@ import asyncssh
 from console.config import TargetConfig
 from console.model import ConnectionState, ConnectionStatus
 from console.remote.shell import command_line, script_argv
-from console.remote.target import Channel, Target, TargetError
+from console.remote.target import Channel, Target, TargetError, split_user
 
 DEFAULT_MAX_CHANNELS = 8
 """Channels open at once on one connection; OpenSSH's MaxSessions defaults to 10."""
@@ -54,12 +54,6 @@ def backoff_delays(first: float = BACKOFF_FIRST_S, limit: float = BACKOFF_MAX_S)
     while True:
         yield delay * random.uniform(0.75, 1.0)
         delay = min(delay * 2, limit)
-
-
-def split_user(host: str) -> tuple[str | None, str]:
-    """`user@host` → (user, host); a bare host or alias → (None, host)."""
-    user, sep, name = host.rpartition("@")
-    return (user or None, name) if sep else (None, host)
 
 
 class _Permanent(TargetError):

@@ -662,7 +662,7 @@ class PulseApp(ThemedApp):
     @work(exclusive=True, exit_on_error=False, group="dump")
     async def run_dump(self, pid: int) -> None:
         """py-spy on the target (posts DumpReady, or a one-line refusal)."""
-        from console.actions.pyspy import DumpError, dump
+        from console.observe.pyspy_run import DumpError, dump
 
         try:
             result = await dump(self.target, pid, py_spy=self.config.target.py_spy)
