@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from console.backoff import Backoff
 from console.config import Config
 from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine
 from console.observe import follow_agent, progress
@@ -30,8 +31,9 @@ BACKLOG_BYTES = 1 << 20
 READ_SIZE = 1 << 20
 HEAD_BYTES = follow_agent.HEAD
 MAX_HEADER_BYTES = 65536
-#: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
-RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+#: Waits before starting the agent again after a loss (seconds): the first, and the longest.
+#: The SSH layer does its own backoff.
+RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
 REAP_S = 5.0
 #: The longest stretch of line work between two yields to the event loop (the UI shares it).
 SLICE_S = 0.01
@@ -185,7 +187,7 @@ class LogFollower:
 
     async def run(self) -> None:
         """Follow until cancelled, starting the agent again whenever it or its channel is lost."""
-        failures = 0
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         while True:
             try:
                 reason = await self._follow_once()
@@ -196,12 +198,11 @@ class LogFollower:
             except FollowProtocolError as exc:
                 reason = str(exc)
             if self.agent_pid is not None:
-                failures = 0  # it got as far as opening the file: a fresh loss, retry quickly
+                backoff.reset()  # it got as far as opening the file: a fresh loss, retry quickly
             self.agent_pid = None
-            delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
-            failures += 1
+            delay = backoff.next()
             self._emit(
-                f"log follower stopped: {reason}; restarting in {delay:g} s",
+                f"log follower stopped: {reason}; restarting in {delay:.2f} s",
                 {"ev": "disconnected", "reason": reason},
             )
             await asyncio.sleep(delay)
