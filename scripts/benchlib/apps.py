@@ -290,7 +290,7 @@ async def memory(spec: dict) -> dict:
         stdout=subprocess.PIPE,
         text=True,
     )
-    raw = [agent.stdout.readline() for _ in range(2)][-1]
+    raw = [agent.stdout.readline() for _ in range(3)][-1]  # the hello, then two samples
     agent.stdin.close()
     agent.wait(30)
     template = json.loads(raw)
