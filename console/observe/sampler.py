@@ -47,8 +47,9 @@ class SampleError(ProtocolError):
     """An agent line that is not a sample: one line saying what is wrong with it."""
 
 
-def _field(obj: dict, key: str, what: str) -> object:
-    return field(obj, key, what, SampleError)
+def _fields(obj: dict, what: str) -> Callable[[str], object]:
+    """A reader of `obj`'s fields: each must be present (it may be null where the protocol allows)."""
+    return lambda key: field(obj, key, what, SampleError)
 
 
 def agent_args(config: Config, interval_s: float, count: int, *, process_utilization: bool = False) -> list[str]:
@@ -114,28 +115,30 @@ def _dict(value: object, what: str) -> dict:
     return value
 
 
-def _nvml_gpu(raw: object) -> GpuReading:
-    g = _dict(raw, "a GPU")
-    processes = tuple(
-        GpuProcess(
-            pid=_int(_field(p, "pid", "a GPU process"), "a GPU process's pid"),
-            used_mib=_number(_field(p, "used_mib", "a GPU process"), "a GPU process's used_mib"),
-            name=_optional_text(_field(p, "name", "a GPU process")),
-        )
-        for p in (_dict(item, "a GPU process") for item in _list(_field(g, "processes", "a GPU"), "a GPU's processes"))
+def _gpu_process(raw: object) -> GpuProcess:
+    process = _fields(_dict(raw, "a GPU process"), "a GPU process")
+    return GpuProcess(
+        pid=_int(process("pid"), "a GPU process's pid"),
+        used_mib=_number(process("used_mib"), "a GPU process's used_mib"),
+        name=_optional_text(process("name")),
     )
+
+
+def _nvml_gpu(raw: object) -> GpuReading:
+    gpu = _fields(_dict(raw, "a GPU"), "a GPU")
+    processes = tuple(_gpu_process(p) for p in _list(gpu("processes"), "a GPU's processes"))
     return GpuReading(
-        index=_int(_field(g, "index", "a GPU"), "a GPU's index"),
-        uuid=_safe(_field(g, "uuid", "a GPU")),
-        name=_safe(_field(g, "name", "a GPU")),
-        memory_used_mib=_number(_field(g, "memory_used_mib", "a GPU"), "memory_used_mib"),
-        memory_total_mib=_number(_field(g, "memory_total_mib", "a GPU"), "memory_total_mib"),
-        utilization_pct=_number(_field(g, "utilization_pct", "a GPU"), "utilization_pct"),
-        temperature_c=_number(_field(g, "temperature_c", "a GPU"), "temperature_c"),
-        power_w=_number(_field(g, "power_w", "a GPU"), "power_w"),
-        power_limit_w=_number(_field(g, "power_limit_w", "a GPU"), "power_limit_w"),
+        index=_int(gpu("index"), "a GPU's index"),
+        uuid=_safe(gpu("uuid")),
+        name=_safe(gpu("name")),
+        memory_used_mib=_number(gpu("memory_used_mib"), "memory_used_mib"),
+        memory_total_mib=_number(gpu("memory_total_mib"), "memory_total_mib"),
+        utilization_pct=_number(gpu("utilization_pct"), "utilization_pct"),
+        temperature_c=_number(gpu("temperature_c"), "temperature_c"),
+        power_w=_number(gpu("power_w"), "power_w"),
+        power_limit_w=_number(gpu("power_limit_w"), "power_limit_w"),
         processes=processes,
-        error=_optional_text(_field(g, "error", "a GPU")),
+        error=_optional_text(gpu("error")),
     )
 
 
@@ -157,35 +160,35 @@ def _smi_gpus(gpu_csv: str | None, apps_csv: str | None) -> tuple[tuple[GpuReadi
 
 
 def _thread(raw: object) -> ThreadCpu:
-    t = _dict(raw, "a thread")
+    thread = _fields(_dict(raw, "a thread"), "a thread")
     return ThreadCpu(
-        tid=_int(_field(t, "tid", "a thread"), "a thread's tid"),
-        name=_safe(_field(t, "name", "a thread")),
-        cpu_pct=_number(_field(t, "cpu_pct", "a thread"), "a thread's cpu_pct"),
-        state=_safe(_field(t, "state", "a thread")),
+        tid=_int(thread("tid"), "a thread's tid"),
+        name=_safe(thread("name")),
+        cpu_pct=_number(thread("cpu_pct"), "a thread's cpu_pct"),
+        state=_safe(thread("state")),
     )
 
 
 def _process(raw: object) -> ProcessReading:
-    p = _dict(raw, "a process")
+    process = _fields(_dict(raw, "a process"), "a process")
     return ProcessReading(
-        pid=_int(_field(p, "pid", "a process"), "a process's pid"),
-        ppid=_int(_field(p, "ppid", "a process"), "a process's ppid"),
-        state=_safe(_field(p, "state", "a process")),
-        elapsed_s=_present_number(_field(p, "elapsed_s", "a process"), "elapsed_s"),
-        threads=_int(_field(p, "threads", "a process"), "threads"),
-        rss_mib=_present_number(_field(p, "rss_mib", "a process"), "rss_mib"),
-        cpu_pct=_number(_field(p, "cpu_pct", "a process"), "cpu_pct"),
-        cpu_s=_number(_field(p, "cpu_s", "a process"), "cpu_s"),
-        cmdline=_safe(_field(p, "cmdline", "a process")),
-        nspid=tuple(_int(n, "an NSpid") for n in _list(_field(p, "nspid", "a process"), "nspid")),
-        stdout=_optional_text(_field(p, "stdout", "a process")),
-        unbuffered=unbuffered if isinstance(unbuffered := _field(p, "unbuffered", "a process"), bool) else None,
-        children=tuple(_int(c, "a child pid") for c in _list(_field(p, "children", "a process"), "children")),
-        thread_cpu=tuple(_thread(t) for t in _list(_field(p, "thread_cpu", "a process"), "thread_cpu")),
+        pid=_int(process("pid"), "a process's pid"),
+        ppid=_int(process("ppid"), "a process's ppid"),
+        state=_safe(process("state")),
+        elapsed_s=_present_number(process("elapsed_s"), "elapsed_s"),
+        threads=_int(process("threads"), "threads"),
+        rss_mib=_present_number(process("rss_mib"), "rss_mib"),
+        cpu_pct=_number(process("cpu_pct"), "cpu_pct"),
+        cpu_s=_number(process("cpu_s"), "cpu_s"),
+        cmdline=_safe(process("cmdline")),
+        nspid=tuple(_int(n, "an NSpid") for n in _list(process("nspid"), "nspid")),
+        stdout=_optional_text(process("stdout")),
+        unbuffered=unbuffered if isinstance(unbuffered := process("unbuffered"), bool) else None,
+        children=tuple(_int(c, "a child pid") for c in _list(process("children"), "children")),
+        thread_cpu=tuple(_thread(t) for t in _list(process("thread_cpu"), "thread_cpu")),
         run_env=tuple(
             (name, _safe(value))
-            for name, value in sorted(_dict(_field(p, "env", "a process"), "a process's env").items())
+            for name, value in sorted(_dict(process("env"), "a process's env").items())
             if name in agent.RUN_ENV_KEYS
         ),
     )
@@ -194,24 +197,25 @@ def _process(raw: object) -> ProcessReading:
 def _log(raw: object) -> LogStatus | None:
     if raw is None:
         return None
-    log = _dict(raw, "log")
+    log_field = _fields(_dict(raw, "log"), "the log")
     return LogStatus(
-        path=_safe(_field(log, "path", "the log")),
-        exists=bool(_field(log, "exists", "the log")),
-        size=_int(_field(log, "size", "the log"), "the log's size"),
-        mtime=_present_number(_field(log, "mtime", "the log"), "the log's mtime"),
-        inode=_int(_field(log, "inode", "the log"), "the log's inode"),
+        path=_safe(log_field("path")),
+        exists=bool(log_field("exists")),
+        size=_int(log_field("size"), "the log's size"),
+        mtime=_present_number(log_field("mtime"), "the log's mtime"),
+        inode=_int(log_field("inode"), "the log's inode"),
     )
 
 
 def parse_sample(obj: dict) -> Sample:
     """A Sample from one decoded agent line; SampleError when its shape is wrong."""
     obj = _dict(obj, "the line")
-    time = _present_number(_field(obj, "t", "the line"), "t")
-    source = _field(obj, "gpu_source", "the line")
-    gpu_error = _optional_text(_field(obj, "gpu_error", "the line"))
+    line = _fields(obj, "the line")
+    time = _present_number(line("t"), "t")
+    source = line("gpu_source")
+    gpu_error = _optional_text(line("gpu_error"))
     # Both ways of reading GPUs are always in the line; gpu_source says which one holds them.
-    nvml_gpus, smi_gpu_csv, smi_apps_csv = (_field(obj, key, "the line") for key in ("gpus", "smi_gpu_csv", "smi_apps_csv"))
+    nvml_gpus, smi_gpu_csv, smi_apps_csv = line("gpus"), line("smi_gpu_csv"), line("smi_apps_csv")
     if source == "nvidia-smi":
         gpus, parse_error = _smi_gpus(smi_gpu_csv, smi_apps_csv)
         gpu_error = "; ".join(e for e in (gpu_error, parse_error) if e) or None
@@ -219,7 +223,7 @@ def parse_sample(obj: dict) -> Sample:
         gpus = tuple(_nvml_gpu(g) for g in _list(nvml_gpus, "gpus"))
     else:
         raise SampleError(f"gpu_source is {source!r:.40}, not nvml, nvidia-smi or none")
-    processes = tuple(_process(p) for p in _list(_field(obj, "processes", "the line"), "processes"))
+    processes = tuple(_process(p) for p in _list(line("processes"), "processes"))
     gpus, use_error = _with_process_use(gpus, obj)
     if use_error:
         gpu_error = "; ".join(e for e in (gpu_error, use_error) if e)
@@ -229,9 +233,9 @@ def parse_sample(obj: dict) -> Sample:
         gpu_source=source,
         gpu_error=gpu_error,
         processes=label_processes(processes, gpus),
-        process_error=_optional_text(_field(obj, "process_error", "the line")),
-        in_pid_namespace=_field(obj, "in_pid_namespace", "the line") is True,
-        log=_log(_field(obj, "log", "the line")),
+        process_error=_optional_text(line("process_error")),
+        in_pid_namespace=line("in_pid_namespace") is True,
+        log=_log(line("log")),
     )
 
 
