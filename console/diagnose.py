@@ -18,6 +18,11 @@ rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` ove
 After QUIET_SHOWN_INTERVALS usual gaps without a write the summary says "quiet N s,
 usually writes every X s" instead of "its log progresses".
 
+A log that showed a framework starting a progress display drawn only on a terminal
+(Lightning's RichProgressBar; console.observe.progress) and no progress since says nothing
+by its silence: the run's own processes tell, and the verdict names the framework and the
+setting that puts progress into the log, never "log progresses".
+
 | verdict             | when                                                                             | key |
 | ------------------- | -------------------------------------------------------------------------------- | --- |
 | unknown             | no process reading and no log reading at all                                     | —   |
@@ -27,11 +32,12 @@ usually writes every X s" instead of "its log progresses".
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
 | dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | l   |
 | hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | R |
+| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | — |
 | buffered            | alive, busy, silent, stdout a regular file without -u                            | R   |
 | hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | p |
 | unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
-| healthy             | the log progresses (in a PID namespace, unseen GPU PIDs are an evidence line)    | —   |
+| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | — |
 | unknown             | otherwise (no log to judge progress by)                                          | l   |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
@@ -45,6 +51,7 @@ from dataclasses import dataclass
 from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
+from console.observe.progress import TerminalOnlyProgress
 from console.state import RATE_UNITS
 from console.units import format_indices, spread
 
@@ -194,6 +201,8 @@ class Evidence:
     """Ranks or main processes that could not be dumped while others were, each with why."""
     launched_at: float | None = None
     """When the console last launched the run (target clock), None when it did not."""
+    terminal_only_progress: TerminalOnlyProgress | None = None
+    """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
 
 
 @dataclass(frozen=True)
@@ -377,6 +386,10 @@ class _Diagnosis:
 
     def _busy_gpu(self) -> bool:
         return any(self._gpu_busy_by_run(g) for g in self.ev.gpus)
+
+    def _busy(self) -> bool:
+        """The run works (CPU or its own GPU use, not a spinning wait), and no rank is stopped on its own."""
+        return (self._busy_cpu() or self._busy_gpu()) and not self._blocked_ranks()
 
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
@@ -587,13 +600,20 @@ class _Diagnosis:
             return [f"log {ev.log_path} does not exist"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
         if ev.log_silent_s is not None and ev.log_growth == 0:
-            how = "set by [stall] log_silent_s" if self.stall.log_silent_s is not None else "from its rhythm"
+            if self.stall.log_silent_s is not None:
+                how = "set by [stall] log_silent_s"
+            elif ev.log_write_interval_s is None:
+                how = "until its rhythm is learned"
+            else:
+                how = "from its rhythm"
             lines.append(
                 f"log silent {_seconds(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
                 f"(a stall after {_seconds(self._log_limit())}, {how})"
             )
         elif ev.log_write_interval_s is not None:
             lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
+        if ev.terminal_only_progress is not None:
+            lines.append(f"no progress reaches the log: {ev.terminal_only_progress.advice}")
         if ev.rate_silent_s is not None:
             usual = f"usually every {_seconds(ev.rate_interval_s)}" if ev.rate_interval_s else "usual interval not learned yet"
             lines.append(f"last throughput line {_seconds(ev.rate_silent_s)} ago ({usual})")
@@ -691,6 +711,9 @@ class _Diagnosis:
         if dead and (self._quiet() or not self._busy_cpu()):  # a busy run may still log its next step
             return self._thread_died(dead)
 
+        hidden = ev.terminal_only_progress
+        if hidden is not None and self._busy():  # its log's silence says nothing: the processes do
+            return self._progress_off_log(hidden, "the run is busy")
         if self._silent():
             return self._stalled()
 
@@ -704,6 +727,8 @@ class _Diagnosis:
             )
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
+            if hidden is not None:
+                return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")
             if self._quiet():
                 summary = f"its log is {self._quiet_text()}; the run is alive"
             else:
@@ -722,6 +747,16 @@ class _Diagnosis:
             self._process_lines() + self._log_lines() + self._gpu_lines(),
             "configure the run's log (--log) so progress can be judged, or read it (l)",
             "l",
+        )
+
+    def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
+        """Healthy as far as can be told: the framework draws its progress on a terminal the log never sees."""
+        return Verdict(
+            "healthy",
+            f"its progress goes only to a terminal ({hidden.framework}), not to its log; {state}",
+            self._log_lines() + self._process_lines() + self._gpu_lines() + self._stack_lines(),
+            hidden.advice,
+            None,
         )
 
     def _not_alive(self) -> Verdict:
@@ -806,8 +841,7 @@ class _Diagnosis:
 
     def _stalled(self) -> Verdict:
         ev = self.ev
-        working = self._working()
-        busy = (bool(working) or self._busy_gpu()) and not self._blocked_ranks()
+        busy = self._busy()
         waiting = self._waiting_pids()
         to_file = [
             p

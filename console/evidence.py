@@ -5,7 +5,8 @@ delta, GPUs with each process's SM % on the second, the log's stat at both ends 
 window) and the log's last bytes (problem kinds, throughput, dead threads, NCCL lines),
 unless the console already follows the log into a RunState. When NCCL's watchdog spoke, the
 ranks' flight-recorder dumps are read. Then, only when the run looks stuck (silent, idle or
-busy), every rank and worker is dumped with py-spy in parallel, each summarised per thread.
+busy) or its progress is drawn only on a terminal (its log cannot tell), every rank and worker
+is dumped with py-spy in parallel, each summarised per thread.
 A key press to a verdict stays under ~3 s.
 """
 
@@ -112,7 +113,8 @@ async def gather(
         evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
     if dump_stacks == "never" or not evidence.processes:
         return evidence
-    if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK:
+    # A log that cannot show progress (drawn only on a terminal) leaves the stacks to tell work from a spinning wait.
+    if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK and evidence.terminal_only_progress is None:
         return evidence
     return await with_stacks(target, config, evidence)
 
@@ -183,10 +185,14 @@ async def read_tail(target: Target, config: Config, *, timeout: float, tail_byte
     if not config.run.log:
         return []
     result = await target.run(tail_script(config.run.log, tail_bytes), timeout)
-    raws = result.stdout.split("\n")
+    return tail_lines(result.stdout, config, time.monotonic())
+
+
+def tail_lines(tail: str, config: Config, now: float) -> list[LogLine]:
+    """The lines of a log's tail as tail_script printed it, made safe and classified, all read at `now`."""
+    raws = tail.split("\n")
     if raws and not raws[-1]:
         raws.pop()
-    now = time.monotonic()
     out = []
     for number, raw in enumerate(raws, 1):
         text, cut = sanitize(raw, MAX_LINE_BYTES)
@@ -307,7 +313,12 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     nccl = [fact for line in lines if (fact := _nccl_line(line.text)) is not None][-MAX_NCCL_FACTS:]
     metric = state.rate_metric
     values = state.rate_values()[-RATE_VALUES:]
-    fields: dict = {"problems": problems, "dead_threads": dead, "nccl": tuple(nccl)}
+    fields: dict = {
+        "problems": problems,
+        "dead_threads": dead,
+        "nccl": tuple(nccl),
+        "terminal_only_progress": state.terminal_only_progress,
+    }
     if timed:
         fields["log_write_interval_s"] = state.write_interval_s()
     if metric is None or not values:

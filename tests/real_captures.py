@@ -139,10 +139,14 @@ class Capture:
         size, written = self._written(at)
         return {"path": self.config.run.log, "exists": True, "size": size, "mtime": self.unix(written), "inode": 1}
 
+    def log_bytes(self, until: float | None = None) -> bytes:
+        """What the log held at monotonic time `until` (now by default)."""
+        size, _ = self._written(self.now if until is None else until)
+        return (self.folder / "run.log").read_bytes()[:size]
+
     def lines(self, until: float | None = None) -> list[LogLine]:
         """The log's lines (a bar's `\\r` redraws each one) written by `until`, each with the time of its write."""
-        size, _ = self._written(self.now if until is None else until)
-        data = (self.folder / "run.log").read_bytes()[:size]
+        data = self.log_bytes(until)
         offsets = [w["offset"] for w in self.writes]
         out: list[LogLine] = []
         start = 0

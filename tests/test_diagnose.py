@@ -18,6 +18,7 @@ from console.diagnose import (
     worse,
 )
 from console.model import GpuProcess, GpuReading, LineKind, ProcessReading, ThreadCpu
+from console.observe.progress import LIGHTNING_RICH
 
 CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(baseline_tokens_per_s=14200))
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."
@@ -208,6 +209,41 @@ def test_busy_and_silent_with_unbuffered_stdout_is_not_called_buffered():
     verdict = diagnose(spinning, CONFIG)
     assert verdict.name == "unknown"
     assert verdict.key == "p"
+
+
+# -- progress drawn only on a terminal ----------------------------------------------------------
+
+#: Silent 5 min 12 s past the limit, no throughput ever logged: the log showed Lightning's RichProgressBar starting.
+TERMINAL_ONLY = replace(
+    HUNG, rate_metric=None, rate_now=None, rate_silent_s=None, rate_interval_s=None, terminal_only_progress=LIGHTNING_RICH
+)
+
+
+def test_a_run_whose_progress_goes_only_to_a_terminal_is_still_hung_when_idle_and_its_stacks_wait():
+    stacks = (StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← fit (train.py:40)", main=True),)
+    verdict = diagnose(replace(TERMINAL_ONLY, stacks=stacks), CONFIG)
+    assert (verdict.name, verdict.key) == ("hung", "p")
+    assert verdict.summary == "the main thread waits on queue in fit (train.py:40); quiet 5 min 12 s"
+    assert f"no progress reaches the log: {LIGHTNING_RICH.advice}" in verdict.evidence
+
+
+def test_a_run_whose_progress_goes_only_to_a_terminal_is_healthy_while_it_works_and_hung_when_it_only_spins():
+    spinning = replace(TERMINAL_ONLY, processes=(proc(cpu=100.0),))
+    busy = diagnose(spinning, CONFIG)
+    assert busy.name == "healthy" and busy.next_step == LIGHTNING_RICH.advice
+    assert busy.summary == "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy"
+    in_all_reduce = StackSummary(447, 447, "MainThread", False, "NCCL collective", "all_reduce (distributed_c10d.py:2806)",
+                                 main=True, collective="all_reduce")
+    assert diagnose(replace(spinning, stacks=(in_all_reduce,)), CONFIG).name == "hung"
+
+
+def test_an_idle_run_whose_progress_goes_only_to_a_terminal_is_not_said_to_progress_before_the_limit():
+    verdict = diagnose(replace(TERMINAL_ONLY, log_silent_s=200.0), CONFIG)
+    assert verdict.name == "healthy"
+    assert verdict.summary == (
+        "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; "
+        "the run is alive but not busy; quiet 3 min 20 s, its rhythm not learned yet"
+    )
 
 
 def test_dead_quotes_the_last_problem_lines():

@@ -4,11 +4,16 @@ the real parsers and the pure diagnosis, and the verdict must be the truth."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 
+from console.config import StallConfig
 from console.diagnose import diagnose
+from console.evidence import dump_order, from_samples, tail_lines, with_dumps
 from console.observe.nccl import parse_flight_record
+from console.observe.progress import LIGHTNING_RICH
+from console.state import RunState
 from tests.real_captures import REAL, Capture, scenarios
 
 #: Each captured run: the verdict it must get and words its summary or evidence must hold (per GPU
@@ -40,8 +45,16 @@ EXPECTED = {
             "log silent 46 s, usually writes every 0.1 s (a stall after 10 s, from its rhythm)",
         ],
     ),
-    # RichProgressBar draws nothing into a file: silent and busy, not yet past the unlearned limit.
-    "lightning_rich": ("healthy", ["its log is quiet 69 s, its rhythm not learned yet; the run is alive"]),
+    # RichProgressBar draws nothing into a file: silent 69 s, and busy training (its stacks run Trainer.fit).
+    "lightning_rich": (
+        "healthy",
+        [
+            "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy",
+            "no progress reaches the log: RichProgressBar draws only on a terminal; "
+            "for progress in the log use Trainer(callbacks=[TQDMProgressBar(refresh_rate=50)])",
+            'thread "MainThread" running: Trainer.fit (trainer.py:584) ← <module> (lightning_bar.py:37)',
+        ],
+    ),
     "lightning_tqdm": ("healthy", ["the run is alive and its log progresses"]),
     "pipeline_healthy": ("healthy", ["the run is alive and its log progresses"]),
     "pipeline_producer_dies": (
@@ -164,3 +177,22 @@ def test_the_header_stops_saying_healthy_within_30_s_of_silence_for_a_run_that_w
     assert all(v.name == "healthy" for s, v in verdicts.items() if s < first_not_healthy)
     assert "log progresses" not in verdicts[first_not_healthy - 1].summary  # quiet before the stall
     assert verdicts[first_not_healthy].summary.endswith("quiet 21 s, usually writes every 1 s")
+
+
+@pytest.mark.parametrize("stacks", [True, False], ids=["pulse check", "header"])
+def test_a_busy_run_whose_progress_goes_only_to_a_terminal_is_never_stalled_by_its_silent_log(stacks):
+    """lightning_rich as `pulse check` reads it (the log's tail, no follower), past a 30 s stall limit:
+    its 69 s of silence is the RichProgressBar's, and its main process trains."""
+    capture = Capture("lightning_rich")
+    config = replace(capture.config, stall=StallConfig(log_silent_s=30))
+    state = RunState(clock=lambda: capture.now)
+    state.add_lines(tail_lines(capture.log_bytes().decode(), config, capture.now))
+    first, last = capture.samples()
+    evidence = from_samples(first, last, config, state, timed=False)
+    if stacks:
+        evidence = with_dumps(evidence, [(p, capture.dump(p.pid)) for p in dump_order(last.processes)])
+    assert evidence.terminal_only_progress is LIGHTNING_RICH and evidence.log_silent_s > 30
+    verdict = diagnose(evidence, config)
+    assert (verdict.name, verdict.key) == ("healthy", None)
+    assert verdict.summary == "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy"
+    assert "log progresses" not in verdict.summary and "TQDMProgressBar" in verdict.next_step

@@ -266,7 +266,7 @@ def signal_targets(
     return targets
 
 
-async def _proc_info(target: Target, pids: list[int]) -> dict[int, tuple[str, int, int]]:
+async def read_proc_info(target: Target, pids: list[int]) -> dict[int, tuple[str, int, int]]:
     """PID → (state, pgid, start_ticks) for those of `pids` that exist now."""
     if not pids:
         return {}
@@ -406,7 +406,8 @@ class _Timing:
     launch_timeout_s: float
 
 
-async def _send(target: Target, signal_name: str, signals: list[SignalTarget]) -> dict[int, str]:
+async def send_signals(target: Target, signal_name: str, signals: list[SignalTarget]) -> dict[int, str]:
+    """Signal each target only while it is still the process planned (same start time): PID → what the target said."""
     if not signals:
         return {}
     calls = "\n".join(f"sig {signal_name} {s.pid} {s.start_ticks} {s.dest}" for s in signals)
@@ -416,7 +417,7 @@ async def _send(target: Target, signal_name: str, signals: list[SignalTarget]) -
 
 async def _alive(target: Target, plan: RestartPlan) -> dict[int, str]:
     """Planned PIDs that still are the planned process → their state (Z included)."""
-    info = await _proc_info(target, [p.pid for p in plan.processes])
+    info = await read_proc_info(target, [p.pid for p in plan.processes])
     return {p.pid: info[p.pid][0] for p in plan.processes if p.pid in info and info[p.pid][2] == p.start_ticks}
 
 
@@ -436,7 +437,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
         yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop")
         return
     yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + " ".join(s.dest for s in plan.signals))
-    said = await _send(target, "TERM", list(plan.signals))
+    said = await send_signals(target, "TERM", list(plan.signals))
     for pid, what in said.items():
         if what == "reused":
             yield StepEvent(step, StepStatus.WARNING, f"PID {pid} is now another process: not signalled", {"pid": pid})
@@ -448,7 +449,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
             step, StepStatus.RUNNING, f"still running after {t.grace_s:g} s: SIGKILL to {' '.join(map(str, survivors))}"
         )
         by_pid = {p.pid: p for p in plan.processes}
-        await _send(target, "KILL", [SignalTarget(pid, by_pid[pid].start_ticks, str(pid)) for pid in survivors])
+        await send_signals(target, "KILL", [SignalTarget(pid, by_pid[pid].start_ticks, str(pid)) for pid in survivors])
         killed = len(survivors)
         left = await _wait_gone(target, plan, t.kill_wait_s, t.poll_s)
     for pid, state in sorted(left.items()):
@@ -599,7 +600,7 @@ async def _verify(
     try:
         size_at_launch = await _log_size(target, plan.log)
         await asyncio.sleep(t.verify_after_s)
-        info = await _proc_info(target, [pid])
+        info = await read_proc_info(target, [pid])
         size_now = await _log_size(target, plan.log)
         grew = size_now is not None and size_now > (size_at_launch or 0)
         gone = info.get(pid, ("gone",))[0] in ("gone", "Z", "X")

@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from console.actions.audit import ActionRefused, AuditLog, OutputLine, StepEvent, StepStatus, audited, refuse_if_read_only
-from console.actions.restart import SignalTarget, _proc_info, _send
+from console.actions.restart import SignalTarget, read_proc_info, send_signals
 from console.config import Config
 from console.remote.target import Target
 
@@ -55,7 +55,7 @@ async def plan_signal(target: Target, pid: int, signal: str, command: str, *, re
     refuse_if_read_only("signals", read_only)
     if signal not in SIGNALS:
         raise ActionRefused(f"signal {signal!r} is not offered (choose from {', '.join(SIGNALS)})")
-    info = (await _proc_info(target, [pid])).get(pid)
+    info = (await read_proc_info(target, [pid])).get(pid)
     if info is None:
         raise ActionRefused(f"pid {pid} is gone: nothing to signal")
     state, _pgid, start_ticks = info
@@ -65,7 +65,7 @@ async def plan_signal(target: Target, pid: int, signal: str, command: str, *, re
 async def _signal(target: Target, plan: SignalPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
     step = f"SIG{plan.signal}"
     yield StepEvent(step, StepStatus.RUNNING, f"pid {plan.pid}")
-    said = (await _send(target, plan.signal, [SignalTarget(plan.pid, plan.start_ticks, str(plan.pid))])).get(plan.pid, "")
+    said = (await send_signals(target, plan.signal, [SignalTarget(plan.pid, plan.start_ticks, str(plan.pid))])).get(plan.pid, "")
     if said == "sent":
         yield StepEvent(step, StepStatus.OK, f"sent to pid {plan.pid}")
     else:

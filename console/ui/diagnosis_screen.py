@@ -31,8 +31,8 @@ def verdict_text(verdict, evidence) -> Text:
     once, in its own words ("dump the stacks (p)").
     """
     text = Text()
-    text.append(verdict.name.upper(), "bold reverse")
-    text.append(f"  {verdict.summary}\n\n", "bold")
+    text.append(f" {verdict.name.upper()} ", "bold reverse")
+    text.append(f" {verdict.summary}\n\n", "bold")
     text.append("Next step  ", "bold underline")
     text.append(f"{verdict.next_step}\n\n", "bold")
     if verdict.evidence:
