@@ -3,8 +3,11 @@
     python3 triton_warmup.py --gpu N --seq-len L
 
 The (L × 4096) · (4096 × 4096) fp16 product is autotuned over four configs, then timed; the
-autotuner's choice lands in $TRITON_CACHE_DIR. pipeline.py --target-oom imports `warmup`.
+autotuner's choice lands in $TRITON_CACHE_DIR. pipeline.py --target-oom imports `warmup`;
+triton_oom.py autotunes the same tile over configs too big for the GPU.
 """
+
+from __future__ import annotations
 
 import argparse
 import time
@@ -14,17 +17,9 @@ import triton
 import triton.language as tl
 
 
-@triton.autotune(
-    configs=[
-        triton.Config({"BM": 64, "BN": 64, "BK": 32}, num_stages=3, num_warps=4),
-        triton.Config({"BM": 128, "BN": 64, "BK": 32}, num_stages=3, num_warps=4),
-        triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_stages=3, num_warps=8),
-        triton.Config({"BM": 128, "BN": 256, "BK": 64}, num_stages=3, num_warps=8),
-    ],
-    key=["M", "N", "K"],
-)
+# One (BM × BN) tile of c = a · b (fp16 out); rows past M are masked, N and K are multiples of the tile.
 @triton.jit
-def matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def matmul_tile(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -36,18 +31,37 @@ def matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.c
     tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=rm[:, None] < M)
 
 
+def autotuned(configs: list) -> triton.runtime.Autotuner:
+    """matmul_tile autotuned over `configs`, keyed on the shape."""
+    return triton.autotune(configs=configs, key=["M", "N", "K"])(matmul_tile)
+
+
+def matmul(kernel: triton.runtime.Autotuner, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x · y with `kernel` (autotuned on its first call for this shape)."""
+    (M, K), N = x.shape, y.shape[1]
+    out = torch.empty((M, N), device=x.device, dtype=torch.float16)
+    grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))
+    with torch.cuda.device(x.device):
+        kernel[grid](x, y, out, M, N, K)
+    return out
+
+
+matmul_kernel = autotuned([
+    triton.Config({"BM": 64, "BN": 64, "BK": 32}, num_stages=3, num_warps=4),
+    triton.Config({"BM": 128, "BN": 64, "BK": 32}, num_stages=3, num_warps=4),
+    triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_stages=3, num_warps=8),
+    triton.Config({"BM": 128, "BN": 256, "BK": 64}, num_stages=3, num_warps=8),
+])
+
+
 def warmup(dev: torch.device, seq_len: int, rounds: int = 1) -> float:
-    """Autotune and run the product `rounds` times; the last run's seconds."""
-    dim = 4096
-    x = torch.randn(seq_len, dim, device=dev, dtype=torch.float16)
-    w = torch.randn(dim, dim, device=dev, dtype=torch.float16)
-    out = torch.empty(seq_len, dim, device=dev, dtype=torch.float16)
-    grid = lambda meta: (triton.cdiv(seq_len, meta["BM"]), triton.cdiv(dim, meta["BN"]))
+    """Autotune and run the (seq_len × 4096) · (4096 × 4096) product `rounds` times; the last run's seconds."""
+    x = torch.randn(seq_len, 4096, device=dev, dtype=torch.float16)
+    w = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
     seconds = 0.0
     for _ in range(rounds):
         started = time.perf_counter()
-        with torch.cuda.device(dev):
-            matmul_kernel[grid](x, w, out, seq_len, dim, dim)
+        matmul(matmul_kernel, x, w)
         torch.cuda.synchronize(dev)
         seconds = time.perf_counter() - started
     return seconds
