@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Literal
 
 from console.config import Config
-from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose
+from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose, lifetime_write_interval_s
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
@@ -91,12 +91,12 @@ async def gather(
     window_s = config.stall.sample_window_s if window_s is None else window_s
     sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True))
     if follower_state is None and config.run.log:
-        tail = asyncio.ensure_future(read_tail(target, config, timeout=window_s + TAIL_TIMEOUT_S))
+        tail = asyncio.ensure_future(read_tail_text(target, config, timeout=window_s + TAIL_TIMEOUT_S))
     else:
         tail = None
     try:
         first, last = await sampling
-        lines = await tail if tail is not None else []
+        tail_text = await tail if tail is not None else ""
     finally:
         if tail is not None:  # also when sampling failed first: the tail's own error is collected, not leaked
             tail.cancel()
@@ -106,8 +106,8 @@ async def gather(
         evidence = from_samples(first, last, config, follower_state, timed=True, launched_at=launched_at)
     else:
         state = RunState()
-        state.add_lines(lines)
-        evidence = from_samples(first, last, config, state, timed=False, launched_at=launched_at)
+        state.add_lines(tail_lines(tail_text, config, time.monotonic()))
+        evidence = with_lifetime_rhythm(from_samples(first, last, config, state, timed=False, launched_at=launched_at), tail_text)
 
     if evidence.nccl:
         evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
@@ -176,16 +176,36 @@ def tail_script(log: str, tail_bytes: int) -> str:
     )
 
 
-async def read_tail(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
-    """The last lines of the run's log, made safe and classified (none when it is missing).
+async def read_tail_text(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> str:
+    """The whole lines of the run's log's last `tail_bytes`, as written (empty when it is missing).
 
     One command reads the log's end, so the tail is exact however slowly the link delivers it.
     TargetError when the target does not answer within `timeout`.
     """
     if not config.run.log:
-        return []
-    result = await target.run(tail_script(config.run.log, tail_bytes), timeout)
-    return tail_lines(result.stdout, config, time.monotonic())
+        return ""
+    return (await target.run(tail_script(config.run.log, tail_bytes), timeout)).stdout
+
+
+async def read_tail(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
+    """The last lines of the run's log, made safe and classified (none when it is missing)."""
+    text = await read_tail_text(target, config, timeout=timeout, tail_bytes=tail_bytes)
+    return tail_lines(text, config, time.monotonic())
+
+
+def with_lifetime_rhythm(evidence: Evidence, tail: str) -> Evidence:
+    """A one-shot look's evidence with the log's usual write gap estimated from the log itself
+    (no history to learn it from): the oldest process's writing time over the writes the log holds."""
+    if evidence.log_write_interval_s is not None or evidence.log_silent_s is None:
+        return evidence
+    lives = [p.elapsed_s for p in evidence.processes if p.elapsed_s is not None and p.state not in ("Z", "X")]
+    if not lives:
+        return evidence
+    written_for = max(lives) - evidence.log_silent_s
+    interval = lifetime_write_interval_s(tail, evidence.log_size, written_for)
+    if interval is None:
+        return evidence
+    return replace(evidence, log_write_interval_s=round(interval, 3), log_rhythm_estimated=True)
 
 
 def tail_lines(tail: str, config: Config, now: float) -> list[LogLine]:
