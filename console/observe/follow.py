@@ -22,8 +22,8 @@ from console.observe import follow_agent, progress
 from console.observe.lines import classify_line
 from console.observe.protocol import Hello, ProtocolError, check_hello
 from console.observe.textsafe import sanitize, sanitize_styled, split_lines
-from console.remote.program import open_program
-from console.remote.target import Channel, Target, TargetError
+from console.remote.program import open_program, reap
+from console.remote.target import Target, TargetError
 
 AGENT_SOURCE = Path(follow_agent.__file__).read_text()
 AGENT_NAME = follow_agent.PROGRAM
@@ -35,7 +35,6 @@ MAX_HEADER_BYTES = 65536
 #: Waits before starting the agent again after a loss (seconds): the first, and the longest.
 #: The SSH layer does its own backoff.
 RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
-REAP_S = 5.0
 #: The longest stretch of line work between two yields to the event loop (the UI shares it).
 SLICE_S = 0.01
 
@@ -258,7 +257,7 @@ class LogFollower:
             status = await asyncio.wait_for(channel.wait(), self.stale_s)
         finally:
             channel.close()
-            await _reap(channel)
+            await reap(channel)
         said = sanitize(getattr(channel, "stderr", "").strip().rpartition("\n")[2], 200)[0]
         return f"it exited with status {status}" + (f" ({said})" if said else "")
 
@@ -406,14 +405,6 @@ def _age(header: dict) -> float:
     """The `age` a data frame gives its bytes: seconds since the file was written (0 when out of range)."""
     age = header["age"]
     return float(age) if isinstance(age, (int, float)) and 0.0 <= age < 1e9 else 0.0
-
-
-async def _reap(channel: Channel) -> None:
-    """Wait briefly for a closed channel's command to be gone, so no process outlives the follower."""
-    try:
-        await asyncio.wait_for(channel.wait(), REAP_S)
-    except (TargetError, asyncio.TimeoutError):
-        pass  # the transport is gone or slow; the agent exits on its own at stdin EOF
 
 
 def _describe(header: dict) -> str:

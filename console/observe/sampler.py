@@ -23,8 +23,8 @@ from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
 from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
-from console.remote.program import open_program
-from console.remote.target import Channel, Target, TargetError
+from console.remote.program import open_program, reap
+from console.remote.target import Target, TargetError
 
 AGENT_SOURCE = Path(agent.__file__).read_text()
 AGENT_NAME = agent.PROGRAM
@@ -34,7 +34,6 @@ STALE_MIN_S = 4 * agent.SMI_TIMEOUT_S
 #: that makes every `bash -l` wait up to 60 s while another shell holds it. Giving up sooner
 #: would kill shells mid-rehash and leave that lock behind for the next ones.
 FIRST_SAMPLE_S = 90.0
-REAP_S = 5.0
 #: GPU memory in use below this is the driver's own, not a context of the run.
 IDLE_GPU_MEMORY_MIB = 16
 MAX_TEXT = 1000
@@ -359,7 +358,7 @@ class Sampler:
             status = await asyncio.wait_for(channel.wait(), stale_s)
         finally:
             channel.close()
-            await _reap(channel)
+            await reap(channel)
         if status != 0 or count == 0:
             said = _safe(getattr(channel, "stderr", "").strip().rpartition("\n")[2])
             raise TargetError(
@@ -390,14 +389,6 @@ def _hint(status: int | None) -> str:
     if status == 127:
         return " (set [target] python to an interpreter that exists there)"
     return ""
-
-
-async def _reap(channel: Channel) -> None:
-    """Wait briefly for the closed agent to be gone; it exits by itself at stdin EOF in any case."""
-    try:
-        await asyncio.wait_for(channel.wait(), REAP_S)
-    except (TargetError, asyncio.TimeoutError):
-        pass
 
 
 async def sample_once(
