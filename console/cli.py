@@ -146,7 +146,7 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     add_target_flags(parser)
     if command == "check":
         parser.add_argument("--json", action="store_true", help="print the documented JSON object")
-        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall (default: learned from the run's rhythm)")
+        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall (default: from the run's rhythm: learned while the console follows, estimated from the log's size in pulse check)")
     elif command == "dump":
         parser.add_argument("--pid", type=int, help="dump this PID instead of the run's main process")
         parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
