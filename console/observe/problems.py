@@ -35,7 +35,8 @@ GRAVITY = {kind: rank for rank, kind in enumerate((
 
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]: ?")
 _THREAD_DIED = re.compile(r"Exception in thread (.+?)(?: \(\w+\))?:\s*$")
-_TRACEBACK = "Traceback (most recent call last):"
+# Python's own, IPython's (`RuntimeError   Traceback (most recent call last)`) and rich's boxed one.
+_TRACEBACK = "Traceback (most recent call last)"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 # An exception's line: `KeyError: 'x'`, `torch.OutOfMemoryError: …`, `KeyboardInterrupt`, `_queue.Empty`;
 # the class name has a capital and a small letter, so a logger's `INFO:` is not one.
@@ -130,7 +131,7 @@ class ProblemSpans:
         self.problems.append(problem)
         if thread:
             phase = _Phase.HEAD
-        elif body.endswith(_TRACEBACK):
+        elif _TRACEBACK in body:
             phase = _Phase.FRAMES
         elif body.startswith(_CHAINED):
             phase = _Phase.CHAIN
@@ -148,12 +149,12 @@ def _continues(span: _Open, line: LogLine, body: str) -> bool:
     if not body.strip():
         return phase is not _Phase.TAIL or line.number == span.seen + 1  # a blank line may sit inside
     if phase is _Phase.HEAD or phase is _Phase.FRAMES:
-        if body.endswith(_TRACEBACK):
+        if _TRACEBACK in body:
             if phase is _Phase.FRAMES:
                 return False  # another traceback, not chained to this one
             return _join(span, line, _Phase.FRAMES)
-        if body[0] in " \t":
-            return _join(span, line, _Phase.FRAMES)  # a frame, its source line, its ^^^^ marker
+        if body[0] in " \t│╰":
+            return _join(span, line, _Phase.FRAMES)  # a frame, its source line, its ^^^^ marker (rich: in a box)
         if _EXCEPTION.match(body):
             problem.name = line
             return _join(span, line, _Phase.AFTER)
@@ -170,7 +171,7 @@ def _continues(span: _Open, line: LogLine, body: str) -> bool:
             return _join(span, line, _Phase.BLOCK)
         return False
     if phase is _Phase.CHAIN:
-        return body.endswith(_TRACEBACK) and _join(span, line, _Phase.FRAMES)
+        return _TRACEBACK in body and _join(span, line, _Phase.FRAMES)
     if phase is _Phase.BLOCK:
         if line.number - span.block_from > MAX_BLOCK:
             return False
