@@ -63,7 +63,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Run",
         needs_target=True,
     ),
-    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem, at the line a verdict names (a traceback's exception line)", "Log"),
+    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem (the line a verdict names)", "Log"),
     ActionSpec(
         "restart",
         "R",
