@@ -42,7 +42,7 @@ async def test_help_opens_and_closes_and_q_quits():
         console = Console(width=120, record=True, file=io.StringIO())
         console.print(app.screen.query_one("Static").content)
         shown = console.export_text()
-        assert "Next OOM" in shown and "Pause or resume following" in shown and "PgUp PgDn" in shown
+        assert "Next problem: OOM" in shown and "Pause or resume following" in shown and "PgUp PgDn" in shown
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("q")
