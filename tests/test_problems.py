@@ -180,3 +180,19 @@ def test_a_thread_that_died_in_an_earlier_launch_is_forgotten_with_its_log():
     state.start_new_log("/w/train2.log")
     state.add_lines(log_lines(["Traceback (most recent call last):"], first=4))
     assert [p.first for p in state.spans.problems] == [4] and not state.spans.problems[0].thread
+
+
+def test_untrusted_lines_inside_a_traceback_are_read_by_their_shape_only():
+    """16 KiB words that nearly look like an exception's line (one once cost the regex seconds), a logger's `INFO:`."""
+    texts = [
+        "Exception in thread loader:",
+        "Traceback (most recent call last):",
+        "A" + "a" * 16_000 + "!",
+        "a." * 8_000 + "!",
+        "INFO: rank 3 still alive",
+        '  File "x.py", line 1, in f',
+        "ValueError: " + "\x1b[31m" * 100,
+    ]
+    (problem,) = spans_of(log_lines(texts)).problems
+    assert (problem.first, problem.last, problem.name.number) == (1, 7, 7)
+    assert problem.thread == "loader"

@@ -38,9 +38,9 @@ _THREAD_DIED = re.compile(r"Exception in thread (.+?)(?: \(\w+\))?:\s*$")
 # Python's own, IPython's (`RuntimeError   Traceback (most recent call last)`) and rich's boxed one.
 _TRACEBACK = "Traceback (most recent call last)"
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-# An exception's line: `KeyError: 'x'`, `torch.OutOfMemoryError: …`, `KeyboardInterrupt`, `_queue.Empty`;
-# the class name has a capital and a small letter, so a logger's `INFO:` is not one.
-_EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)*_?[A-Z]\w*?[a-z]\w*(?: \(see above for traceback\))?(?::|\s*$)")
+# An exception's line: `KeyError: 'x'`, `torch.OutOfMemoryError: …`, `KeyboardInterrupt`, `_queue.Empty`.
+# Each part can match one way only (a name holds no dot), so an untrusted 16 KiB word costs one pass.
+_EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)*(?P<name>_?[A-Z]\w*)(?: \(see above for traceback\))?(?::|\s*$)")
 # What PyTorch prints after a CUDA (or HIP) error's message.
 _DEVICE_ADVICE = (
     "CUDA kernel errors might be asynchronously reported", "HIP kernel errors might be asynchronously reported",
@@ -155,7 +155,8 @@ def _continues(span: _Open, line: LogLine, body: str) -> bool:
             return _join(span, line, _Phase.FRAMES)
         if body[0] in " \t│╰":
             return _join(span, line, _Phase.FRAMES)  # a frame, its source line, its ^^^^ marker (rich: in a box)
-        if _EXCEPTION.match(body):
+        exception = _EXCEPTION.match(body)
+        if exception and not exception["name"].isupper():  # a logger's `INFO:` is no exception
             problem.name = line
             return _join(span, line, _Phase.AFTER)
         if line.info.kind in PROBLEM_KINDS:
