@@ -54,8 +54,8 @@ _NATIVE_STACK = ("Exception raised from ", "frame #")
 class Problem:
     """One problem: its lines' span and the line that names it (grows while it is open)."""
 
-    first: int
-    """Number of its first line."""
+    head: LogLine
+    """Its first line."""
     last: int
     """Number of its last line (lines of other ranks or threads in between are not its own)."""
     name: LogLine
@@ -64,6 +64,11 @@ class Problem:
     """The gravest kind among its lines."""
     thread: str | None = None
     """The thread whose uncaught exception this is ("Exception in thread NAME:")."""
+
+    @property
+    def first(self) -> int:
+        """Number of its first line."""
+        return self.head.number
 
 
 class _Phase(Enum):
@@ -127,7 +132,7 @@ class ProblemSpans:
         if kind not in PROBLEM_KINDS:
             return
         thread = _THREAD_DIED.match(body)
-        problem = Problem(line.number, line.number, line, kind, thread[1] if thread else None)
+        problem = Problem(line, line.number, line, kind, thread[1] if thread else None)
         self.problems.append(problem)
         if thread:
             phase = _Phase.HEAD
