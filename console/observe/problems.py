@@ -85,7 +85,7 @@ class _Open:
     problem: Problem
     phase: _Phase
     seen: int
-    """Number of the newest line that was its own (or a blank line inside it)."""
+    """Number of the newest line that was its own (blank lines inside it are nobody's)."""
     block_from: int = 0
 
 
