@@ -21,6 +21,7 @@ from console.model import (
     ProgressLine,
     Sample,
 )
+from console.observe.problems import ProblemSpans
 from console.observe.progress import TerminalOnlyProgress, terminal_only_progress
 from console.observe.textsafe import sanitize
 
@@ -64,6 +65,8 @@ class RunState:
         self.samples: deque[Sample] = deque(maxlen=max_samples)
         self.lines: deque[LogLine] = deque(maxlen=max_lines)
         self.problems: deque[LogLine] = deque(maxlen=max_problems)
+        self.spans = ProblemSpans(max_problems)
+        """The problems the problem lines make (a traceback is one), each named by its last line."""
         self.events: deque[Event] = deque(maxlen=max_events)
         self.series: dict[str, deque[Point]] = {
             name: deque(maxlen=max_points) for name in (*RATE_METRICS, *TRAINING_METRICS)
@@ -107,6 +110,9 @@ class RunState:
             info = line.info
             if info.kind in PROBLEM_KINDS:
                 self.problems.append(line)
+                self.spans.add(line)
+            elif self.spans.open:  # a traceback's frames are lines of no problem kind
+                self.spans.add(line)
             if self.step is None and self.progress is None and self.terminal_only_progress is None:
                 self._look_for_terminal_only_progress(line.text)
             self._add_series(info, line.time)
@@ -169,6 +175,7 @@ class RunState:
         """The run was relaunched onto a new log: forget the old run's problems and rates."""
         self.log_path = path
         self.problems.clear()
+        self.spans.clear()
         self.progress = self.terminal_only_progress = self._progress_point_at = None
         for points in self.series.values():
             points.clear()

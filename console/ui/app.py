@@ -410,9 +410,9 @@ class PulseApp(ThemedApp):
             parts.append("following")
         else:
             parts.append(f"paused · {pane.unseen} new lines · f to follow" if pane.unseen else "paused · f to follow")
-        problems = len(self.state.problems)
+        problems = len(self.state.spans.problems)
         if problems:
-            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
+            parts.append(f"{problems} problem{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
         set_titles(box, Text(f"Log · {path}"), Text(" · ".join(parts)))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
@@ -503,21 +503,28 @@ class PulseApp(ThemedApp):
 
     def _jump(self, *, backwards: bool, match: bool) -> None:
         pane = self.log_pane
-        line = pane.next_match(backwards=backwards) if match else pane.next_problem(backwards=backwards)
+        if match:
+            line = pane.next_match(backwards=backwards)
+        else:
+            line = pane.next_problem(self._problem_names(), backwards=backwards)
         if line is None:
-            what = "match" if match else "problem line"
+            what = "match" if match else "problem"
             self.notify(f"no {what} {'above' if backwards else 'below'}", severity="information", timeout=2)
         self._refresh_log_titles()
 
+    def _problem_names(self) -> frozenset[int]:
+        """The line naming each problem the log holds: a traceback's exception line, once for all its lines."""
+        return frozenset(problem.name.number for problem in self.state.spans.problems)
+
     def action_problem_log(self) -> None:
-        """`l`, the key verdicts name: the log at its newest problem line (the end when there is none)."""
+        """`l`, the key verdicts name: the log at its newest problem (the end when there is none)."""
         pane = self.log_pane
         pane.focus()
         if pane.filter_text:
             self.clear_log_input()
-        if pane.last_problem() is None:
+        if pane.last_problem(self._problem_names()) is None:
             pane.follow()
-            self.notify("no problem line in the log held: following its end", timeout=3)
+            self.notify("no problem in the log held: following its end", timeout=3)
         self._refresh_log_titles()
 
     def action_follow(self) -> None:
