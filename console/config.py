@@ -58,6 +58,8 @@ class RunConfig:
     match: str | None = None
     """A regex over /proc/PID/cmdline that finds the run's processes."""
     pidfile: str | None = None
+    slurm_job: str | None = None
+    """The Slurm job whose processes are the run's, on one node of a fleet (`match` narrows within it)."""
     env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 30.0
     """SIGTERM → SIGKILL grace period for restart."""

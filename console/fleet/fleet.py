@@ -134,7 +134,8 @@ def node_config(config: Config, node: str, index: int, job: SlurmJob | None, *, 
     if log and job is not None:
         log = expand_filename(log, job, node=node, node_index=index)
     target = replace(config.target, host=node_host(node, config.target.host), port=None, slurm_job=None, hosts=())
-    return replace(config, target=target, run=replace(config.run, log=log))
+    slurm_job = job.job_id if job is not None else None
+    return replace(config, target=target, run=replace(config.run, log=log, slurm_job=slurm_job))
 
 
 def node_logs(config: Config, job: SlurmJob | None, nodes: list[str]) -> list[str | None]:

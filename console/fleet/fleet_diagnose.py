@@ -12,16 +12,17 @@ among the nodes' problem lines are read for the collective, its sequence number 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from console.actions.pyspy import DumpError, dump
 from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
 from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
-from console.model import LineKind
+from console.model import LineKind, ProcessReading
 from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
 from console.observe.pyspy import ProcessDump
+from console.observe.roles import local_rank_of
 from console.remote.target import TargetError
 
 #: The longest one node may take to be sampled before it counts as unreachable.
@@ -41,10 +42,17 @@ class RankStack:
     pid: int
     dump: ProcessDump | None = None
     error: str | None = None
+    rank: int | None = None
+    """Its rank in the job (SLURM_PROCID / RANK), None when its environment names none."""
+    local_rank: int | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.node}:{self.pid}"
+        """'rank 1 (gpu07, local 1)' when the rank is known, else 'gpu07:4242' (node and PID)."""
+        if self.rank is None:
+            return f"{self.node}:{self.pid}"
+        local = f", local {self.local_rank}" if self.local_rank is not None else ""
+        return f"rank {self.rank} ({self.node}{local})"
 
 
 @dataclass
@@ -145,17 +153,18 @@ async def _dump_node(node: FleetNode, report: NodeReport) -> list[RankStack]:
         return []
     limit = asyncio.Semaphore(DUMPS_PER_NODE)
 
-    async def one(pid: int) -> RankStack:
+    async def one(process: ProcessReading) -> RankStack:
+        rank = RankStack(node.name, process.pid, rank=process.rank, local_rank=local_rank_of(process))
         async with limit:
             try:
-                process = await dump(node.target, pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+                stacks = await dump(node.target, process.pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
             except DumpError as exc:
-                return RankStack(node.name, pid, error=str(exc))
-            return RankStack(node.name, pid, dump=process)
+                return replace(rank, error=str(exc))
+            return replace(rank, dump=stacks)
 
     # Ranks (or each node's main program) only: a launcher waits on its ranks, and workers are not ranks.
-    live = [p.pid for p in dump_order(report.evidence.processes) if p.role not in ("worker", "child")]
-    return list(await asyncio.gather(*(one(pid) for pid in live)))
+    live = [p for p in dump_order(report.evidence.processes) if p.role not in ("worker", "child")]
+    return list(await asyncio.gather(*(one(p) for p in live)))
 
 
 async def diagnose_fleet(

@@ -16,6 +16,7 @@ from console.fleet.slurm_text import (
     parse_job,
     parse_submitted,
 )
+from console.observe import agent
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
@@ -81,9 +82,13 @@ class SlurmClient:
         return parse_submitted(await self._run(script, "sbatch"))
 
     def srun_script(self, job_id: str, node: str, script: str) -> str:
-        """The bash line that runs `script` on `node` inside the job's allocation (no new resources)."""
+        """The bash line that runs `script` on `node` inside the job's allocation (no new resources).
+
+        The step's environment carries PULSE_STEP: its processes belong to the job but are never the run.
+        """
         word = check_job_id(job_id)
         return (
             f"exec srun --jobid={word} --overlap --nodes=1 --ntasks=1 --nodelist={quote(node)} "
+            f"--export=ALL,{agent.PULSE_STEP_VARIABLE}=1 "
             f"--quiet --kill-on-bad-exit=0 bash -c {quote(script)}"
         )
