@@ -12,11 +12,11 @@ among the nodes' problem lines are read for the collective, its sequence number 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from console.actions.pyspy import DumpError, dump
 from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
-from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
+from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise, with_dumps
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind, ProcessReading
@@ -98,7 +98,7 @@ class FleetDiagnosis:
         lines = []
         for g in self.groups:
             many = g.count > 1
-            who = f"{g.count} ranks" if many else f"rank {g.ranks[0]}"
+            who = f"{g.count} ranks" if many else g.ranks[0]
             verb = ("wait" if many else "waits") if g.wait else ("run" if many else "runs")
             doing = f"{verb} on {g.wait}" if g.wait else verb
             lines.append(f"{who} {doing} in {g.where}")
@@ -148,23 +148,37 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
     return NodeReport(node.name, node.target.label, evidence, diagnose(evidence, node.config))
 
 
-async def _dump_node(node: FleetNode, report: NodeReport) -> list[RankStack]:
+async def _dump_node(node: FleetNode, report: NodeReport) -> list[tuple[ProcessReading, ProcessDump | DumpError]]:
+    """Every process of the run a single-host diagnosis would dump (ranks first, then their workers)."""
     if report.evidence is None:
         return []
     limit = asyncio.Semaphore(DUMPS_PER_NODE)
 
-    async def one(process: ProcessReading) -> RankStack:
-        rank = RankStack(node.name, process.pid, rank=process.rank, local_rank=local_rank_of(process))
+    async def one(process: ProcessReading) -> ProcessDump | DumpError:
         async with limit:
             try:
-                stacks = await dump(node.target, process.pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+                return await dump(node.target, process.pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
             except DumpError as exc:
-                return replace(rank, error=str(exc))
-            return replace(rank, dump=stacks)
+                return exc
 
-    # Ranks (or each node's main program) only: a launcher waits on its ranks, and workers are not ranks.
-    live = [p for p in dump_order(report.evidence.processes) if p.role not in ("worker", "child")]
-    return list(await asyncio.gather(*(one(p) for p in live)))
+    chosen = dump_order(report.evidence.processes)
+    return list(zip(chosen, await asyncio.gather(*(one(p) for p in chosen))))
+
+
+def rank_stacks(node: str, dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]) -> list[RankStack]:
+    """The ranks (or the node's main program) among a node's dumps: workers and children are not ranks."""
+    return [
+        RankStack(
+            node,
+            process.pid,
+            dump=result if isinstance(result, ProcessDump) else None,
+            error=str(result) if isinstance(result, DumpError) else None,
+            rank=process.rank,
+            local_rank=local_rank_of(process),
+        )
+        for process, result in dumps
+        if process.role not in ("worker", "child")
+    ]
 
 
 async def diagnose_fleet(
@@ -191,6 +205,12 @@ async def diagnose_fleet(
     if dump_ranks == "never" or (dump_ranks == "auto" and not stuck):
         return diagnosis
     per_node = await asyncio.gather(*(_dump_node(n, r) for n, r in zip(nodes, reports)))
-    diagnosis.ranks = [rank for ranks in per_node for rank in ranks]
+    for node, report, dumps in zip(nodes, reports, per_node):
+        if report.evidence is not None and dumps:
+            # The node judged again with its stacks, as `pulse check` judges one host: a rank
+            # stopped on its own data while another spins is hung, and named.
+            report.evidence = with_dumps(report.evidence, dumps)
+            report.verdict = diagnose(report.evidence, node.config)
+    diagnosis.ranks = [rank for node, dumps in zip(nodes, per_node) for rank in rank_stacks(node.name, dumps)]
     diagnosis.groups = group_ranks(diagnosis.ranks)
     return diagnosis

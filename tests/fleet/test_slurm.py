@@ -131,8 +131,81 @@ def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> No
     assert groups[0]["wait"] == "queue get" and "wait_for_peers (rank.py" in groups[0]["where"]
     assert "load_batch (rank.py" in groups[1]["where"]
     assert report["stack_lines"][0].startswith("2 ranks wait on queue get in ")
-    assert report["stack_lines"][1].startswith(f"rank {slurm.node}:") and "load_batch (rank.py" in report["stack_lines"][1]
-    assert all(rank.startswith(f"{slurm.node}:") for g in groups for rank in g["ranks"])
+    assert report["stack_lines"][1].startswith(f"rank 2 ({slurm.node}, local 2) runs in load_batch (rank.py")
+    assert sorted(rank for g in groups for rank in g["ranks"]) == [f"rank {i} ({slurm.node}, local {i})" for i in range(3)]
+
+
+def test_two_task_straggler_is_hung_and_named_by_its_slurm_rank(slurm: Slurm, tmp_path: Path) -> None:
+    """Rank 0 spins in its all-reduce while rank 1 sits in its data loader: hung, rank 1 named, from the ranks' stacks."""
+    job_id = slurm.submit(batch_script(tmp_path, "straggle", "straggler", tasks=2))
+    output = tmp_path / f"straggle-{job_id}-{slurm.node}.out"
+    try:
+        slurm.wait_running(job_id, output=output)
+        deadline = time.monotonic() + 20
+        while output.read_text().count("started") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # silent for longer than --stall-after
+        config = tmp_path / "fleet.toml"
+        py_spy = Path(sys.executable).parent / "py-spy"
+        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n')  # no match: the job is the run
+        done = pulse("check", str(config), "--slurm-job", job_id, "--stall-after", "1", "--json", env=slurm.env())
+    finally:
+        slurm.cancel(job_id)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    node = report["nodes"][0]
+    assert report["verdict"] == "hung", node["evidence"]
+    assert "rank 1 is the straggler" in node["evidence"]
+    assert report["stack_lines"][-1] == f"rank 1 ({slurm.node}, local 1) is the straggler"
+    roles = sorted(p["role"] for p in node["processes"])
+    assert roles == ["launcher", "launcher", "rank", "rank", "shell"]  # srun twice, the batch script's shell
+
+
+def test_two_jobs_matching_one_regex_each_see_only_their_own(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """Two jobs run rank.py at once; `--match 'rank\\.py'` matches both, yet each job's check holds only its own."""
+    job_id, _, _ = healthy_job
+    other = slurm.submit(batch_script(tmp_path, "other", "healthy"))
+    try:
+        slurm.wait_running(other, output=tmp_path / f"other-{other}-{slurm.node}.out")
+        reports = {
+            (job, name, how): json.loads(
+                pulse("check", "--slurm-job", job, "--reach", "srun", *how, "--json", env=slurm.env()).stdout
+            )
+            for job, name in ((job_id, "healthy"), (other, "other"))
+            for how in ((), ("--match", r"rank\.py"))
+        }
+    finally:
+        slurm.cancel(other)
+    for (job, name, how), report in reports.items():
+        processes = report["nodes"][0]["processes"]
+        mine = [p for p in processes if p["role"] != "shell"]  # the batch script's shell names its spool file
+        assert mine and all(p["cmdline"].endswith(f"rank.py healthy {name}") for p in mine), (job, how, processes)
+        assert [p["label"] for p in processes if p["role"] == "rank"] == ["rank 0"]
+        assert {p["label"] for p in processes if p["role"] == "launcher"} == {"launcher (srun)"}
+        assert report["verdict"] == "healthy"
+
+
+async def test_resubmit_that_never_starts_training_fails_verify(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """The new job only sleeps while another job's rank.py (same pattern) runs on the node: verify fails."""
+    from console.config import Config, RunConfig, TargetConfig
+    from console.fleet.fleet_actions import execute_fleet_restart, plan_fleet_restart
+
+    never = tmp_path / "never.sbatch"
+    never.write_text(f"#!/bin/bash\n#SBATCH --output={tmp_path}/never-%j.out\necho preparing\nsleep 600\n")
+    job_id = slurm.submit(batch_script(tmp_path, "before", "healthy"))
+    slurm.wait_running(job_id)
+    config = Config(
+        target=TargetConfig(slurm_job=job_id, reach="srun"), run=RunConfig(match=r"rank\.py", launch=f"sbatch {never}")
+    )
+    client = SlurmClient(LocalTarget())
+    plan = await plan_fleet_restart(client, config, job_id)
+    events = [e async for e in execute_fleet_restart(client, config, plan, verify_timeout_s=3, poll_s=0.3, audit=False)]
+    new_ids = [e.data["job_id"] for e in events if getattr(e, "step", "") == "submit" and "job_id" in e.data]
+    for ident in new_ids:
+        slurm.cancel(ident)
+    verify = [e for e in events if getattr(e, "step", "") == "verify"][-1]
+    assert verify.status.value == "failed", verify
+    assert f"{slurm.node}: no process of the job's run" in verify.detail
 
 
 def test_restart_by_requeue_is_verified_on_the_node(slurm: Slurm, tmp_path: Path) -> None:
