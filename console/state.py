@@ -82,6 +82,8 @@ class RunState:
         lines (a progress bar redrawn with \\r) still count, at the samples' resolution."""
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
+        self.agent_lost: str | None = None
+        """Why the sampling agent ended, until its next sample: what is held is no longer live."""
         self.log_path: str | None = None
         # Lines, and last_rate_at, are dated by when they were written: a backlog's rates are history.
         self.progress: ProgressLine | None = None
@@ -96,6 +98,7 @@ class RunState:
     def add_sample(self, sample: Sample) -> None:
         self.samples.append(sample)
         self.last_sample_at = self.clock()
+        self.agent_lost = None
         log = sample.log
         if log is not None and log.exists and (not self.log_mtimes or log.mtime > self.log_mtimes[-1]):
             self.log_mtimes.append(log.mtime)

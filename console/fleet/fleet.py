@@ -11,6 +11,7 @@ agent and one log follower, so the cost per node stays flat and polls never over
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,7 @@ from console.remote.shell import command_line, script_argv
 from console.remote.ssh import split_user
 from console.remote.target import Channel, Target
 from console.state import RATE_UNITS, RunState
+from console.units import format_duration
 
 #: The cheap per-node verdict compares the latest sample with one about this old.
 VERDICT_WINDOW_S = 10.0
@@ -177,14 +179,32 @@ def unreachable(why: str) -> Verdict:
     return Verdict("unknown", f"node unreachable: {why}", [why], "check the node and the way to it (SSH or srun)")
 
 
+def lost(why: str) -> Verdict:
+    """The verdict of a node whose sampling agent ended: what it showed before is no longer live."""
+    return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: d looks again")
+
+
 def _rank(verdict: Verdict | None) -> int:
     return severity(verdict.name) if verdict is not None else -1
+
+
+#: Verdicts under which a node's last throughput line is history, not its rate now.
+NO_RATE_VERDICTS = frozenset(("hung", "dead", "oom", "launch_failed", "unknown"))
+
+
+def live_rate(node: FleetNode) -> tuple[float | None, str | None]:
+    """The node's latest throughput and its unit; none while it is stuck, dead or lost."""
+    metric = node.state.rate_metric
+    if metric is None or (node.verdict is not None and node.verdict.name in NO_RATE_VERDICTS):
+        return None, None
+    values = node.state.values(metric)[-1:]
+    return (values[-1], RATE_UNITS.get(metric)) if values else (None, None)
 
 
 def row_of(node: FleetNode, now: float) -> NodeRow:
     """A node's line for the fleet screen, from its RunState."""
     state = node.state
-    sample = state.latest
+    sample = state.latest if state.agent_lost is None else None  # a lost node's last sample is history
     gpus = sample.gpus if sample else ()
     used = [g.memory_used_mib for g in gpus if g.memory_used_mib is not None]
     total = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
@@ -192,8 +212,7 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
     silent = None
     if sample is not None and sample.log is not None and sample.log.exists and state.last_sample_at is not None:
         silent = max(0.0, sample.time - sample.log.mtime) + max(0.0, now - state.last_sample_at)
-    metric = state.rate_metric
-    values = state.values(metric)[-1:] if metric else []
+    rate, unit = live_rate(node)
     return NodeRow(
         name=node.name,
         gpus=len(gpus),
@@ -202,11 +221,11 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
         gpu_util_pct=sum(util) / len(util) if util else None,
         processes=sum(p.state not in ("Z", "X") for p in sample.processes) if sample else 0,
         log_silent_s=silent,
-        rate=values[-1] if values else None,
-        rate_unit=RATE_UNITS.get(metric) if metric else None,
+        rate=rate,
+        rate_unit=unit,
         verdict=node.verdict.name if node.verdict else None,
         summary=node.verdict.summary if node.verdict else "",
-        connection=state.connection.describe(now),
+        connection=f"lost: {state.agent_lost}" if state.agent_lost is not None else state.connection.describe(now),
     )
 
 
@@ -227,6 +246,12 @@ class Fleet:
         self.job = job
         self.control = control
         self.slurm = slurm
+        self.job_seen_at = time.monotonic()
+        """When Slurm last described the job: its elapsed time runs on from there between asks."""
+        self.ended: str | None = None
+        """The job's end as Slurm tells it ('CANCELLED, exit 0:15'), once it has ended."""
+        self.history: tuple[str, ...] = ()
+        """The IDs this console followed before the job's current one (a resubmit makes a new ID)."""
 
     @classmethod
     async def open(cls, config: Config) -> Fleet:
@@ -286,24 +311,52 @@ class Fleet:
         await _bounded([target.close() for target in targets])
 
     async def refresh_job(self) -> SlurmJob | None:
-        """Ask Slurm for the job's state again (None without Slurm); FleetError when it cannot say."""
+        """Ask Slurm for the job's state again (None without Slurm); FleetError when it cannot say.
+
+        An ended job sets `ended`: its final state and exit code from `scontrol`, or from `sacct`
+        once Slurm has forgotten it (when accounting is kept).
+        """
         if self.slurm is None or self.job is None:
             return None
         try:
             self.job = await self.slurm.job(self.job.job_id)
         except SlurmError as exc:
-            raise FleetError(str(exc)) from None
+            if "does not know job" not in str(exc):
+                raise FleetError(str(exc)) from None
+            try:
+                state, code = await self.slurm.final_state(self.job.job_id)
+                self.ended = f"{state}, exit {code}"
+            except SlurmError:
+                self.ended = "Slurm no longer knows it, and keeps no accounting to ask"
+            return self.job
+        self.job_seen_at = time.monotonic()
+        if not self.job.active and not self.job.waiting:
+            self.ended = f"{self.job.state}, exit {self.job.exit_code}" if self.job.exit_code else self.job.state
         return self.job
+
+    def job_line(self) -> str | None:
+        """The job in the header: 'job 6 train · RUNNING · 3m 12s (was 5)', or how it ended."""
+        job = self.job
+        if job is None:
+            return None
+        was = f" (was {', '.join(self.history)})" if self.history else ""
+        if self.ended is not None:
+            return f"job {job.job_id} {job.name} · ended: {self.ended}{was}"
+        elapsed = job.elapsed_s + (time.monotonic() - self.job_seen_at if job.state == "RUNNING" else 0.0)
+        return f"job {job.job_id} {job.name} · {job.state} · {format_duration(elapsed)}{was}"
 
     def refresh(self) -> None:
         """Name each node's state from its held samples (pure; cheap enough for every repaint).
 
-        A node whose link is down is `unknown` (unreachable) whatever it looked like before.
+        A node whose link is down, or whose agent ended (its srun step ended with the job), is
+        `unknown` (lost) at once, whatever it looked like before.
         """
         for node in self.nodes:
             connection = node.state.connection
             if connection.status in (ConnectionStatus.FAILED, ConnectionStatus.RECONNECTING):
                 node.verdict = unreachable(connection.detail or connection.status.value)
+            elif node.state.agent_lost is not None:
+                node.verdict = lost(node.state.agent_lost)
             else:
                 node.verdict = node_verdict(node.state, node.config) or node.verdict
 
@@ -316,17 +369,16 @@ class Fleet:
         """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict."""
         rates: dict[str, float] = {}
         for node in self.nodes:
-            metric = node.state.rate_metric
-            values = node.state.values(metric)[-1:] if metric else []
-            if values:
-                rates[metric] = rates.get(metric, 0.0) + values[-1]
-        metric = next(iter(rates), None)
+            rate, unit = live_rate(node)
+            if rate is not None and unit is not None:
+                rates[unit] = rates.get(unit, 0.0) + rate
+        unit = next(iter(rates), None)
         worst = max((n.verdict for n in self.nodes if n.verdict), key=lambda v: severity(v.name), default=None)
         return FleetSummary(
             nodes=len(self.nodes),
             healthy=sum(1 for n in self.nodes if n.verdict is not None and n.verdict.name == "healthy"),
-            rate=rates.get(metric) if metric else None,
-            rate_unit=RATE_UNITS.get(metric) if metric else None,
+            rate=rates.get(unit) if unit else None,
+            rate_unit=unit,
             worst=worst.name if worst else None,
             job=self.job,
         )

@@ -14,6 +14,7 @@ from console.fleet.slurm_text import (
     clean_field,
     parse_hostnames,
     parse_job,
+    parse_sacct_final,
     parse_submitted,
 )
 from console.observe import agent
@@ -55,6 +56,15 @@ class SlurmClient:
                 ) from None
             raise
         return parse_job(text)
+
+    async def final_state(self, job_id: str) -> tuple[str, str]:
+        """(state, exit code) of an ended job from Slurm's accounting (`sacct`); SlurmError when there is none."""
+        word = check_job_id(job_id)
+        text = await self._run(f"sacct -X -n -P -j {word} -o JobID,State,ExitCode", f"sacct -j {word}")
+        found = parse_sacct_final(text, word)
+        if found is None:
+            raise SlurmError(f"sacct does not list job {word}")
+        return found
 
     async def hostnames(self, nodes: str) -> list[str]:
         """A compact node list (`gpu[01-04]`) as node names, by `scontrol show hostnames`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
@@ -212,6 +213,14 @@ class FleetReady(Message):
         self.error = error
 
 
+class JobRestarted(Message):
+    """Slurm runs the job again after a restart: under a new ID after a resubmit, the same after a requeue."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__()
+        self.job_id = job_id
+
+
 class FleetApp(ThemedApp):
     """The console for a multi-node run."""
 
@@ -276,9 +285,9 @@ class FleetApp(ThemedApp):
         assert self.fleet is not None
         summary = self.fleet.summary()
         parts = []
-        if summary.job is not None:
-            job = summary.job
-            parts.append(f"job {job.job_id} {job.name} · {job.state} · {format_duration(job.elapsed_s)}")
+        job_line = self.fleet.job_line()
+        if job_line is not None:
+            parts.append(job_line)
         parts.append(f"{summary.healthy}/{summary.nodes} nodes healthy")
         if summary.rate is not None:
             parts.append(f"{si(summary.rate)} {summary.rate_unit} total")
@@ -310,6 +319,40 @@ class FleetApp(ThemedApp):
         diagnosis = await diagnose_fleet(self.fleet.nodes, job=self.fleet.job)
         self.push_screen(TextScreen("Fleet diagnosis", diagnosis_text(diagnosis)))
 
+    async def follow_restart(self, events):
+        """The restart's events, passed on; once Slurm runs the job again the console follows it."""
+        async for event in events:
+            job_id = restarted_job(event)
+            if job_id is not None:
+                self.post_message(JobRestarted(job_id))
+            yield event
+
+    @on(JobRestarted)
+    def _job_restarted(self, message: JobRestarted) -> None:
+        self.follow_job(message.job_id)
+
+    @work(exclusive=True, exit_on_error=False, group="fleet")
+    async def follow_job(self, job_id: str) -> None:
+        """Watch `job_id` from now on: the old job's monitors stop, the new job's nodes are formed and watched."""
+        old = self.fleet
+        previous = old.job.job_id if old is not None and old.job is not None else None
+        history = old.history if old is not None else ()
+        if previous is not None and previous != job_id:
+            history = (*history, previous)
+            self.notify(f"following job {job_id}: the restart replaced job {previous}", timeout=8)
+        self.fleet = None
+        if old is not None:
+            await old.close()
+        self.config = replace(self.config, target=replace(self.config.target, slurm_job=job_id))
+        try:
+            fleet = await Fleet.open(self.config)
+        except FleetError as exc:
+            self.post_message(FleetReady(None, str(exc)))
+            return
+        fleet.history = history
+        await fleet.start()
+        self.post_message(FleetReady(fleet))
+
     def action_restart_job(self) -> None:
         if self.fleet is None or self.fleet.slurm is None or self.fleet.job is None:
             self.notify("restart goes through Slurm: start the console with --slurm-job", severity="warning")
@@ -331,9 +374,19 @@ class FleetApp(ThemedApp):
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.push_screen(ActionScreen("Restart the job", lambda: execute_fleet_restart(fleet.slurm, self.config, plan)))
+                events = lambda: self.follow_restart(execute_fleet_restart(fleet.slurm, self.config, plan))  # noqa: E731
+                self.push_screen(ActionScreen("Restart the job", events))
 
         self.push_screen(ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True), callback=confirmed)
+
+
+def restarted_job(event) -> str | None:
+    """The job ID Slurm runs after a restart, from the restart's `start` step once it is OK."""
+    from console.actions.audit import StepEvent, StepStatus
+
+    if isinstance(event, StepEvent) and event.step == "start" and event.status is StepStatus.OK:
+        return event.data.get("job_id")
+    return None
 
 
 def run_fleet_console(config: Config, args: argparse.Namespace) -> int:

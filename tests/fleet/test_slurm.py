@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from console.fleet.fleet import row_of
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import expand_filename
 from console.remote.target import LocalTarget
@@ -277,3 +278,47 @@ async def test_the_fleet_asks_slurm_again_for_the_job_state(slurm: Slurm, health
         assert fleet.summary().job is job
     finally:
         await fleet.close()
+
+
+async def test_console_follows_a_resubmitted_job(slurm: Slurm, tmp_path: Path) -> None:
+    """R resubmits: the old job's node is lost at once, the console switches to the new job and keeps the old ID."""
+    from console.config import Config, RunConfig, TargetConfig
+    from console.ui.action_screen import ActionScreen
+    from console.ui.fleet_screen import FleetApp
+    from tests.fleet.test_fleet_screen import wait_for
+
+    script = batch_script(tmp_path, "follow", "healthy")
+    job_id = slurm.submit(script)
+    slurm.wait_running(job_id)
+    config = Config(
+        target=TargetConfig(slurm_job=job_id, reach="srun"),
+        run=RunConfig(launch=f"sbatch {script}"),
+        audit_log=str(tmp_path / "audit.jsonl"),
+    )
+    app = FleetApp(config)
+    new_ids: list[str] = []
+    try:
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_for(pilot, lambda: app.fleet is not None and app.fleet.nodes[0].state.latest is not None, tries=600)
+            old_node = app.fleet.nodes[0]
+            await pilot.press("R")
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", tries=600)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: old_node.state.agent_lost is not None, tries=600)
+            lost_row = row_of(old_node, 0.0)  # the node's agent ended with the job: lost, none of its old processes
+            assert lost_row.connection.startswith("lost: ") and lost_row.processes == 0 and lost_row.rate is None
+            await wait_for(pilot, lambda: app.fleet is not None and app.fleet.job.job_id != job_id, tries=1200)
+            new_ids.append(app.fleet.job.job_id)
+            await wait_for(pilot, lambda: isinstance(app.screen, ActionScreen) and app.screen.done, tries=1200)
+            assert app.screen.ok, app.screen.query_one("#steps").render()
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.fleet.nodes[0].state.latest is not None, tries=600)
+            app.repaint()
+            header = str(app.fleet_screen.query_one("#fleet-header").render())
+            assert f"job {new_ids[0]} follow · RUNNING" in header and f"(was {job_id})" in header
+            processes = app.fleet.nodes[0].state.latest.processes
+            assert [p.label for p in processes if p.role == "rank"] == ["rank 0"]
+    finally:
+        slurm.cancel(job_id)
+        for ident in new_ids:
+            slurm.cancel(ident)
