@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
@@ -29,8 +29,10 @@ from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import verdict_level
 from console.ui.gpu_pane import GpuPane
+from console.ui.keymap import bindings, fleet_actions
 from console.ui.log_pane import LogPane
 from console.ui.modal import FramedModal
+from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.run_view import LOG_FLUSH_S, compose_run_panes, own_pids, progress_bar_view, throughput_view
@@ -94,12 +96,7 @@ class FleetTable(DataTable):
 class FleetScreen(Screen):
     """The job at a glance: a header with the sums, then every node worst first."""
 
-    BINDINGS = [
-        Binding("enter", "open_node", "Node panes"),
-        Binding("d", "app.diagnose_fleet", "Diagnose all"),
-        Binding("R", "app.restart_job", "Restart job"),
-        Binding("q", "app.quit", "Quit"),
-    ]
+    BINDINGS = [Binding("enter", "open_node", "Node panes")]
 
     def compose(self) -> ComposeResult:
         yield Static("forming the fleet…", id="fleet-header")
@@ -112,16 +109,19 @@ class FleetScreen(Screen):
 
     def action_open_node(self) -> None:
         """Open the four panes of the node under the cursor."""
-        name = self.query_one(FleetTable).selected
-        node = next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
+        node = self.selected_node()
         if node is not None:
             self.app.push_screen(NodeScreen(node))
+
+    def selected_node(self) -> FleetNode | None:
+        name = self.query_one(FleetTable).selected
+        return next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
 
 
 class NodeScreen(Screen):
     """One node's four panes (GPUs, processes, throughput, log), fed from its RunState."""
 
-    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet"), Binding("q", "app.quit", "Quit")]
+    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet")]
 
     def __init__(self, node: FleetNode) -> None:
         super().__init__()
@@ -226,6 +226,8 @@ class FleetApp(ThemedApp):
 
     CSS_PATH = str(Path(__file__).with_name("pulse.tcss"))
     TITLE = "Pulse · fleet"
+    COMMANDS = App.COMMANDS | {PulseCommands}
+    BINDINGS = bindings(fleet_actions(has_slurm=True))
     DEFAULT_CSS = """
     #fleet-header { height: auto; padding: 0 1; background: $panel; text-style: bold; }
     #fleet-table { height: 1fr; }
@@ -236,6 +238,7 @@ class FleetApp(ThemedApp):
         super().__init__(theme=theme, themes=themes)
         self.config = config
         self.read_only = read_only
+        self.action_specs = fleet_actions(has_slurm=config.target.slurm_job is not None)
         self.clock = clock
         self.fleet: Fleet | None = None
         self.fleet_screen = FleetScreen()
@@ -305,19 +308,32 @@ class FleetApp(ThemedApp):
         self.fleet_screen.query_one("#fleet-header", Static).update(self.header_text())
         self.fleet_screen.query_one(FleetTable).show(self.fleet.rows(self.clock()))
 
-    def action_diagnose_fleet(self) -> None:
+    async def take_action(self, action: str) -> None:
+        """Run a table action (the command palette's way in)."""
+        await self.run_action(action)
+
+    def action_diagnose(self) -> None:
         if self.fleet is None:
             return
         self.notify(f"diagnosing {len(self.fleet.nodes)} nodes…", timeout=3)
-        self.run_fleet_diagnosis()
+        self.run_fleet_diagnosis(self.fleet.nodes, "auto", "Fleet diagnosis")
+
+    def action_dump(self) -> None:
+        """py-spy on every rank of one node: the open node, else the one under the cursor."""
+        node = self.screen.node if isinstance(self.screen, NodeScreen) else self.fleet_screen.selected_node()
+        if node is None:
+            self.notify("no node selected", severity="warning", timeout=3)
+            return
+        self.notify(f"py-spy on every rank of {node.name}…", timeout=3)
+        self.run_fleet_diagnosis([node], "always", f"py-spy · {node.name}")
 
     @work(exclusive=True, exit_on_error=False, group="diagnose")
-    async def run_fleet_diagnosis(self) -> None:
+    async def run_fleet_diagnosis(self, nodes: list[FleetNode], dump_ranks: str, title: str) -> None:
         from console.fleet.fleet_diagnose import diagnose_fleet
 
-        assert self.fleet is not None
-        diagnosis = await diagnose_fleet(self.fleet.nodes, job=self.fleet.job)
-        self.push_screen(TextScreen("Fleet diagnosis", diagnosis_text(diagnosis)))
+        job = self.fleet.job if self.fleet is not None else None
+        diagnosis = await diagnose_fleet(nodes, job=job, dump_ranks=dump_ranks)
+        self.push_screen(TextScreen(title, diagnosis_text(diagnosis)))
 
     async def follow_restart(self, events):
         """The restart's events, passed on; once Slurm runs the job again the console follows it."""
@@ -353,7 +369,7 @@ class FleetApp(ThemedApp):
         await fleet.start()
         self.post_message(FleetReady(fleet))
 
-    def action_restart_job(self) -> None:
+    def action_restart(self) -> None:
         if self.fleet is None or self.fleet.slurm is None or self.fleet.job is None:
             self.notify("restart goes through Slurm: start the console with --slurm-job", severity="warning")
             return
