@@ -603,6 +603,8 @@ def load_from_args(args) -> Config:
         port=get("port") or t.port,
         container=container,
         known_hosts=get("known_hosts") or t.known_hosts,
+        ssh_config=get("ssh_config") or t.ssh_config,
+        py_spy=get("py_spy") or t.py_spy,
         accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
         slurm_job=slurm_job,
         hosts=hosts,

@@ -174,8 +174,14 @@ def node_verdict(state: RunState, config: Config) -> Verdict | None:
     return diagnose(evidence, config) if evidence is not None else None
 
 
-def unreachable(why: str) -> Verdict:
-    """The verdict of a node that cannot be looked at."""
+#: Said when SSH to a Slurm job's node fails: many clusters allow SSH to the login node only.
+TRY_SRUN = "if compute nodes take no SSH, reach them through the job: --reach srun (or [target] reach = \"srun\")"
+
+
+def unreachable(why: str, config: Config | None = None) -> Verdict:
+    """The verdict of a node that cannot be looked at; for a Slurm node over SSH, with the way round it."""
+    if config is not None and config.run.slurm_job is not None and config.target.reach == "ssh":
+        return Verdict("unknown", f"node unreachable: {why}; {TRY_SRUN}", [why], TRY_SRUN)
     return Verdict("unknown", f"node unreachable: {why}", [why], "check the node and the way to it (SSH or srun)")
 
 
@@ -354,7 +360,7 @@ class Fleet:
         for node in self.nodes:
             connection = node.state.connection
             if connection.status in (ConnectionStatus.FAILED, ConnectionStatus.RECONNECTING):
-                node.verdict = unreachable(connection.detail or connection.status.value)
+                node.verdict = unreachable(connection.detail or connection.status.value, node.config)
             elif node.state.agent_lost is not None:
                 node.verdict = lost(node.state.agent_lost)
             else:

@@ -144,7 +144,7 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
         )
     except (TargetError, asyncio.TimeoutError) as exc:
         why = str(exc) or f"no answer within {timeout:g} s"
-        return NodeReport(node.name, node.target.label, None, unreachable(why), error=why)
+        return NodeReport(node.name, node.target.label, None, unreachable(why, node.config), error=why)
     return NodeReport(node.name, node.target.label, evidence, diagnose(evidence, node.config))
 
 

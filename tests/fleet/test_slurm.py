@@ -322,3 +322,17 @@ async def test_console_follows_a_resubmitted_job(slurm: Slurm, tmp_path: Path) -
         slurm.cancel(job_id)
         for ident in new_ids:
             slurm.cancel(ident)
+
+
+def test_refused_ssh_to_the_node_suggests_srun(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """`pulse check --slurm-job ID` alone reaches nodes by SSH; a node that refuses it is unreachable, with --reach srun named."""
+    from tests.fleet.test_fleet_hosts import closed_port
+
+    job_id, _, _ = healthy_job
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(f"Host {slurm.node}\n  HostName 127.0.0.1\n  Port {closed_port()}\n  BatchMode yes\n")
+    done = pulse("check", "--slurm-job", job_id, "--ssh-config", str(ssh_config), "--json", env=slurm.env())
+    assert done.returncode == 2, done.stderr
+    node = json.loads(done.stdout)["nodes"][0]
+    assert node["verdict"] == "unknown" and node["error"]
+    assert "--reach srun" in node["summary"]
