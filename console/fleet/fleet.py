@@ -231,7 +231,7 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
         rate_unit=unit,
         verdict=node.verdict.name if node.verdict else None,
         summary=node.verdict.summary if node.verdict else "",
-        connection=f"lost: {state.agent_lost}" if state.agent_lost is not None else state.connection.describe(now),
+        connection="lost" if state.agent_lost is not None else state.connection.describe(now),
     )
 
 
