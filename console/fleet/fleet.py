@@ -22,6 +22,7 @@ from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
 from console.model import ConnectionStatus
 from console.monitor import Monitor
+from console.observe.roles import RUN_ROLES
 from console.remote.connect import make_target
 from console.remote.shell import command_line, script_argv
 from console.remote.ssh import split_user
@@ -82,8 +83,8 @@ class NodeRow:
     gpu_memory_total_mib: float | None
     gpu_util_pct: float | None
     """Mean utilisation over the node's GPUs."""
-    processes: int
-    """Live processes of the run on the node."""
+    ranks: int
+    """Live ranks (or main programs) of the run on the node: not its launchers, shells or workers."""
     log_silent_s: float | None
     rate: float | None
     """The latest throughput the node's log gave."""
@@ -201,7 +202,8 @@ NO_RATE_VERDICTS = frozenset(("hung", "dead", "oom", "launch_failed", "unknown")
 def live_rate(node: FleetNode) -> tuple[float | None, str | None]:
     """The node's latest throughput and its unit; none while it is stuck, dead or lost."""
     metric = node.state.rate_metric
-    if metric is None or (node.verdict is not None and node.verdict.name in NO_RATE_VERDICTS):
+    stuck = node.verdict is not None and node.verdict.name in NO_RATE_VERDICTS
+    if metric is None or stuck or node.state.agent_lost is not None:
         return None, None
     values = node.state.values(metric)[-1:]
     return (values[-1], RATE_UNITS.get(metric)) if values else (None, None)
@@ -225,7 +227,7 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
         gpu_memory_used_mib=sum(used) if used else None,
         gpu_memory_total_mib=sum(total) if total else None,
         gpu_util_pct=sum(util) / len(util) if util else None,
-        processes=sum(p.state not in ("Z", "X") for p in sample.processes) if sample else 0,
+        ranks=sum(p.state not in ("Z", "X") and p.role in RUN_ROLES for p in sample.processes) if sample else 0,
         log_silent_s=silent,
         rate=rate,
         rate_unit=unit,

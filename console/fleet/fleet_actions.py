@@ -37,6 +37,7 @@ from console.fleet.fleet import Fleet, FleetError, FleetNode
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob
 from console.model import Sample
+from console.observe.roles import RUN_ROLES
 from console.observe.sampler import sample_once
 from console.remote.target import TargetError
 
@@ -130,10 +131,6 @@ async def _poll_job(slurm: SlurmClient, job_id: str, done, timeout: float, poll_
         if done(job) or time.monotonic() >= deadline:
             return job
         await asyncio.sleep(poll_s)
-
-
-#: Roles whose process proves the run is up: a rank or the main program, never its launcher or shell.
-RUN_ROLES = ("rank", "main")
 
 
 def node_proof(sample: Sample, first_log_size: int | None) -> str | None:

@@ -31,6 +31,8 @@ RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "L
 #: Where a rank finds its rank among the ranks of its node.
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 SHELLS = frozenset("bash sh zsh dash fish ksh".split())
+#: Roles whose process is the run itself: a rank or the main program, not a launcher, shell or helper.
+RUN_ROLES = ("rank", "main")
 
 
 def program(cmdline: str) -> str:

@@ -43,7 +43,7 @@ from console.units import format_duration
 REFRESH_S = 1.0
 #: How often Slurm is asked for the job's state and elapsed time again.
 JOB_REFRESH_S = 15.0
-COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "procs", "log grew", "throughput", "link")
+COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "ranks", "log grew", "throughput", "link")
 
 
 def row_cells(row: NodeRow) -> tuple[Text | str, ...]:
@@ -58,7 +58,7 @@ def row_cells(row: NodeRow) -> tuple[Text | str, ...]:
     util = "–" if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
     grew = "–" if row.log_silent_s is None else f"{format_duration(row.log_silent_s)} ago"
     rate = "–" if row.rate is None else f"{si(row.rate)} {row.rate_unit}"
-    return (row.name, verdict, str(row.gpus), memory, util, str(row.processes), grew, rate, row.connection)
+    return (row.name, verdict, str(row.gpus), memory, util, str(row.ranks), grew, rate, row.connection)
 
 
 class FleetTable(DataTable):

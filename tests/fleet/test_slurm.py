@@ -306,7 +306,7 @@ async def test_console_follows_a_resubmitted_job(slurm: Slurm, tmp_path: Path) -
             await pilot.press("y")
             await wait_for(pilot, lambda: old_node.state.agent_lost is not None, tries=600)
             lost_row = row_of(old_node, 0.0)  # the node's agent ended with the job: lost, none of its old processes
-            assert lost_row.connection == "lost" and lost_row.processes == 0 and lost_row.rate is None
+            assert lost_row.connection == "lost" and lost_row.ranks == 0 and lost_row.rate is None
             await wait_for(pilot, lambda: app.fleet is not None and app.fleet.job.job_id != job_id, tries=1200)
             new_ids.append(app.fleet.job.job_id)
             await wait_for(pilot, lambda: isinstance(app.screen, ActionScreen) and app.screen.done, tries=1200)
