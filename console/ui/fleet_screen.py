@@ -101,11 +101,18 @@ class FleetScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static("forming the fleet…", id="fleet-header")
         yield FleetTable(id="fleet-table")
+        yield Static("", id="fleet-detail")
         yield Footer()
 
     @on(DataTable.RowSelected)
     def _row_selected(self) -> None:
         self.action_open_node()
+
+    @on(DataTable.RowHighlighted)
+    def show_detail(self) -> None:
+        """The verdict of the node under the cursor, in words, below the table."""
+        node = self.selected_node()
+        self.query_one("#fleet-detail", Static).update(node_detail(node) if node is not None else "")
 
     def action_open_node(self) -> None:
         """Open the four panes of the node under the cursor."""
@@ -181,6 +188,18 @@ class TextScreen(FramedModal[None]):
             yield Static(self.body)
 
 
+def node_detail(node: FleetNode) -> Text:
+    """The selected node's verdict in words, under the table: what the row's cells cannot hold."""
+    verdict = node.verdict
+    if verdict is None:
+        return Text(f"{node.name}: no verdict yet", style="dim")
+    text = Text(f"{node.name}: ", style="bold")
+    text.append(f"{verdict.name} — {verdict.summary}")
+    if verdict.next_step and verdict.next_step not in verdict.summary:
+        text.append(f"\nnext: {verdict.next_step}", style="dim")
+    return text
+
+
 def diagnosis_text(diagnosis) -> Text:
     """The fleet diagnosis: the headline, the ranks grouped by stack, NCCL, then each node's verdict."""
     from console.observe.nccl import nccl_lines
@@ -231,6 +250,7 @@ class FleetApp(ThemedApp):
     DEFAULT_CSS = """
     #fleet-header { height: auto; padding: 0 1; background: $panel; text-style: bold; }
     #fleet-table { height: 1fr; }
+    #fleet-detail { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     """
 
     def __init__(self, config: Config, *, read_only: bool = False, theme: str | None = None,
@@ -307,6 +327,7 @@ class FleetApp(ThemedApp):
             return
         self.fleet_screen.query_one("#fleet-header", Static).update(self.header_text())
         self.fleet_screen.query_one(FleetTable).show(self.fleet.rows(self.clock()))
+        self.fleet_screen.show_detail()
 
     async def take_action(self, action: str) -> None:
         """Run a table action (the command palette's way in)."""

@@ -20,7 +20,8 @@ async def wait_for(pilot, condition, tries: int = 300) -> None:
 
 
 async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer: Path) -> None:  # noqa: F811
-    """The dead node sorts first; Enter on the live node shows its processes and log; d lists every node's verdict."""
+    """The dead node sorts first and its verdict is spelled out under the table; Enter on the live node shows its
+    processes and log; d lists every node's verdict."""
     app = FleetApp(fleet_config(sshd, tmp_path, writer))
     async with app.run_test(size=(140, 40)) as pilot:
         table = app.fleet_screen.query_one(FleetTable)
@@ -31,6 +32,8 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         header = str(app.fleet_screen.query_one("#fleet-header").render())
         assert "1/2 nodes healthy" in header and "1.5K tok/s total" in header
         assert str(table.get_cell(sshd.alias, "verdict")) == "healthy"
+        detail = str(app.fleet_screen.query_one("#fleet-detail").render())
+        assert detail.startswith("pulse-dead: unknown — node unreachable: ")  # the cursor's node, in words
 
         await pilot.press("down", "enter")
         assert isinstance(app.screen, NodeScreen) and app.screen.node.name == sshd.alias
