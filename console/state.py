@@ -239,5 +239,6 @@ class RunState:
 
 def usual_gap_s(times: list[float]) -> float | None:
     """The median gap between successive `times`; None with fewer than RHYTHM_MIN_GAPS gaps."""
-    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    # Closer than SAME_WRITE_S is one write: two ranks printing one step into one log are one beat, not a 0 s rhythm.
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b - a > SAME_WRITE_S)
     return gaps[len(gaps) // 2] if len(gaps) >= RHYTHM_MIN_GAPS else None
