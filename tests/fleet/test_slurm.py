@@ -105,25 +105,32 @@ async def test_scontrol_output_is_read_into_the_job(slurm: Slurm, healthy_job) -
     assert job.num_tasks == 1 and job.elapsed_s >= 0
 
 
-def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> None:
-    """Three ranks hang: two wait on a queue (same stack), one in its data loader; py-spy on every rank says so."""
-    job_id = slurm.submit(batch_script(tmp_path, "hang", "hang", tasks=3))
-    output = tmp_path / f"hang-{job_id}-{slurm.node}.out"
+def check_stuck_job(slurm: Slurm, folder: Path, name: str, mode: str, tasks: int, *, match_ranks: bool) -> dict:
+    """Submit a job whose ranks stop, wait until every rank has started and the log is silent, then
+    `pulse check --json` it over srun with py-spy (the venv's, named the way a config would: a login
+    shell sets its own PATH); the job is cancelled after."""
+    job_id = slurm.submit(batch_script(folder, name, mode, tasks=tasks))
+    output = folder / f"{name}-{job_id}-{slurm.node}.out"
     try:
         slurm.wait_running(job_id, output=output)
         deadline = time.monotonic() + 20
-        while output.read_text().count("started") < 3 and time.monotonic() < deadline:
+        while output.read_text().count("started") < tasks and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)  # silent for longer than --stall-after
-        config = tmp_path / "fleet.toml"
-        # A login shell sets its own PATH: name the venv's py-spy the way a config would.
+        config = folder / "fleet.toml"
         py_spy = Path(sys.executable).parent / "py-spy"
-        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n[run]\nmatch = \'{match("hang")}\'\n')
+        run = f"[run]\nmatch = '{match(name)}'\n" if match_ranks else ""  # without: the job is the run
+        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n{run}')
         done = pulse("check", str(config), "--slurm-job", job_id, "--stall-after", "1", "--json", env=slurm.env())
     finally:
         slurm.cancel(job_id)
     assert done.returncode == 1, done.stderr
-    report = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> None:
+    """Three ranks hang: two wait on a queue (same stack), one in its data loader; py-spy on every rank says so."""
+    report = check_stuck_job(slurm, tmp_path, "hang", "hang", 3, match_ranks=True)
     assert report["verdict"] == "hung", report["nodes"][0]["evidence"]
     assert len(report["nodes"][0]["processes"]) == 3
     groups = report["stack_groups"]
@@ -138,22 +145,7 @@ def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> No
 
 def test_two_task_straggler_is_hung_and_named_by_its_slurm_rank(slurm: Slurm, tmp_path: Path) -> None:
     """Rank 0 spins in its all-reduce while rank 1 sits in its data loader: hung, rank 1 named, from the ranks' stacks."""
-    job_id = slurm.submit(batch_script(tmp_path, "straggle", "straggler", tasks=2))
-    output = tmp_path / f"straggle-{job_id}-{slurm.node}.out"
-    try:
-        slurm.wait_running(job_id, output=output)
-        deadline = time.monotonic() + 20
-        while output.read_text().count("started") < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.5)  # silent for longer than --stall-after
-        config = tmp_path / "fleet.toml"
-        py_spy = Path(sys.executable).parent / "py-spy"
-        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n')  # no match: the job is the run
-        done = pulse("check", str(config), "--slurm-job", job_id, "--stall-after", "1", "--json", env=slurm.env())
-    finally:
-        slurm.cancel(job_id)
-    assert done.returncode == 1, done.stderr
-    report = json.loads(done.stdout)
+    report = check_stuck_job(slurm, tmp_path, "straggle", "straggler", 2, match_ranks=False)
     node = report["nodes"][0]
     assert report["verdict"] == "hung", node["evidence"]
     assert "rank 1 is the straggler" in node["evidence"]
