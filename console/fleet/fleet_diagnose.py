@@ -15,7 +15,17 @@ import asyncio
 from dataclasses import dataclass, field
 
 from console.actions.pyspy import DumpError, dump
-from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
+from console.diagnose import (
+    Evidence,
+    StackGroup,
+    Verdict,
+    diagnose,
+    group_sentence,
+    group_stacks,
+    in_collective,
+    severity,
+    stragglers,
+)
 from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise, with_dumps
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
@@ -213,4 +223,29 @@ async def diagnose_fleet(
             report.verdict = diagnose(report.evidence, node.config)
     diagnosis.ranks = [rank for node, dumps in zip(nodes, per_node) for rank in rank_stacks(node.name, dumps)]
     diagnosis.groups = group_ranks(diagnosis.ranks)
+    name_straggler_nodes(diagnosis)
     return diagnosis
+
+
+def name_straggler_nodes(diagnosis: FleetDiagnosis) -> None:
+    """Ranks on other nodes wait in a collective while a rank is not in it: that rank's node is hung.
+
+    What one node's diagnosis cannot see when each node holds one rank; the groups are the
+    single-host grouping (group_stacks, stragglers), so the sentence is the one `pulse check` writes.
+    Only a node judged unknown (busy but silent) is changed: any other verdict is its own diagnosis and stands.
+    """
+    behind = stragglers(diagnosis.groups)
+    waiting = [g for g in diagnosis.groups if in_collective(g)]
+    if not behind or not waiting:
+        return
+    node_of = {rank.label: rank.node for rank in diagnosis.ranks}
+    for group in behind:
+        for who in group.ranks:
+            report = next((r for r in diagnosis.nodes if r.name == node_of.get(who)), None)
+            if report is None or report.verdict.name != "unknown":
+                continue
+            summary = f"{who} is the straggler: {group_sentence(waiting[0])}; {group_sentence(group)}"
+            report.verdict = Verdict(
+                "hung", summary, [group_sentence(g) for g in diagnosis.groups] + report.verdict.evidence,
+                "the straggler's stack says what it waits on (p on its node); restart the job (R) once understood", "p",
+            )
