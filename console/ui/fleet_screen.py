@@ -329,6 +329,12 @@ class FleetApp(ThemedApp):
         self.fleet_screen.query_one(FleetTable).show(self.fleet.rows(self.clock()))
         self.fleet_screen.show_detail()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Only the table's wired fleet actions: a host list has no Slurm to restart through."""
+        if action == "restart" and self.config.target.slurm_job is None:
+            return False
+        return True
+
     async def take_action(self, action: str) -> None:
         """Run a table action (the command palette's way in)."""
         await self.run_action(action)

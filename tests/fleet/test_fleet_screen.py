@@ -71,6 +71,7 @@ async def test_keys_help_and_palette_come_from_the_action_table(sshd, tmp_path: 
             "py-spy dump of every rank of the selected node (the open node in its panes), grouped by stack"
         ]
         assert "restart" not in {s.action for s in app.screen.specs}  # a host list has no Slurm to restart through
+        assert app.check_action("restart", ()) is False and app.check_action("dump", ()) is True
         await pilot.press("escape")
 
         app.repaint()
