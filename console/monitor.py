@@ -106,6 +106,7 @@ class Monitor:
             delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
             failures += 1
             self.sampler_restarts += 1
+            self.state.agent_lost = reason
             self.state.add_event("sampler", f"sampling stopped: {reason}; restarting in {delay:g} s")
             self._changed()
             await asyncio.sleep(delay)

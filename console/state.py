@@ -85,6 +85,8 @@ class RunState:
         lines (a progress bar redrawn with \\r) still count, at the samples' resolution."""
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
+        self.agent_lost: str | None = None
+        """Why the sampling agent ended, until its next sample: what is held is no longer live."""
         self.log_path: str | None = None
         # Lines, and last_rate_at, are dated by when they were written: a backlog's rates are history.
         self.progress: ProgressLine | None = None
@@ -99,6 +101,7 @@ class RunState:
     def add_sample(self, sample: Sample) -> None:
         self.samples.append(sample)
         self.last_sample_at = self.clock()
+        self.agent_lost = None
         log = sample.log
         if log is not None and log.exists and (not self.log_mtimes or log.mtime > self.log_mtimes[-1]):
             self.log_mtimes.append(log.mtime)
@@ -243,5 +246,6 @@ class RunState:
 
 def usual_gap_s(times: list[float]) -> float | None:
     """The median gap between successive `times`; None with fewer than RHYTHM_MIN_GAPS gaps."""
-    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    # Closer than SAME_WRITE_S is one write: two ranks printing one step into one log are one beat, not a 0 s rhythm.
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b - a > SAME_WRITE_S)
     return gaps[len(gaps) // 2] if len(gaps) >= RHYTHM_MIN_GAPS else None

@@ -72,3 +72,17 @@ def test_a_log_redrawn_with_carriage_returns_gets_its_rhythm_from_the_samples_mt
     assert state.write_interval_s() == pytest.approx(1.0)
     state.start_new_log("/w/train2.log")
     assert state.write_interval_s() is None
+
+
+def test_two_ranks_writing_one_log_keep_the_rhythm_of_their_steps():
+    """Both ranks of a 2-task Slurm job print each step into the job's one output file a few ms apart:
+    the usual interval is the step's 0.2 s, not the 0 s between the two ranks' lines."""
+    state = RunState(clock=lambda: 100.0)
+    lines = []
+    for step in range(1, 11):
+        for rank in (0, 1):
+            text = f"rank {rank} step {step} tokens/s: 1000.0 loss 1.50"
+            lines.append(LogLine(len(lines) + 1, text, classify_line(text), time=step * 0.2 + rank * 0.004))
+    state.add_lines(lines)
+    assert state.rate_interval_s() == pytest.approx(0.196)
+    assert state.write_interval_s() == pytest.approx(0.2)

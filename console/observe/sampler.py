@@ -51,6 +51,7 @@ def agent_args(config: Config, interval_s: float, count: int, *, process_utiliza
     run = config.run
     return [
         *(["--process-utilization"] if process_utilization else []),
+        *(["--slurm-job", run.slurm_job] if run.slurm_job else []),
         "--",
         f"{interval_s:g}",
         str(count),

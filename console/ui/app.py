@@ -35,7 +35,6 @@ from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
-from console.ui.help_screen import HelpScreen
 from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
@@ -49,7 +48,7 @@ from console.ui.run_view import (
     throughput_view,
 )
 from console.ui.status_bar import StatusBar, StatusView
-from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
+from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
@@ -254,12 +253,6 @@ class PulseApp(ThemedApp):
         self._dirty = True
         self.refresh_panes()
 
-    def action_cycle_theme(self) -> None:
-        names = sorted(self.pulse_themes, key=lambda name: (name != DEFAULT_THEME, name))
-        following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
-        self.theme = following
-        self.notify(f"theme: {following}", timeout=2)
-
     # -- state → panes -----------------------------------------------------------
 
     def mark_changed(self) -> None:
@@ -447,10 +440,6 @@ class PulseApp(ThemedApp):
         name, _, argument = action.partition("(")
         method = getattr(self, f"action_{name}")
         method(int(argument.rstrip(")"))) if argument else method()
-
-    def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
 
     def action_timeline(self) -> None:
         if self.watch is None:
