@@ -206,8 +206,8 @@ def diagnosis_text(diagnosis) -> Text:
 
     text = Text()
     worst = diagnosis.worst
-    text.append(worst.name.upper(), "bold reverse")
-    text.append(f"  {diagnosis.headline()}\n\n", "bold")
+    text.append(f" {worst.name.upper()} ", "bold reverse")
+    text.append(f" {diagnosis.headline()}\n\n", "bold")
     stacks = diagnosis.stack_lines() if diagnosis.ranks else []
     if stacks or diagnosis.nccl:
         text.append("Ranks\n", "bold underline")
