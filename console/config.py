@@ -59,6 +59,8 @@ class RunConfig:
     match: str | None = None
     """A regex over /proc/PID/cmdline that finds the run's processes."""
     pidfile: str | None = None
+    slurm_job: str | None = None
+    """The Slurm job whose processes are the run's, on one node of a fleet (`match` narrows within it)."""
     env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 30.0
     """SIGTERM → SIGKILL grace period for restart."""
@@ -591,6 +593,8 @@ def load_from_args(args) -> Config:
         port=get("port") or t.port,
         container=container,
         known_hosts=get("known_hosts") or t.known_hosts,
+        ssh_config=get("ssh_config") or t.ssh_config,
+        py_spy=get("py_spy") or t.py_spy,
         accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
         slurm_job=slurm_job,
         hosts=hosts,

@@ -97,21 +97,23 @@ UNLEARNED_QUIET_S = 300.0
 QUIET_SHOWN_INTERVALS = 3
 #: ...and never before this many seconds.
 QUIET_SHOWN_S = 2.0
-#: How many problem lines a verdict quotes.
+#: How many problems a verdict quotes (each by the line that names it).
 _QUOTED_LINES = 3
 _QUOTE_CHARS = 160
 
 
 @dataclass(frozen=True, slots=True)
 class ProblemLine:
-    """A log line of a problem kind, seen since the last launch."""
+    """A problem seen since the last launch (console/observe/problems.py), by the line that names it."""
 
     kind: LineKind
+    """The gravest kind among the problem's lines."""
     text: str
+    """The line that names it: a traceback's exception line, never "Traceback (most recent call last):"."""
     age_s: float | None = None
-    """Seconds since the line arrived; None when unknown (a tail read has no times)."""
+    """Seconds since that line arrived; None when unknown (a tail read has no times)."""
     thread: str | None = None
-    """The thread whose uncaught exception's traceback holds this line, when it is in one."""
+    """The thread whose uncaught exception this is, when it is one."""
 
 
 @dataclass(frozen=True, slots=True)

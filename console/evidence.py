@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import re
 import statistics
 import time
 from dataclasses import replace
@@ -273,62 +272,26 @@ def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float 
     }
 
 
-_THREAD_DIED = re.compile(r"^Exception in thread (.+?)(?: \(\w+\))?:\s*$")
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
-
-
-def thread_deaths(lines: list[LogLine]) -> list[tuple[str, str, int, int, float]]:
-    """Each uncaught thread exception in `lines`: (thread name, the traceback's last line, first and
-    last line number, when the last line arrived). Log lines are untrusted: only their shape is read."""
-    found = []
-    index = 0
-    while index < len(lines):
-        match = _THREAD_DIED.match(lines[index].text)
-        index += 1
-        if not match:
-            continue
-        start, last = lines[index - 1].number, None
-        while index < len(lines):
-            text = lines[index].text
-            if text.startswith((" ", "\t", "Traceback (most recent call last)")) or not text.strip() or text.startswith(_CHAINED):
-                index += 1
-                continue
-            if _EXCEPTION_LINE.match(text):
-                last = lines[index]
-                index += 1
-                following = next((line.text for line in lines[index:] if line.text.strip()), "")
-                if following.startswith(_CHAINED):
-                    continue
-            break
-        if last is not None:
-            found.append((match[1], last.text, start, last.number, last.time))
-    return found
-
-
 def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     now = state.clock()
-    # A thread's death and NCCL's account come with problem lines: a log without any is not scanned
-    # (the fleet judges every node this way on each repaint).
+    # NCCL's account and a dead thread's later progress come with problem lines: a log without any
+    # is not scanned (the fleet judges every node this way on each repaint).
     lines = state.current_lines() if state.problems else []
-    deaths = thread_deaths(lines)
-    in_thread = [(first, last, name) for name, _, first, last, _ in deaths]
-
-    def thread_of(number: int) -> str | None:
-        return next((name for first, last, name in in_thread if first <= number <= last), None)
-
+    spans = list(state.spans.problems)
+    # Each problem once, by the line that names it (a traceback's exception line, not "Traceback").
     problems = tuple(
-        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None, thread_of(line.number))
-        for line in list(state.problems)[-MAX_PROBLEMS:]
+        ProblemLine(p.kind, p.name.text, round(now - p.name.time, 1) if timed else None, p.thread)
+        for p in spans[-MAX_PROBLEMS:]
     )
     dead = tuple(
         DeadThread(
-            name,
-            exception,
-            round(now - arrived, 1) if timed else None,
-            any(_progress(line) for line in lines if line.number > last),
+            p.thread,
+            p.name.text,
+            round(now - p.name.time, 1) if timed else None,
+            any(_progress(line) for line in lines if line.number > p.last),
         )
-        for name, exception, _, last, arrived in deaths
+        for p in spans
+        if p.thread is not None and p.name.number > p.first  # its traceback's exception line has come
     )
     nccl = [fact for line in lines if (fact := _nccl_line(line.text)) is not None][-MAX_NCCL_FACTS:]
     metric = state.rate_metric

@@ -106,6 +106,7 @@ class Monitor:
                 reason = f"{type(exc).__name__}: {exc}"
             delay = backoff.next()
             self.sampler_restarts += 1
+            self.state.agent_lost = reason
             self.state.add_event("sampler", f"sampling stopped: {reason}; restarting in {delay:.2f} s")
             self._changed()
             await asyncio.sleep(delay)

@@ -665,3 +665,11 @@ def test_a_pulse_console_naming_the_pattern_is_never_the_run() -> None:
         record(22, 1, ["pulse", "--match", "train_dflash"], comm="pulse"),
     ]
     assert [r["pid"] for r in agent.select_run_processes(procs, "train_dflash", [])] == [10]
+
+
+def test_the_slurm_job_of_a_process_comes_from_its_environment():
+    """SLURM_JOB_ID names the job; a step Pulse started (PULSE_STEP, set by its srun --export) belongs to none."""
+    assert agent.slurm_job_of(["PATH=/bin", "SLURM_JOB_ID=12", "SLURM_PROCID=1"]) == "12"
+    assert agent.slurm_job_of(["SLURM_JOB_ID=12", f"{agent.PULSE_STEP_VARIABLE}=1"]) is None
+    assert agent.slurm_job_of(["PATH=/bin"]) is None
+    assert agent.slurm_job_of(None) is None

@@ -401,10 +401,46 @@ RUN_ENV_KEYS = (
     "OMPI_COMM_WORLD_RANK",
     "PMI_RANK",
     "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_JOB_ID",
     "CUDA_VISIBLE_DEVICES",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "TORCH_FR_DUMP_TEMP_FILE",
 )
+
+
+#: Set (by `srun --export`) in every job step Pulse starts: its agent, py-spy and their shells are never the run.
+PULSE_STEP_VARIABLE = "PULSE_STEP"
+
+
+def slurm_job_of(environ: Optional[List[str]]) -> Optional[str]:
+    """The Slurm job a process belongs to (its SLURM_JOB_ID); None outside a job or in a step Pulse started."""
+    job = None
+    for entry in environ or ():
+        name, _, value = entry.partition("=")
+        if name == PULSE_STEP_VARIABLE:
+            return None
+        if name == "SLURM_JOB_ID":
+            job = value
+    return job
+
+
+class JobCache:
+    """Each process's Slurm job, read once from its environment (which does not change after exec)."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self.jobs: Dict[Tuple[int, int], Optional[str]] = {}
+
+    def job(self, record: Record) -> Optional[str]:
+        key = (record["pid"], record["start_ticks"])
+        if key not in self.jobs:
+            self.jobs[key] = slurm_job_of(read_environ("%s/%d" % (self.proc_root, record["pid"])))
+        return self.jobs[key]
+
+    def keep_only(self, records: List[Record]) -> None:
+        alive = {(record["pid"], record["start_ticks"]) for record in records}
+        self.jobs = {key: job for key, job in self.jobs.items() if key in alive}
 
 
 def read_environ(proc_dir: str) -> Optional[List[str]]:
@@ -524,11 +560,17 @@ def read_pidfile(path: str, procs: List[Record]) -> Tuple[Optional[int], Optiona
 
 
 class ProcessWatch:
-    """Finds the run's processes each sample and describes them."""
+    """Finds the run's processes each sample and describes them.
 
-    def __init__(self, match: str, pidfile: str, proc_root: str = "/proc") -> None:
+    With a Slurm job, the run is the job's processes (SLURM_JOB_ID in their environment), and
+    `match`, when given, narrows within them: another job's process never counts, whatever it runs.
+    """
+
+    def __init__(self, match: str, pidfile: str, proc_root: str = "/proc", slurm_job: str = "") -> None:
         self.proc_root = proc_root
         self.pidfile = pidfile
+        self.slurm_job = slurm_job
+        self.job_cache = JobCache(proc_root)
         self.meter = CpuMeter()
         self.argv_cache = ArgvCache()
         self.regex = None
@@ -538,7 +580,7 @@ class ProcessWatch:
                 self.regex = re.compile(match)
             except re.error as exc:
                 self.config_error = "the match regex %r is invalid: %s" % (match, exc)
-        elif not pidfile:
+        elif not pidfile and not slurm_job:
             self.config_error = "no match regex or pidfile is configured: the run's processes are not watched"
 
     def read(self) -> Tuple[List[Record], Optional[str]]:
@@ -552,9 +594,13 @@ class ProcessWatch:
             if pid is None:
                 return [], error
             chosen = run_tree(procs, [pid], self_pids)
+        elif self.slurm_job and self.regex is None:
+            members = self._job_members(procs, self_pids)
+            chosen = run_tree(members, [r["pid"] for r in members if match_words(r) is not None], self_pids)
         else:
+            candidates = self._job_members(procs, self_pids) if self.slurm_job else procs
             try:
-                chosen = select_run_processes(procs, self.regex, self_pids)
+                chosen = select_run_processes(candidates, self.regex, self_pids)
             except MatchTimedOut:
                 self.config_error = (
                     "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
@@ -575,6 +621,11 @@ class ProcessWatch:
                 readings.append(reading)
         self.meter.next_sample()
         return readings, None
+
+    def _job_members(self, procs: List[Record], self_pids: List[int]) -> List[Record]:
+        members = [r for r in procs if r["pid"] not in self_pids and self.job_cache.job(r) == self.slurm_job]
+        self.job_cache.keep_only(procs)
+        return members
 
 
 # -- GPUs ----------------------------------------------------------------------------------
@@ -876,7 +927,7 @@ class Agent:
     def __init__(self, args: argparse.Namespace, proc_root: str = "/proc") -> None:
         self.args = args
         self.proc_root = proc_root
-        self.processes = ProcessWatch(args.match, args.pidfile, proc_root)
+        self.processes = ProcessWatch(args.match, args.pidfile, proc_root, args.slurm_job)
         self.smi = SmiGpus(args.nvidia_smi, args.smi_gpu_fields, args.smi_app_fields)
         self.gpus, self.gpu_note = open_gpus(args.gpu_source, self.smi)
         self.namespaced = in_pid_namespace(proc_root)
@@ -931,6 +982,9 @@ def build_parser() -> argparse.ArgumentParser:
     need.add_argument("--nvidia-smi", required=True, help="the nvidia-smi command")
     need.add_argument("--smi-gpu-fields", required=True, help="fields for nvidia-smi --query-gpu")
     need.add_argument("--smi-app-fields", required=True, help="fields for nvidia-smi --query-compute-apps")
+    parser.add_argument(
+        "--slurm-job", default="", metavar="ID", help="the run is this Slurm job's processes; match narrows within them"
+    )
     parser.add_argument(
         "--process-utilization",
         action="store_true",

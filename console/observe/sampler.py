@@ -65,6 +65,7 @@ def agent_args(config: Config, interval_s: float, count: int, *, process_utiliza
         f"--smi-gpu-fields={','.join(smi.GPU_QUERY_FIELDS)}",
         f"--smi-app-fields={','.join(smi.APP_QUERY_FIELDS)}",
         *(["--process-utilization"] if process_utilization else []),
+        *([f"--slurm-job={run.slurm_job}"] if run.slurm_job else []),
     ]
 
 
