@@ -525,7 +525,7 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
 
 
 #: Keys the console binds itself; custom actions may not take them.
-_RESERVED_KEYS = frozenset("?qtfnNdpRwlh/[]")
+_RESERVED_KEYS = frozenset("?qtfnNdpRwlhkv/\\[]:#")
 
 
 def load_config(path: str | Path) -> Config:
