@@ -41,12 +41,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
+from console.backoff import Backoff
 from console.config import AlertsConfig, Config
 from console.diagnose import severity
 from console.journal.recorder import verdict_data
 from console.journal.store import Journal
 
-RETRY_DELAYS_S = (0.5, 1.0, 2.0)
+#: Waits between a webhook's attempts (seconds): the first, and the longest.
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 2.0
 #: Deliveries one sink may have in flight; past it an alert to that sink is dropped (and journaled).
 MAX_IN_FLIGHT = 4
 
@@ -218,9 +220,10 @@ class WebhookSink:
         body = self.body(alert)
         why = ""
         async with httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False) as client:
+            backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
             for attempt in range(self.retries + 1):
                 if attempt:
-                    await asyncio.sleep(RETRY_DELAYS_S[min(attempt - 1, len(RETRY_DELAYS_S) - 1)])
+                    await asyncio.sleep(backoff.next())
                 try:
                     response = await client.post(self.url, json=body)
                 except httpx.TimeoutException:

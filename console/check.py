@@ -34,8 +34,9 @@ With `--json` one object is printed (keys always present; null where nothing is 
     process_error  string or null
     window_s       number: seconds between the two samples
     log            {path, exists, size, growth_bytes, seconds_since_growth,
-                    problem_kinds: [string], problems: [{kind, text}]}  (problem lines from
-                   the log's tail, newest last; kinds as `pulse classify` names them)
+                    problem_kinds: [string], problems: [{kind, text}]}  (the problems in
+                   the log's tail, newest last, each once by the line that names it: a traceback
+                   by its exception line; kind: the gravest of its lines, as `pulse classify` names them)
     throughput     {metric, current, baseline, ratio} or null (current: median of the newest
                    values in the log; ratio: current / baseline, null without a baseline)
     stacks         [{pid, tid, name, idle, wait, where, count, label, main, collective}] or

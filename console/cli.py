@@ -85,13 +85,23 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--namespace", help="kubectl namespace")
     g.add_argument("--slurm-job", metavar="ID", help="the run is this Slurm job: every node it runs on")
     g.add_argument("--hosts", metavar="A,B,C", help="the run's nodes, without a scheduler")
-    g.add_argument("--reach", choices=("ssh", "srun"), help="reach a Slurm job's nodes by ssh (default) or srun --overlap")
+    g.add_argument(
+        "--reach", choices=("ssh", "srun"),
+        help="reach a Slurm job's nodes by ssh (default) or by srun --overlap steps through the login node",
+    )
     g.add_argument("--log", help="the run's log file (Slurm patterns %%j %%N %%t allowed for a fleet)")
-    g.add_argument("--match", help="regex over process command lines that finds the run")
+    g.add_argument("--match", help="regex over process command lines that finds the run (with --slurm-job: narrows within the job)")
     g.add_argument("--pidfile", help="file holding the run's main PID")
     g.add_argument("--launch", help="command that starts the run (for restart)")
     g.add_argument("--baseline", type=float, help="normal tokens/s of the run")
     g.add_argument("--known-hosts", help="known_hosts file to check the host key against")
+    g.add_argument("--ssh-config", metavar="FILE", help="an ssh_config to read instead of ~/.ssh/config")
+    g.add_argument("--py-spy", metavar="PATH", help="py-spy on the target (default: py-spy on its login PATH)")
+    g.add_argument(
+        "--stall-after", type=float, metavar="SECONDS",
+        help="log silence that counts as a stall (default: the run's rhythm, learned while the console follows, "
+        "estimated from the log's size by pulse check)",
+    )
     g.add_argument(
         "--accept-new-host-key",
         action="store_true",
@@ -146,7 +156,6 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     add_target_flags(parser)
     if command == "check":
         parser.add_argument("--json", action="store_true", help="print the documented JSON object")
-        parser.add_argument("--stall-after", type=float, metavar="SECONDS", help="log silence that counts as a stall (default: learned from the run's rhythm)")
     elif command == "dump":
         parser.add_argument("--pid", type=int, help="dump this PID instead of the run's main process")
         parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from console.paths import audit_log_path
-from console.remote.shell import Container
+from console.model import Container, MetricPattern
+from console.user_patterns import compile_metric_pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ class RunConfig:
     match: str | None = None
     """A regex over /proc/PID/cmdline that finds the run's processes."""
     pidfile: str | None = None
+    slurm_job: str | None = None
+    """The Slurm job whose processes are the run's, on one node of a fleet (`match` narrows within it)."""
     env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 30.0
     """SIGTERM → SIGKILL grace period for restart."""
@@ -70,15 +73,6 @@ class GpuConfig:
     source: str = "auto"
     """'auto' (NVML, then nvidia-smi), 'nvml' or 'nvidia-smi'."""
     poll_s: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class MetricPattern:
-    """An extra regex from the config: a named group gives the metric's value."""
-
-    name: str
-    """tokens_per_s, samples_per_s, it_per_s, loss, step or total_steps."""
-    regex: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +335,6 @@ def _problem_at(text: str, source: str, line: int, message: str) -> str:
 
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Build a Config from TOML text; ConfigError lists every problem, one line each."""
-    from console.observe.lines import compile_metric_pattern  # lines imports MetricPattern from here
-
     if (nul := text.find("\x00")) >= 0:
         raise ConfigError([_problem_at(text, source, text.count("\n", 0, nul) + 1, "a NUL byte: not a text config")])
     try:
@@ -533,7 +525,7 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
 
 
 #: Keys the console binds itself; custom actions may not take them.
-_RESERVED_KEYS = frozenset("?qtfnNdpRwlh/[]")
+_RESERVED_KEYS = frozenset("?qtfnNdpRwlhkv/\\[]:#")
 
 
 def load_config(path: str | Path) -> Config:
@@ -601,6 +593,8 @@ def load_from_args(args) -> Config:
         port=get("port") or t.port,
         container=container,
         known_hosts=get("known_hosts") or t.known_hosts,
+        ssh_config=get("ssh_config") or t.ssh_config,
+        py_spy=get("py_spy") or t.py_spy,
         accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
         slurm_job=slurm_job,
         hosts=hosts,

@@ -9,12 +9,15 @@ for progress; "busy" = a process of the run over `stall.cpu_idle_pct` by the del
 utime+stime over the sampling window (never ps's lifetime average), or the run's own use of
 a GPU over `stall.gpu_idle_pct`: its processes' SM % when read (NVML process samples, pmon),
 else the device's use when a process of the run is on it. A process whose dumped threads all
-wait (a collective, a CUDA synchronize, a queue, a lock, I/O) or sleep is never busy, even
-at 100 % CPU).
+wait (a collective, a CUDA synchronize, a queue, a lock, I/O) is never busy, even at 100 %
+CPU; threads py-spy saw idle count as waiting only in a process that is idle on the CPU too (one
+sample of a busy process can catch every thread between two bursts of work)).
 
 The silence limit is the run's own rhythm: QUIET_INTERVALS of its usual gap between writes
 (between throughput lines for progress), at least QUIET_FLOOR_S; UNLEARNED_QUIET_S while no
-rhythm is known (a fresh look, a run that logs rarely); `stall.log_silent_s` overrides it.
+rhythm is known (a run that logs rarely); `stall.log_silent_s` overrides it. A one-shot look
+(`pulse check`) has no history: it estimates the usual gap from the log itself, the run's writing
+time over the writes the log holds (lifetime_write_interval_s).
 After QUIET_SHOWN_INTERVALS usual gaps without a write the summary says "quiet N s,
 usually writes every X s" instead of "its log progresses".
 
@@ -94,21 +97,23 @@ UNLEARNED_QUIET_S = 300.0
 QUIET_SHOWN_INTERVALS = 3
 #: ...and never before this many seconds.
 QUIET_SHOWN_S = 2.0
-#: How many problem lines a verdict quotes.
+#: How many problems a verdict quotes (each by the line that names it).
 _QUOTED_LINES = 3
 _QUOTE_CHARS = 160
 
 
 @dataclass(frozen=True, slots=True)
 class ProblemLine:
-    """A log line of a problem kind, seen since the last launch."""
+    """A problem seen since the last launch (console/observe/problems.py), by the line that names it."""
 
     kind: LineKind
+    """The gravest kind among the problem's lines."""
     text: str
+    """The line that names it: a traceback's exception line, never "Traceback (most recent call last):"."""
     age_s: float | None = None
-    """Seconds since the line arrived; None when unknown (a tail read has no times)."""
+    """Seconds since that line arrived; None when unknown (a tail read has no times)."""
     thread: str | None = None
-    """The thread whose uncaught exception's traceback holds this line, when it is in one."""
+    """The thread whose uncaught exception this is, when it is one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +191,8 @@ class Evidence:
     """The run's usual gap between throughput lines (None until learned)."""
     log_write_interval_s: float | None = None
     """The run's usual gap between writes to its log (None until learned)."""
+    log_rhythm_estimated: bool = False
+    """log_write_interval_s was estimated from one look at the log (its size over the run's writing time), not learned."""
     problems: tuple[ProblemLine, ...] = ()
     """Problem lines since the last launch, oldest first."""
     dead_threads: tuple[DeadThread, ...] = ()
@@ -330,6 +337,23 @@ def rhythm_text(interval_s: float | None) -> str:
     return f"usually writes every {_seconds(interval_s)}"
 
 
+#: Write boundaries a tail needs before it says anything about the log's rhythm.
+MIN_TAIL_WRITES = 20
+
+
+def lifetime_write_interval_s(tail: str, log_size: int, written_for_s: float | None) -> float | None:
+    """The log's usual gap between writes, from one look: the time the run has been writing
+    (`written_for_s`) over the writes its log holds, counted from the tail's density of line ends
+    and redraws (`\n`, a lone `\r`). None when the tail is too thin to say."""
+    if not tail or log_size <= 0 or written_for_s is None or written_for_s <= 0:
+        return None
+    writes_in_tail = tail.count("\n") + tail.count("\r") - tail.count("\r\n")
+    if writes_in_tail < MIN_TAIL_WRITES:
+        return None
+    writes = log_size * writes_in_tail / len(tail.encode("utf-8", "replace"))
+    return written_for_s / writes
+
+
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
     """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
     return _Diagnosis(evidence, config).verdict()
@@ -346,11 +370,15 @@ class _Diagnosis:
     # -- observations --------------------------------------------------------
 
     def _waiting_pids(self) -> set[int]:
-        """Processes dumped with every thread waiting or idle: their CPU and GPU use is a spinning wait, not work."""
+        """Processes dumped with every thread waiting (or idle, in a process idle on the CPU): their CPU
+        and GPU use is a spinning wait, not work."""
         threads: dict[int, list[StackSummary]] = {}
         for t in self.ev.stacks:
             threads.setdefault(t.pid, []).append(t)
-        return {pid for pid, found in threads.items() if all(t.wait or t.idle for t in found)}
+        idle_cpu = {p.pid for p in self.alive if p.cpu_pct is None or p.cpu_pct <= self.stall.cpu_idle_pct}
+        return {
+            pid for pid, found in threads.items() if all(t.wait or (t.idle and pid in idle_cpu) for t in found)
+        }
 
     def _working(self) -> list[ProcessReading]:
         """Alive processes busy on the CPU and not just spinning in a wait."""
@@ -604,6 +632,8 @@ class _Diagnosis:
                 how = "set by [stall] log_silent_s"
             elif ev.log_write_interval_s is None:
                 how = "until its rhythm is learned"
+            elif ev.log_rhythm_estimated:
+                how = "from its rhythm, estimated from the log's size over the run's life"
             else:
                 how = "from its rhythm"
             lines.append(

@@ -15,15 +15,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import re
 import statistics
 import time
 from dataclasses import replace
 from typing import Literal
 
-from console.actions.pyspy import DumpError, dump
 from console.config import Config
-from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose
+from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose, lifetime_write_interval_s
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
@@ -46,6 +44,7 @@ from console.observe.pyspy import (
     stack_signature,
     where,
 )
+from console.observe.pyspy_run import DumpError, dump
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote
@@ -91,12 +90,12 @@ async def gather(
     window_s = config.stall.sample_window_s if window_s is None else window_s
     sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True))
     if follower_state is None and config.run.log:
-        tail = asyncio.ensure_future(read_tail(target, config, timeout=window_s + TAIL_TIMEOUT_S))
+        tail = asyncio.ensure_future(read_tail_text(target, config, timeout=window_s + TAIL_TIMEOUT_S))
     else:
         tail = None
     try:
         first, last = await sampling
-        lines = await tail if tail is not None else []
+        tail_text = await tail if tail is not None else ""
     finally:
         if tail is not None:  # also when sampling failed first: the tail's own error is collected, not leaked
             tail.cancel()
@@ -106,8 +105,8 @@ async def gather(
         evidence = from_samples(first, last, config, follower_state, timed=True, launched_at=launched_at)
     else:
         state = RunState()
-        state.add_lines(lines)
-        evidence = from_samples(first, last, config, state, timed=False, launched_at=launched_at)
+        state.add_lines(tail_lines(tail_text, config, time.monotonic()))
+        evidence = with_lifetime_rhythm(from_samples(first, last, config, state, timed=False, launched_at=launched_at), tail_text)
 
     if evidence.nccl:
         evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
@@ -176,16 +175,36 @@ def tail_script(log: str, tail_bytes: int) -> str:
     )
 
 
-async def read_tail(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
-    """The last lines of the run's log, made safe and classified (none when it is missing).
+async def read_tail_text(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> str:
+    """The whole lines of the run's log's last `tail_bytes`, as written (empty when it is missing).
 
     One command reads the log's end, so the tail is exact however slowly the link delivers it.
     TargetError when the target does not answer within `timeout`.
     """
     if not config.run.log:
-        return []
-    result = await target.run(tail_script(config.run.log, tail_bytes), timeout)
-    return tail_lines(result.stdout, config, time.monotonic())
+        return ""
+    return (await target.run(tail_script(config.run.log, tail_bytes), timeout)).stdout
+
+
+async def read_tail(target: Target, config: Config, *, timeout: float, tail_bytes: int = TAIL_BYTES) -> list[LogLine]:
+    """The last lines of the run's log, made safe and classified (none when it is missing)."""
+    text = await read_tail_text(target, config, timeout=timeout, tail_bytes=tail_bytes)
+    return tail_lines(text, config, time.monotonic())
+
+
+def with_lifetime_rhythm(evidence: Evidence, tail: str) -> Evidence:
+    """A one-shot look's evidence with the log's usual write gap estimated from the log itself
+    (no history to learn it from): the oldest process's writing time over the writes the log holds."""
+    if evidence.log_write_interval_s is not None or evidence.log_silent_s is None:
+        return evidence
+    lives = [p.elapsed_s for p in evidence.processes if p.elapsed_s is not None and p.state not in ("Z", "X")]
+    if not lives:
+        return evidence
+    written_for = max(lives) - evidence.log_silent_s
+    interval = lifetime_write_interval_s(tail, evidence.log_size, written_for)
+    if interval is None:
+        return evidence
+    return replace(evidence, log_write_interval_s=round(interval, 3), log_rhythm_estimated=True)
 
 
 def tail_lines(tail: str, config: Config, now: float) -> list[LogLine]:
@@ -253,62 +272,26 @@ def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float 
     }
 
 
-_THREAD_DIED = re.compile(r"^Exception in thread (.+?)(?: \(\w+\))?:\s*$")
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
-
-
-def thread_deaths(lines: list[LogLine]) -> list[tuple[str, str, int, int, float]]:
-    """Each uncaught thread exception in `lines`: (thread name, the traceback's last line, first and
-    last line number, when the last line arrived). Log lines are untrusted: only their shape is read."""
-    found = []
-    index = 0
-    while index < len(lines):
-        match = _THREAD_DIED.match(lines[index].text)
-        index += 1
-        if not match:
-            continue
-        start, last = lines[index - 1].number, None
-        while index < len(lines):
-            text = lines[index].text
-            if text.startswith((" ", "\t", "Traceback (most recent call last)")) or not text.strip() or text.startswith(_CHAINED):
-                index += 1
-                continue
-            if _EXCEPTION_LINE.match(text):
-                last = lines[index]
-                index += 1
-                following = next((line.text for line in lines[index:] if line.text.strip()), "")
-                if following.startswith(_CHAINED):
-                    continue
-            break
-        if last is not None:
-            found.append((match[1], last.text, start, last.number, last.time))
-    return found
-
-
 def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     now = state.clock()
-    # A thread's death and NCCL's account come with problem lines: a log without any is not scanned
-    # (the fleet judges every node this way on each repaint).
+    # NCCL's account and a dead thread's later progress come with problem lines: a log without any
+    # is not scanned (the fleet judges every node this way on each repaint).
     lines = state.current_lines() if state.problems else []
-    deaths = thread_deaths(lines)
-    in_thread = [(first, last, name) for name, _, first, last, _ in deaths]
-
-    def thread_of(number: int) -> str | None:
-        return next((name for first, last, name in in_thread if first <= number <= last), None)
-
+    spans = list(state.spans.problems)
+    # Each problem once, by the line that names it (a traceback's exception line, not "Traceback").
     problems = tuple(
-        ProblemLine(line.info.kind, line.text, round(now - line.time, 1) if timed else None, thread_of(line.number))
-        for line in list(state.problems)[-MAX_PROBLEMS:]
+        ProblemLine(p.kind, p.name.text, round(now - p.name.time, 1) if timed else None, p.thread)
+        for p in spans[-MAX_PROBLEMS:]
     )
     dead = tuple(
         DeadThread(
-            name,
-            exception,
-            round(now - arrived, 1) if timed else None,
-            any(_progress(line) for line in lines if line.number > last),
+            p.thread,
+            p.name.text,
+            round(now - p.name.time, 1) if timed else None,
+            any(_progress(line) for line in lines if line.number > p.last),
         )
-        for name, exception, _, last, arrived in deaths
+        for p in spans
+        if p.thread is not None and p.name.number > p.first  # its traceback's exception line has come
     )
     nccl = [fact for line in lines if (fact := _nccl_line(line.text)) is not None][-MAX_NCCL_FACTS:]
     metric = state.rate_metric

@@ -1,12 +1,13 @@
 """Plain data read from a run: GPUs, processes, the log, connection state.
 
-Every layer passes these around; nothing here does I/O or imports Textual.
+Every layer passes these around, the config included; nothing here does I/O or imports Textual.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Literal
 
 
 class LineKind(str, Enum):
@@ -242,3 +243,34 @@ class Event:
     kind: str
     text: str
     data: dict = field(default_factory=dict)
+
+
+ContainerKind = Literal["pct", "docker", "kubectl"]
+CONTAINER_KINDS: tuple[str, ...] = ("pct", "docker", "kubectl")
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """Where on the host the run lives: `pct exec ID --`, `docker exec -i NAME`, `kubectl exec -i POD --`."""
+
+    kind: ContainerKind
+    id: str
+    namespace: str | None = None
+    """kubectl only: the pod's namespace."""
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.id}" + (f" -n {self.namespace}" if self.namespace else "")
+
+
+METRIC_NAMES = (
+    "tokens_per_s", "samples_per_s", "it_per_s", "loss", "step", "total_steps", "lr", "grad_norm", "mfu"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPattern:
+    """An extra regex from the config: a named group gives the metric's value."""
+
+    name: str
+    """One of METRIC_NAMES."""
+    regex: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from console.backoff import Backoff
 from console.config import Config
 from console.model import ConnectionState, Event, LogLine, ProgressLine
 from console.observe.follow import LogFollower
@@ -19,7 +20,7 @@ from console.remote.target import Target, TargetError
 from console.state import RunState
 
 #: Waits before starting the sampler again after it ended; back to the first after a sample arrives.
-RETRY_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0)
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 15.0
 #: How long stop() waits for the sources to end after cancelling them.
 STOP_TIMEOUT_S = 10.0
 
@@ -90,12 +91,12 @@ class Monitor:
     # -- sources -----------------------------------------------------------------------------
 
     async def _sample_forever(self) -> None:
-        failures = 0
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         while True:
             sampler = Sampler(self.target, self.config, on_problem=self._sampler_problem)
             try:
                 async for sample in sampler.stream():
-                    failures = 0
+                    backoff.reset()
                     self.state.add_sample(sample)
                     self._changed()
                 reason = "the sampling agent ended"
@@ -103,10 +104,10 @@ class Monitor:
                 reason = str(exc)
             except (OSError, ValueError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
-            delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
-            failures += 1
+            delay = backoff.next()
             self.sampler_restarts += 1
-            self.state.add_event("sampler", f"sampling stopped: {reason}; restarting in {delay:g} s")
+            self.state.agent_lost = reason
+            self.state.add_event("sampler", f"sampling stopped: {reason}; restarting in {delay:.2f} s")
             self._changed()
             await asyncio.sleep(delay)
 

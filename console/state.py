@@ -21,6 +21,7 @@ from console.model import (
     ProgressLine,
     Sample,
 )
+from console.observe.problems import ProblemSpans
 from console.observe.progress import TerminalOnlyProgress, terminal_only_progress
 from console.observe.textsafe import sanitize
 
@@ -64,6 +65,8 @@ class RunState:
         self.samples: deque[Sample] = deque(maxlen=max_samples)
         self.lines: deque[LogLine] = deque(maxlen=max_lines)
         self.problems: deque[LogLine] = deque(maxlen=max_problems)
+        self.spans = ProblemSpans(max_problems)
+        """The problems the problem lines make (a traceback is one), each named by its last line."""
         self.events: deque[Event] = deque(maxlen=max_events)
         self.series: dict[str, deque[Point]] = {
             name: deque(maxlen=max_points) for name in (*RATE_METRICS, *TRAINING_METRICS)
@@ -82,6 +85,8 @@ class RunState:
         lines (a progress bar redrawn with \\r) still count, at the samples' resolution."""
         self.last_sample_at: float | None = None
         self.connection = ConnectionState(ConnectionStatus.CONNECTING)
+        self.agent_lost: str | None = None
+        """Why the sampling agent ended, until its next sample: what is held is no longer live."""
         self.log_path: str | None = None
         # Lines, and last_rate_at, are dated by when they were written: a backlog's rates are history.
         self.progress: ProgressLine | None = None
@@ -96,6 +101,7 @@ class RunState:
     def add_sample(self, sample: Sample) -> None:
         self.samples.append(sample)
         self.last_sample_at = self.clock()
+        self.agent_lost = None
         log = sample.log
         if log is not None and log.exists and (not self.log_mtimes or log.mtime > self.log_mtimes[-1]):
             self.log_mtimes.append(log.mtime)
@@ -107,6 +113,9 @@ class RunState:
             info = line.info
             if info.kind in PROBLEM_KINDS:
                 self.problems.append(line)
+                self.spans.add(line)
+            elif self.spans.open:  # a traceback's frames are lines of no problem kind
+                self.spans.add(line)
             if self.step is None and self.progress is None and self.terminal_only_progress is None:
                 self._look_for_terminal_only_progress(line.text)
             self._add_series(info, line.time)
@@ -169,6 +178,7 @@ class RunState:
         """The run was relaunched onto a new log: forget the old run's problems and rates."""
         self.log_path = path
         self.problems.clear()
+        self.spans.clear()
         self.progress = self.terminal_only_progress = self._progress_point_at = None
         for points in self.series.values():
             points.clear()
@@ -236,5 +246,6 @@ class RunState:
 
 def usual_gap_s(times: list[float]) -> float | None:
     """The median gap between successive `times`; None with fewer than RHYTHM_MIN_GAPS gaps."""
-    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    # Closer than SAME_WRITE_S is one write: two ranks printing one step into one log are one beat, not a 0 s rhythm.
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b - a > SAME_WRITE_S)
     return gaps[len(gaps) // 2] if len(gaps) >= RHYTHM_MIN_GAPS else None

@@ -24,7 +24,7 @@ from console.demo.trainer import SCENARIOS  # noqa: E402
 #: Fast-forward: ~4 steps a second, the fault at step 12.
 TRAINER_ARGS = ("--step-s", "0.25", "--fault-step", "12")
 #: Seconds to let each scenario play before the screenshot (the stall ones wait out the 20 s threshold).
-SETTLE_S = {"healthy": 12, "slow": 14, "oom": 10, "nan": 10, "hang": 30, "buffered": 28, "dead": 12}
+SETTLE_S = {"healthy": 12, "slow": 14, "oom": 10, "nan": 10, "hang": 30, "buffered": 40, "dead": 12}
 
 
 async def screenshot(scenario: str, out: Path, size: tuple[int, int]) -> Path:

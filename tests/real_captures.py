@@ -15,14 +15,14 @@ from pathlib import Path
 
 from console.config import Config, RunConfig
 from console.diagnose import Evidence
-from console.actions.pyspy import DumpError
 from console.evidence import dump_order, from_samples, with_dumps
 from console.model import LogLine, Sample
-from console.observe.agent import python_unbuffered_flag, run_env
+from console.observe.agent import UNREAD_GPU, python_unbuffered_flag, run_env
 from console.observe.follow import MAX_LINE_BYTES
 from console.observe.lines import classify_line
 from console.observe.nccl import FlightRecord, dump_rank, parse_flight_record
 from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json
+from console.observe.pyspy_run import DumpError
 from console.observe.sampler import parse_sample
 from console.observe.textsafe import sanitize
 from console.state import RunState
@@ -97,6 +97,8 @@ class Capture:
         if source == "nvidia-smi":
             part = {
                 "gpu_source": "nvidia-smi",
+                "gpu_error": None,
+                "gpus": [],
                 "smi_gpu_csv": (self.folder / "smi_query_gpu.csv").read_text(),
                 "smi_apps_csv": (self.folder / "smi_apps.csv").read_text(),
             }
@@ -108,6 +110,7 @@ class Capture:
         for g in nvml["gpus"]:
             gpus.append(
                 {
+                    **UNREAD_GPU,  # what the capture did not record stays unread, as the agent sends it
                     "index": g["index"],
                     "uuid": g["uuid"],
                     "name": "NVIDIA H200",
@@ -116,13 +119,14 @@ class Capture:
                         {"pid": p["pid"], "used_mib": p["used_bytes"] // (1 << 20), "name": None}
                         for p in g["compute_processes"]
                     ],
+                    "error": None,
                 }
             )
             samples: dict[int, list[float]] = {}
             for sample in g.get("process_utilization") or []:
                 samples.setdefault(sample["pid"], []).append(sample["smUtil"])
             process_sm[str(g["index"])] = [[pid, sum(v) / len(v)] for pid, v in samples.items()]
-        part = {"gpu_source": "nvml", "gpus": gpus}
+        part = {"gpu_source": "nvml", "gpu_error": None, "gpus": gpus, "smi_gpu_csv": None, "smi_apps_csv": None}
         if with_process_use:
             part["process_sm"] = process_sm
         return part

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from console.config import TargetConfig
 from console.demo.server import pinned_ssh_config
-from console.remote.shell import Container
+from console.model import Container
 
 SSHD = "/usr/sbin/sshd"
 TESTS_BIN = Path(__file__).resolve().parent / "bin"

@@ -6,7 +6,6 @@ name it, a real busy loop, a real stand-in nvidia-smi on PATH, a real PID namesp
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import shlex
@@ -25,6 +24,7 @@ import pytest
 
 from console.config import Config
 from console.observe import agent, sampler
+from console.observe.protocol import check_hello
 from console.remote.program import program_script
 
 AGENT = Path(agent.__file__)
@@ -94,9 +94,11 @@ def agent_args(
     gpu_source: str = "none",
     nvidia_smi: str = "nvidia-smi",
 ) -> list[str]:
-    """The agent's arguments (its argv after the program); `--` first, as a regex may start with '-'."""
+    """The agent's arguments (its argv after the program): `--name=value`, as a regex may start with '-'."""
     return [
-        "--", str(interval), str(count), match, pidfile, log, gpu_source, nvidia_smi, SMI_GPU_FIELDS, SMI_APP_FIELDS
+        f"--interval={interval}", f"--count={count}", f"--match={match}", f"--pidfile={pidfile}", f"--log={log}",
+        f"--gpu-source={gpu_source}", f"--nvidia-smi={nvidia_smi}",
+        f"--smi-gpu-fields={SMI_GPU_FIELDS}", f"--smi-app-fields={SMI_APP_FIELDS}",
     ]  # fmt: skip
 
 
@@ -106,7 +108,7 @@ def agent_argv(match: str = "", **options) -> list[str]:
 
 
 def run_agent(argv: list[str], env: dict | None = None) -> list[dict]:
-    """Run the agent to the end of its count with stdin held open (EOF would stop it); its JSON lines."""
+    """Run the agent to the end of its count with stdin held open (EOF would stop it); its JSON lines after the hello."""
     process = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
@@ -120,7 +122,9 @@ def run_agent(argv: list[str], env: dict | None = None) -> list[dict]:
     finally:
         watchdog.cancel()
     assert process.returncode == 0, err.decode()
-    return [json.loads(line) for line in out.decode().splitlines()]
+    hello, *lines = out.decode().splitlines()
+    check_hello(json.loads(hello), agent.PROGRAM, agent.PROTOCOL)
+    return [json.loads(line) for line in lines]
 
 
 # -- selection on synthetic /proc records ------------------------------------------------------
@@ -577,6 +581,7 @@ def test_agent_exits_when_stdin_reaches_eof() -> None:
         agent_argv(interval=0.2, count=0), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
+        check_hello(json.loads(process.stdout.readline()), agent.PROGRAM, agent.PROTOCOL)
         assert json.loads(process.stdout.readline())["processes"] == []
         assert json.loads(process.stdout.readline())["process_error"].startswith("no match regex or pidfile")
         process.stdin.close()
@@ -631,10 +636,6 @@ def test_inside_a_pid_namespace_the_agent_says_so_and_sees_namespace_pids(tmp_pa
 # -- portability ---------------------------------------------------------------------------
 
 
-def test_agent_source_is_python_38_syntax() -> None:
-    ast.parse(AGENT.read_text(), feature_version=(3, 8))
-
-
 def test_the_mark_of_pulse_programs_is_in_the_bootstrap() -> None:
     assert agent.PULSE_PROGRAM_MARK in program_script("python3", "", "pulse-agent", [])
 
@@ -650,9 +651,10 @@ def test_agent_runs_under_python_38_through_the_bootstrap(tmp_path: Path, spawn)
     process = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     process.stdin.write(AGENT.read_bytes())
     process.stdin.flush()
-    lines = [json.loads(process.stdout.readline()) for _ in range(2)]
+    hello, *lines = [json.loads(process.stdout.readline()) for _ in range(3)]
     process.stdin.close()
     assert process.wait(timeout=20) == 0
+    assert check_hello(hello, agent.PROGRAM, agent.PROTOCOL).python.startswith("3.8.")
     assert [p["pid"] for p in lines[1]["processes"]] == [run_pid, worker_pid]
     assert lines[1]["processes"][0]["cpu_pct"] is not None
     assert (lines[1]["gpu_source"], lines[1]["smi_gpu_csv"], lines[1]["gpu_error"]) == ("nvidia-smi", gpu_csv, None)
@@ -667,3 +669,11 @@ def test_a_pulse_console_naming_the_pattern_is_never_the_run() -> None:
         record(22, 1, ["pulse", "--match", "train_dflash"], comm="pulse"),
     ]
     assert [r["pid"] for r in agent.select_run_processes(procs, "train_dflash", [])] == [10]
+
+
+def test_the_slurm_job_of_a_process_comes_from_its_environment():
+    """SLURM_JOB_ID names the job; a step Pulse started (PULSE_STEP, set by its srun --export) belongs to none."""
+    assert agent.slurm_job_of(["PATH=/bin", "SLURM_JOB_ID=12", "SLURM_PROCID=1"]) == "12"
+    assert agent.slurm_job_of(["SLURM_JOB_ID=12", f"{agent.PULSE_STEP_VARIABLE}=1"]) is None
+    assert agent.slurm_job_of(["PATH=/bin"]) is None
+    assert agent.slurm_job_of(None) is None

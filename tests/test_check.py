@@ -191,6 +191,18 @@ def test_oom(procs, tmp_path, check):
     assert any("CUDA out of memory" in line for line in report["evidence"])
 
 
+def test_a_real_triton_autotune_oom_is_named_by_its_exception_line(tmp_path, check):
+    """The captured log of a Triton autotune that asked for more shared memory than an H200 has
+    (tests/data/real/triton_oom): its traceback is one problem, quoted by its last line."""
+    log = tmp_path / "triton_oom.log"
+    log.write_bytes((ROOT / "tests" / "data" / "real" / "triton_oom" / "run.log").read_bytes())
+    status, report, _ = check("--match", f"--tag [p]ulse-check-{uuid.uuid4().hex}", "--log", str(log))
+    assert (status, report["verdict"]) == (1, "oom")
+    assert [p["text"].split(",")[0] for p in report["log"]["problems"]] == ["triton.runtime.errors.OutOfResources: out of resource: shared memory"]
+    assert report["evidence"][0].startswith("oom: triton.runtime.errors.OutOfResources: out of resource: shared memory")
+    assert not any("Traceback" in line for line in report["evidence"])
+
+
 def test_nan_loss_is_diverged(procs, tmp_path, check):
     run = Run(procs, tmp_path, "healthy.py", "--interval", "0.1", "--loss", "nan")
     run.wait_for_text("step 2")

@@ -10,12 +10,12 @@ Every record names the repository it came from and where (an issue URL or a file
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from console.model import PROBLEM_KINDS, LineKind
 from console.observe.lines import classify_line
+from tests.metric_checks import metric_misses
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 # The metrics a rate record may name; a reader that has no field for one misses it.
@@ -85,15 +85,7 @@ def test_traps_raise_no_false_alarm() -> None:
 
 def rate_misses(record: dict) -> list[str]:
     """What a reader got wrong on one rate line: each named metric must be read, and no other."""
-    got = classify_line(record["line"]).as_json()
-    wrong = []
-    for metric in RATE_METRICS:
-        want, have = record["metrics"].get(metric), got.get(metric)
-        if want is None and have is None:
-            continue
-        if want is None or have is None or not math.isclose(want, have, rel_tol=1e-6):
-            wrong.append(f"{metric}: want {want}, got {have}")
-    return wrong
+    return metric_misses(record["line"], record["metrics"], RATE_METRICS)
 
 
 def test_rate_lines_metrics() -> None:

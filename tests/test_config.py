@@ -6,7 +6,7 @@ import pytest
 
 from console.cli import build_command_parser
 from console.config import Config, ConfigError, load_config, load_from_args, parse_config
-from console.remote.shell import Container
+from console.model import Container
 
 DESIGN_EXAMPLE = """
 [target]
@@ -35,7 +35,7 @@ log_silent_s = 300
 
 [[actions]]
 name = "nvtop snapshot"
-key = "v"
+key = "g"
 command = "nvidia-smi -i {gpu}"
 dangerous = false
 """
@@ -52,7 +52,7 @@ def test_design_example_loads():
     assert config.metrics.baseline("tokens_per_s") == 14200
     assert config.warmup.seq_lens == (770, 1216, 1728, 2432, 3296, 8192)
     assert config.stall.log_silent_s == 300.0
-    assert config.actions[0].key == "v" and not config.actions[0].dangerous
+    assert config.actions[0].key == "g" and not config.actions[0].dangerous
     assert config.source == "run.toml"
 
 
@@ -121,3 +121,17 @@ def test_bad_flag_regex_is_one_line():
     args = argparse.Namespace(config=None, match="(")
     with pytest.raises(ConfigError, match=r"^--match: not a valid regular expression"):
         load_from_args(args)
+
+
+def test_a_custom_action_cannot_take_a_key_the_console_binds():
+    """config.py cannot import the UI's action table, so this holds its reserved keys to it."""
+    import string
+
+    from textual.keys import _character_to_key
+
+    from console.config import _RESERVED_KEYS
+    from console.ui.keymap import ACTIONS
+
+    bound = {key for spec in ACTIONS for key in spec.keys.split(",")}
+    taken = {c for c in string.printable.strip() if _character_to_key(c) in bound}
+    assert taken == set(_RESERVED_KEYS)

@@ -1,4 +1,4 @@
-"""Pure pieces of the diagnosis on real text: pmon output, thread deaths in a log, NCCL lines,
+"""Pure pieces of the diagnosis on real text: pmon output, NCCL lines,
 flight-recorder listings; and the flight-recorder read on a real target (the local one)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from console.evidence import dump_prefixes, parse_flight_listing, read_flight_records, thread_deaths
+from console.evidence import dump_prefixes, parse_flight_listing, read_flight_records
 from console.model import LogLine, LogStatus, ProcessReading, Sample
 from console.observe.lines import classify_line
 from console.observe.nccl import DEFAULT_DUMP_PREFIX, nccl_fact
@@ -32,43 +32,6 @@ def test_pmon_without_processes_and_garbage():
     assert parse_pmon(idle) == {0: ()}
     with pytest.raises(ParseError, match="no '# gpu pid ... sm' header"):
         parse_pmon("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
-
-
-def log_lines(path: Path) -> list[LogLine]:
-    texts = path.read_text(errors="replace").replace("\r", "\n").splitlines()
-    return [LogLine(n, text, classify_line(text), time=float(n)) for n, text in enumerate(texts, 1)]
-
-
-@pytest.mark.parametrize(
-    "capture, thread, exception",
-    [
-        ("thread_oom", "TargetForwardLoop", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB."),
-        ("triton_oom_thread", "TargetWarmup-0", "triton.runtime.errors.OutOfResources: out of resource: shared memory,"),
-        ("pipeline_producer_dies", "producer", "RuntimeError: producer lost its data source: shard stream closed"),
-    ],
-)
-def test_a_thread_death_is_named_by_the_last_line_of_its_traceback(capture, thread, exception):
-    (death,) = thread_deaths(log_lines(REAL / capture / "run.log"))
-    assert death[0] == thread and death[1].startswith(exception)
-
-
-def test_a_chained_thread_traceback_ends_at_its_last_exception():
-    texts = [
-        "Exception in thread loader (worker):",
-        "Traceback (most recent call last):",
-        '  File "x.py", line 1, in f',
-        "KeyError: 'shard'",
-        "",
-        "During handling of the above exception, another exception occurred:",
-        "",
-        "Traceback (most recent call last):",
-        '  File "x.py", line 3, in f',
-        "RuntimeError: no shard left",
-        "step 10 | loss 2.0",
-    ]
-    lines = [LogLine(n, t, classify_line(t)) for n, t in enumerate(texts, 1)]
-    assert thread_deaths(lines) == [("loader", "RuntimeError: no shard left", 1, 10, 0.0)]
-    assert thread_deaths(lines[:1]) == []  # the traceback has not arrived yet
 
 
 def test_the_watchdog_lines_of_a_real_timeout():
@@ -111,12 +74,15 @@ def test_a_log_redrawn_with_carriage_returns_gets_its_rhythm_from_the_samples_mt
     assert state.write_interval_s() is None
 
 
-def test_a_thread_that_died_in_an_earlier_launch_is_forgotten_with_its_log():
-    texts = ["Exception in thread loader:", "Traceback (most recent call last):", "RuntimeError: gone"]
-    state = RunState(clock=lambda: 10.0)
-    state.add_lines([LogLine(n, t, classify_line(t), time=1.0) for n, t in enumerate(texts, 1)])
-    assert [d[0] for d in thread_deaths(state.current_lines())] == ["loader"]
-    state.start_new_log("/w/train2.log")
-    state.add_lines([LogLine(4, "Traceback (most recent call last):", classify_line("Traceback (most recent call last):"), time=2.0)])
-    assert [line.number for line in state.current_lines()] == [4]
-    assert thread_deaths(state.current_lines()) == []
+def test_two_ranks_writing_one_log_keep_the_rhythm_of_their_steps():
+    """Both ranks of a 2-task Slurm job print each step into the job's one output file a few ms apart:
+    the usual interval is the step's 0.2 s, not the 0 s between the two ranks' lines."""
+    state = RunState(clock=lambda: 100.0)
+    lines = []
+    for step in range(1, 11):
+        for rank in (0, 1):
+            text = f"rank {rank} step {step} tokens/s: 1000.0 loss 1.50"
+            lines.append(LogLine(len(lines) + 1, text, classify_line(text), time=step * 0.2 + rank * 0.004))
+    state.add_lines(lines)
+    assert state.rate_interval_s() == pytest.approx(0.196)
+    assert state.write_interval_s() == pytest.approx(0.2)

@@ -476,12 +476,6 @@ async def test_the_agent_exits_when_its_channel_closes(target: Target, tmp_path:
     await until(lambda: not pid_alive(pid), f"agent {pid} to exit")
 
 
-def test_agent_source_is_python_38_syntax() -> None:
-    import ast
-
-    ast.parse(Path(follow_agent.__file__).read_text(), feature_version=(3, 8))
-
-
 def test_agent_line_start_before(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_bytes(b"aa\nbbbb\ncc")
@@ -592,9 +586,12 @@ def test_the_agent_process_sleeps_in_inotify_on_the_file_and_its_folder(tmp_path
     log = tmp_path / "train.log"
     log.write_bytes(b"")
     agent = subprocess.Popen(
-        [sys.executable, follow_agent.__file__, str(log), "0", "0", "0.05"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, follow_agent.__file__, f"--path={log}", "--offset=0", "--inode=0", "--poll=0.05"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     try:
+        assert b'"ev":"hello"' in agent.stdout.readline()
         assert b'"ev":"open"' in agent.stdout.readline()
 
         def inotify_watches() -> int:

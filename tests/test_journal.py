@@ -20,6 +20,7 @@ from console.journal.store import FLUSH_S, LEASE_S, Journal, journal_path
 from console.model import ConnectionState, ConnectionStatus, GpuReading, LogLine, Sample
 from console.observe.lines import classify_line
 from console.state import RunState
+from tests.real_captures import REAL
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path("/work/shared/fixtures/h200") if Path("/work/shared/fixtures/h200").exists() else ROOT / "tests/fixtures/h200"
@@ -98,6 +99,24 @@ def test_a_run_state_becomes_rows_of_every_kind(journal, clock):
     assert (minutes["tokens_per_s"].min, minutes["tokens_per_s"].median, minutes["tokens_per_s"].max) == (13800, 14000, 14200)
     assert minutes["loss"].count == 2
 
+
+
+def test_a_problem_is_journaled_as_it_grows_once_per_kind(journal, clock):
+    """The real Triton capture arrives in two reads: its "Traceback" first, its OutOfResources line later."""
+    state = RunState(clock=clock)
+    recorder = JournalRecorder(journal, state, wall=clock)
+    texts = (REAL / "triton_oom" / "run.log").read_text().splitlines()
+    state.add_lines([line(n, text, clock.now) for n, text in enumerate(texts[:10], 1)])
+    recorder.observe()
+    state.add_lines([line(n, text, clock.now + 1) for n, text in enumerate(texts[10:], 11)])
+    recorder.observe()
+    recorder.observe()  # nothing new
+    journal.flush()
+    problems = [(e.data["problem"], e.data["line"], e.text[:60]) for e in journal.entries() if e.kind == "problem"]
+    assert problems == [
+        ("traceback", 2, "Traceback (most recent call last):"),
+        ("oom", len(texts), "triton.runtime.errors.OutOfResources: out of resource: share"),
+    ]
 
 def test_minutes_hold_min_median_max_and_a_reopened_state_gets_them_back(tmp_path, clock):
     journal = Journal(tmp_path / "run.sqlite3", clock=clock)

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from console.config import MetricPattern
+from console.model import MetricPattern
 from console.model import LineInfo, LineKind
-from console.observe.lines import classify_line, compile_metric_pattern, parse_metric_value
+from console.observe.lines import classify_line, parse_metric_value
+from console.user_patterns import compile_metric_pattern
 from console.observe.textsafe import sanitize
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,13 +8,14 @@ corpus helper's tests/data/corpus/rates.jsonl, when present, is held to the issu
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
-from console.observe.lines import METRIC_NAMES, classify_line
+from console.model import METRIC_NAMES
+from console.observe.lines import classify_line
 from console.observe.textsafe import sanitize
+from tests.metric_checks import metric_misses
 
 DATA = Path(__file__).parent / "data"
 RECORDS = [json.loads(line) for line in (DATA / "metric_lines.jsonl").read_text().splitlines() if line.strip()]
@@ -22,15 +23,7 @@ CORPUS_RATES = DATA / "corpus" / "rates.jsonl"
 
 
 def misses(record: dict) -> list[str]:
-    got = classify_line(sanitize(record["line"])[0]).as_json()
-    wrong = []
-    for name in METRIC_NAMES:
-        want, have = record["metrics"].get(name), got[name]
-        if want is None and have is None:
-            continue
-        if want is None or have is None or not math.isclose(want, have, rel_tol=1e-9):
-            wrong.append(f"{name}: want {want}, got {have}")
-    return wrong
+    return metric_misses(sanitize(record["line"])[0], record["metrics"], METRIC_NAMES)
 
 
 def test_the_set_is_wide_and_sourced() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from console.actions.pyspy import DumpError, dump, dump_tree
 from console.observe.pyspy import classify_wait
+from console.observe.pyspy_run import DumpError, dump, dump_tree
 from console.remote.connect import make_target
 from console.remote.target import LocalTarget
 from tests.test_restart import Processes, alive, procs, wait_for  # noqa: F401  (procs is a fixture)

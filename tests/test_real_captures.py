@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 
 from console.config import StallConfig
-from console.diagnose import diagnose
-from console.evidence import dump_order, from_samples, tail_lines, with_dumps
+from console.diagnose import diagnose, lifetime_write_interval_s
+from console.evidence import TAIL_BYTES, dump_order, from_samples, tail_lines, with_dumps, with_lifetime_rhythm
 from console.observe.nccl import parse_flight_record
 from console.observe.progress import LIGHTNING_RICH
+from console.observe.pyspy import ProcessDump
 from console.state import RunState
 from tests.real_captures import REAL, Capture, scenarios
 
@@ -179,10 +180,28 @@ def test_the_header_stops_saying_healthy_within_30_s_of_silence_for_a_run_that_w
     assert verdicts[first_not_healthy].summary.endswith("quiet 21 s, usually writes every 1 s")
 
 
-@pytest.mark.parametrize("stacks", [True, False], ids=["pulse check", "header"])
+def _main_thread_sampled_idle(dump):
+    """The dump as py-spy gives it when its one sample catches MainThread off the CPU (seen live on
+    2 x H200: tests/data/real/live/h200x2/lightning_rich/check_default.json, MainThread idle at 97.7% CPU)."""
+    if not isinstance(dump, ProcessDump):  # the orted child's dump is an error
+        return dump
+    return replace(dump, threads=tuple(replace(t, active=False, owns_gil=False) if t.name == "MainThread" else t
+                                       for t in dump.threads))
+
+
+@pytest.mark.parametrize(
+    "stacks",
+    [
+        "as dumped",
+        None,
+        "main thread sampled idle",
+    ],
+    ids=["pulse check", "header", "pulse check, main thread sampled idle"],
+)
 def test_a_busy_run_whose_progress_goes_only_to_a_terminal_is_never_stalled_by_its_silent_log(stacks):
     """lightning_rich as `pulse check` reads it (the log's tail, no follower), past a 30 s stall limit:
-    its 69 s of silence is the RichProgressBar's, and its main process trains."""
+    its 69 s of silence is the RichProgressBar's, and its main process trains, whatever instant
+    py-spy's one sample catches."""
     capture = Capture("lightning_rich")
     config = replace(capture.config, stall=StallConfig(log_silent_s=30))
     state = RunState(clock=lambda: capture.now)
@@ -190,9 +209,38 @@ def test_a_busy_run_whose_progress_goes_only_to_a_terminal_is_never_stalled_by_i
     first, last = capture.samples()
     evidence = from_samples(first, last, config, state, timed=False)
     if stacks:
-        evidence = with_dumps(evidence, [(p, capture.dump(p.pid)) for p in dump_order(last.processes)])
+        sampled = _main_thread_sampled_idle if stacks == "main thread sampled idle" else (lambda dump: dump)
+        evidence = with_dumps(evidence, [(p, sampled(capture.dump(p.pid))) for p in dump_order(last.processes)])
     assert evidence.terminal_only_progress is LIGHTNING_RICH and evidence.log_silent_s > 30
     verdict = diagnose(evidence, config)
     assert (verdict.name, verdict.key) == ("healthy", None)
     assert verdict.summary == "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy"
     assert "log progresses" not in verdict.summary and "TQDMProgressBar" in verdict.next_step
+
+
+@pytest.mark.parametrize("name", ["torchrun_hang", "hf_worker_hang"])
+def test_a_one_shot_check_estimates_the_rhythm_from_the_log_itself(name):
+    """`pulse check` has no history: without `--stall-after` it judged these hangs (45 s and 34 s of
+    silence, seen live on 2 x H200) against the 300 s default and said healthy. The log's own
+    size over the run's writing time gives its rhythm, and the hang is named."""
+    capture = Capture(name)
+    text = capture.log_bytes()[-TAIL_BYTES:].decode("utf-8", "replace")
+    state = RunState(clock=lambda: capture.now)
+    state.add_lines(tail_lines(text, capture.config, capture.now))
+    first, last = capture.samples()
+    evidence = with_lifetime_rhythm(from_samples(first, last, capture.config, state, timed=False), text)
+    assert evidence.log_rhythm_estimated and evidence.log_write_interval_s < 1.0
+    evidence = with_dumps(evidence, [(p, capture.dump(p.pid)) for p in dump_order(last.processes)])
+    verdict = diagnose(evidence, capture.config)
+    assert verdict.name == "hung", verdict
+    assert any("estimated from the log's size" in line for line in verdict.evidence)
+
+
+def test_a_tail_too_thin_to_count_gives_no_rhythm():
+    assert lifetime_write_interval_s("one line\n" * 5, 10_000, 60.0) is None
+    assert lifetime_write_interval_s("", 10_000, 60.0) is None
+    assert lifetime_write_interval_s("x\n" * 40, 80, 0.0) is None
+    # 40 writes in 80 bytes, 8,000 bytes written over 100 s: 4,000 writes, one every 25 ms.
+    assert lifetime_write_interval_s("x\n" * 40, 8_000, 100.0) == pytest.approx(0.025)
+    # a tqdm bar's lone carriage returns are writes too; CRLF line ends count once
+    assert lifetime_write_interval_s("a\r" * 20 + "b\r\n" * 20, 100, 10.0) == pytest.approx(10.0 / 40)

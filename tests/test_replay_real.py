@@ -187,3 +187,16 @@ async def test_lightning_rich_bar_is_known_to_draw_only_on_a_terminal(tmp_path: 
         said = progress_bar_view(replay.state, replay.state.clock()).terminal_only
         assert said is not None and "TQDMProgressBar" in said and "RichProgressBar" in said
         assert throughput_view(replay.state, MetricsConfig(), replay.state.clock()).unit is None
+
+
+async def test_a_traceback_glued_to_a_bar_is_one_problem_through_the_follower(tmp_path: Path) -> None:
+    """HF Trainer's OOM: the traceback starts right after the bar's last redraw, on the same line."""
+    name = "hf_oom"
+    size = (REAL / name / "run.log").stat().st_size
+    async with Replay(LocalTarget(), name, tmp_path, pause=size) as replay:
+        await replay.until_written(size, b"paused\n")
+        (problem,) = replay.state.spans.problems
+        by_number = {line.number: line.text for line in replay.lines}
+        assert by_number[problem.first].endswith("it/s]Traceback (most recent call last):")
+        assert problem.name.text.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB.")
+        assert problem.kind.value == "oom" and problem.last == problem.name.number

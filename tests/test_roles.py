@@ -82,3 +82,28 @@ def test_forkserver_workers_belong_to_the_rank_that_started_the_forkserver():
         proc(4, 3, "python -c from multiprocessing.forkserver import main; main(12, 13, ['__main__'])"),
     )
     assert [p.label for p in label_processes(tree)][2:] == ["worker of rank 0", "worker of rank 0"]
+
+
+def test_a_slurm_job_tree_seen_on_a_real_node():
+    """The tree and environments `scontrol listpids` and /proc showed for a 2-task job on the test Slurm:
+    the batch script's shell carries SLURM_PROCID=0 yet is a shell; srun is a launcher; the tasks are ranks."""
+    job = {"SLURM_JOB_ID": "1"}
+    tree = (
+        proc(25814, 1, "slurmstepd: [1.batch]"),
+        proc(25818, 25814, "/bin/bash /tmp/s/spool/slurmd-vm/job00001/slurm_script", SLURM_PROCID="0", SLURM_LOCALID="0", **job),
+        proc(25819, 25818, "srun python3 -u rank.py hang x", SLURM_PROCID="0", SLURM_LOCALID="0", **job),
+        proc(25822, 25819, "srun python3 -u rank.py hang x", SLURM_PROCID="0", SLURM_LOCALID="0", **job),
+        proc(25829, 1, "slurmstepd: [1.0]"),
+        proc(25834, 25829, "/usr/bin/python3 -u rank.py hang x", SLURM_PROCID="0", SLURM_LOCALID="0", **job),
+        proc(25835, 25829, "/usr/bin/python3 -u rank.py hang x", SLURM_PROCID="1", SLURM_LOCALID="1", **job),
+    )
+    labels = [(p.pid, p.role, p.label) for p in label_processes(tree)]
+    assert labels == [
+        (25814, "launcher", "launcher (slurmstepd)"),
+        (25818, "shell", "shell"),
+        (25819, "launcher", "launcher (srun)"),
+        (25822, "launcher", "launcher (srun)"),
+        (25829, "launcher", "launcher (slurmstepd)"),
+        (25834, "rank", "rank 0"),
+        (25835, "rank", "rank 1"),
+    ]

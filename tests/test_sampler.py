@@ -59,8 +59,8 @@ def nvml_line(**overrides) -> dict:
         "processes": [
             {
                 "pid": 12, "ppid": 1, "state": "S", "elapsed_s": 12.0, "threads": 18, "rss_mib": 812.5,
-                "cpu_pct": 0.0, "cmdline": "python3 -u hung.py", "nspid": [12], "stdout": "/workspace/train.log",
-                "unbuffered": True, "children": [13],
+                "cpu_pct": 0.0, "cpu_s": 9.75, "cmdline": "python3 -u hung.py", "nspid": [12],
+                "stdout": "/workspace/train.log", "unbuffered": True, "env": {}, "children": [13],
                 "thread_cpu": [{"tid": 12, "name": "python3", "cpu_pct": 0.0, "state": "S"}],
             }
         ],
@@ -135,7 +135,7 @@ def test_a_bad_gpu_row_is_named_and_the_other_gpus_still_show() -> None:
     [
         ("Welcome to Ubuntu 22.04 LTS", "not JSON: 'Welcome to Ubuntu 22.04 LTS'"),
         ("[1, 2]", "the line is list, not an object"),
-        ('{"gpu_source": "nvml"}', "the line has no time 't'"),
+        ('{"gpu_source": "nvml"}', "the line has no 't'"),
         (json.dumps(nvml_line(gpu_source="rocm")), "gpu_source is 'rocm', not nvml, nvidia-smi or none"),
         (json.dumps(nvml_line(processes=[{"pid": "12", "ppid": 1}])), "a process's pid is '12', not an integer"),
         (json.dumps(nvml_line(gpus={"index": 0})), "gpus is dict, not a list"),

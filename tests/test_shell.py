@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from console.config import TargetConfig
 from console.remote.connect import make_target
-from console.remote.shell import Container, command_line, container_argv, quote, script_argv
+from console.model import Container
+from console.remote.shell import command_line, container_argv, quote, script_argv
 from console.remote.target import Target
 
 PRINT_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"

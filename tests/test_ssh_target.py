@@ -12,7 +12,8 @@ import pytest
 from console.config import TargetConfig
 from console.model import ConnectionState, ConnectionStatus
 from console.remote.connect import make_target
-from console.remote.ssh import SshTarget, backoff_delays, split_user
+from console.remote.ssh import SshTarget
+from console.remote.target import split_user
 from console.remote.target import LocalTarget, TargetError
 from tests.sshd import SshServer, start_sshd
 
@@ -80,14 +81,10 @@ def test_make_target_picks_the_transport(sshd: SshServer) -> None:
     assert target.label == "pulse-test"
 
 
-def test_split_user_and_backoff() -> None:
-    """`user@host` splits; reconnect delays double from 0.5 s to a 15 s cap, jittered down by at most 25 %."""
+def test_split_user() -> None:
+    """`user@host` splits; a bare host or alias has no user."""
     assert split_user("root@10.1.2.6") == ("root", "10.1.2.6")
     assert split_user("gpu-box") == (None, "gpu-box")
-    delays = backoff_delays()
-    firsts = [next(delays) for _ in range(10)]
-    bounds = [0.5, 1, 2, 4, 8, 15, 15, 15, 15, 15]
-    assert all(0.75 * bound <= delay <= bound for delay, bound in zip(firsts, bounds))
 
 
 async def test_run_returns_status_stdout_and_stderr(sshd: SshServer, targets) -> None:

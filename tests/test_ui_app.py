@@ -18,6 +18,8 @@ from console.ui.help_screen import HelpScreen
 from console.ui.log_pane import LogPane
 from console.ui.process_pane import ProcessPane
 from console.ui.status_bar import StatusBar
+from console.observe.textsafe import sanitize
+from tests.real_captures import REAL
 from tests.snapshot_apps.scenarios import NOW, h200, make_app, make_config, run_processes
 
 SIZE = (120, 40)
@@ -40,7 +42,7 @@ async def test_help_opens_and_closes_and_q_quits():
         console = Console(width=120, record=True, file=io.StringIO())
         console.print(app.screen.query_one("Static").content)
         shown = console.export_text()
-        assert "Next OOM" in shown and "Pause or resume following" in shown and "PgUp PgDn" in shown
+        assert "Next problem: OOM" in shown and "Pause or resume following" in shown and "PgUp PgDn" in shown
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("q")
@@ -94,26 +96,65 @@ async def test_scrolling_up_pauses_and_scrolling_to_the_end_follows_again():
         assert log.following and log.unseen == 0
 
 
-async def test_n_and_N_jump_between_problem_lines():
+async def test_n_and_N_jump_between_problems():
+    """The OOM's traceback is one problem, named by its exception line: `n` lands there, not on "Traceback"."""
     app = make_app("oom")
     async with app.run_test(size=SIZE) as pilot:
         log = app.query_one(LogPane)
-        problems = [line for line in log.shown_lines if line.info.kind.value in ("traceback", "oom")]
-        assert [line.info.kind.value for line in problems] == ["traceback", "oom"]
+        (oom,) = [line for line in log.shown_lines if line.info.kind.value == "oom"]
+        assert oom.text.startswith("torch.OutOfMemoryError: CUDA out of memory.")
         await pilot.press("home")
         await pilot.press("n")
-        assert log.current_line == problems[0].number
+        assert log.current_line == oom.number
         assert not log.following
-        await pilot.press("n")
-        assert log.current_line == problems[1].number
         await pilot.press("n")  # none below: stays, says so
-        assert log.current_line == problems[1].number
-        assert any("no problem line below" in n.message for n in app._notifications)
-        await pilot.press("N")
-        assert log.current_line == problems[0].number
+        assert log.current_line == oom.number
+        assert any("no problem below" in n.message for n in app._notifications)
+        await pilot.press("N")  # the traceback's first line is the same problem: none above
+        assert log.current_line == oom.number
+        assert any("no problem above" in n.message for n in app._notifications)
         first_visible = int(log.scroll_y)
         visible = [line.number for line in log.shown_lines[first_visible : first_visible + log.size.height]]
-        assert problems[0].number in visible
+        assert oom.number in visible and oom.number - 2 in visible  # its frames and "Traceback" above it
+
+
+#: What names each problem of the real torchrun watchdog capture, in the log's order.
+WATCHDOG_PROBLEMS = [
+    "[rank0]:[E1130 10:50:10.362783985 ProcessGroupNCCL.cpp:689] [Rank 0] Watchdog caught collective operation timeout",
+    "[rank1]:[E1130 10:50:14.587908521 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 1] Received a dump signal",
+    "[rank0]:[E1130 10:50:14.193021541 ProcessGroupNCCL.cpp:1914] [PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal",
+    "[rank0]:[E1130 10:51:14.807947605 ProcessGroupNCCL.cpp:750] [Rank 0] Some NCCL operations have failed or timed out",
+    "[rank0]: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0.",
+    "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception",
+    "E1130 10:51:14.894000 609 torch/distributed/elastic/multiprocessing/api.py:986] failed (exitcode: -6)",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+]
+
+
+async def test_n_and_N_step_over_whole_problems_of_a_real_torchrun_watchdog_timeout():
+    """Two ranks' [rankN]:-prefixed lines, a C++ abort and its frames, three tracebacks: one stop each."""
+    app = make_app("healthy")
+    texts = [sanitize(raw)[0] for raw in (REAL / "torchrun_watchdog" / "run.log").read_bytes().split(b"\n")]
+    async with app.run_test(size=SIZE) as pilot:
+        add_lines(app, texts)
+        app.flush_log()
+        await pilot.pause()
+        log = app.query_one(LogPane)
+        stops = []
+        await pilot.press("home")
+        while True:
+            await pilot.press("n")
+            if stops and log.current_line == stops[-1]:
+                break
+            stops.append(log.current_line)
+        by_number = {line.number: line.text for line in log.shown_lines}
+        named = [by_number[number] for number in stops]
+        assert [next((words for words in WATCHDOG_PROBLEMS if words in text), text) for text in named] == WATCHDOG_PROBLEMS
+        assert not any("Traceback (most recent call last)" in text or text.startswith("frame #") for text in named)
+        assert f"{len(stops)} problems · n/N jump" in str(app.log_box.border_subtitle)
+        for number in reversed(stops[:-1]):  # N walks back over the same stops
+            await pilot.press("N")
+            assert log.current_line == number
 
 
 async def test_backslash_filters_lines_and_escape_clears_and_follows():
@@ -285,7 +326,7 @@ async def test_N_while_following_finds_the_problem_line_on_screen():
         last_problem = [line for line in log.shown_lines if line.info.kind.value == "traceback"][-1]
         await pilot.press("N")
         assert log.current_line == last_problem.number
-        assert not any("no problem line" in n.message for n in app._notifications)
+        assert not any("no problem" in n.message for n in app._notifications)
 
 
 async def test_end_resumes_following_after_a_jump():

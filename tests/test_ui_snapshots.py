@@ -113,7 +113,7 @@ class TestInteractions:
         assert snap_compare(make_app("hang"), run_before=run_before, terminal_size=SMALL)
 
     def test_paused_with_new_lines_and_a_problem_selected(self, snap_compare):
-        """`N` from the end while following selects the last problem line (the OOM); new lines are
+        """`N` from the end while following selects the last problem (at its OOM line); new lines are
         counted, not scrolled to."""
 
         async def run_before(pilot):

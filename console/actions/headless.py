@@ -31,12 +31,20 @@ from console.actions.audit import (
     audit_refusal,
     checked_seconds,
 )
-from console.actions.pyspy import DumpError, dump_tree
 from console.actions.restart import PlanRefused, execute_restart, plan_restart
 from console.actions.warmup import execute_warmup, plan_warmup
 from console.config import Config
 from console.model import PROBLEM_KINDS
-from console.observe.pyspy import ProcessDump, ThreadStack, classify_wait, group_identical, is_user_frame
+from console.observe.pyspy import (
+    ProcessDump,
+    ThreadStack,
+    classify_wait,
+    frame_text,
+    group_identical,
+    is_user_frame,
+    stack_signature,
+)
+from console.observe.pyspy_run import DumpError, dump_tree
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize
 from console.remote.connect import make_target
@@ -222,8 +230,7 @@ def _clean(text: str) -> str:
 
 
 def _frame_line(frame, user: bool) -> str:
-    where = f"{frame.file}:{frame.line}" if frame.line is not None else frame.file
-    return f"{'>' if user else ' '} {_clean(frame.function)} ({_clean(where)})"
+    return f"{'>' if user else ' '} {_clean(frame_text(frame, full_path=True))}"
 
 
 def format_dump(dump: ProcessDump) -> list[str]:
@@ -242,7 +249,7 @@ def format_dump(dump: ProcessDump) -> list[str]:
 
 
 def _same_stack(a: ThreadStack, b: ThreadStack) -> bool:
-    return [(f.function, f.file, f.line) for f in a.frames] == [(f.function, f.file, f.line) for f in b.frames]
+    return stack_signature(a) == stack_signature(b)
 
 
 def _thread_heading(count: int, thread: ThreadStack, threads: tuple[ThreadStack, ...]) -> str:

@@ -11,8 +11,10 @@ agent and one log follower, so the cost per node stays flat and polls never over
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from console.config import Config
 from console.diagnose import Evidence, Verdict, diagnose, severity
@@ -21,11 +23,12 @@ from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
 from console.model import ConnectionStatus
 from console.monitor import Monitor
+from console.observe.roles import RUN_ROLES
 from console.remote.connect import make_target
-from console.remote.shell import command_line, script_argv
-from console.remote.ssh import split_user
-from console.remote.target import Channel, Target
+from console.remote.srun import SrunTarget
+from console.remote.target import Target, split_user
 from console.state import RATE_UNITS, RunState
+from console.units import format_duration
 
 #: The cheap per-node verdict compares the latest sample with one about this old.
 VERDICT_WINDOW_S = 10.0
@@ -34,27 +37,6 @@ CLOSE_TIMEOUT_S = 10.0
 
 class FleetError(Exception):
     """The fleet cannot be formed (no nodes, the job is not running, Slurm failed): one line."""
-
-
-class SrunTarget(Target):
-    """A node of a Slurm job reached through `srun --overlap` on the control target (the login node).
-
-    Every command becomes one job step inside the job's allocation: no new resources, and no
-    SSH to the compute node. The control target's connection carries all of them.
-    """
-
-    def __init__(self, control: Target, slurm: SlurmClient, job_id: str, node: str, config: Config) -> None:
-        super().__init__(config.target.container)
-        self.control = control
-        self.slurm = slurm
-        self.job_id = job_id
-        self.node = node
-        self.label = f"{node} (srun {job_id})"
-        control.on_state(self._set_state)
-
-    async def open(self, script: str, *, login: bool = True) -> Channel:
-        inner = command_line(script_argv(script, self.container, login=login))
-        return await self.control.open(self.slurm.srun_script(self.job_id, self.node, inner), login=False)
 
 
 @dataclass
@@ -80,8 +62,8 @@ class NodeRow:
     gpu_memory_total_mib: float | None
     gpu_util_pct: float | None
     """Mean utilisation over the node's GPUs."""
-    processes: int
-    """Live processes of the run on the node."""
+    ranks: int
+    """Live ranks (or main programs) of the run on the node: not its launchers, shells or workers."""
     log_silent_s: float | None
     rate: float | None
     """The latest throughput the node's log gave."""
@@ -134,7 +116,8 @@ def node_config(config: Config, node: str, index: int, job: SlurmJob | None, *, 
     if log and job is not None:
         log = expand_filename(log, job, node=node, node_index=index)
     target = replace(config.target, host=node_host(node, config.target.host), port=None, slurm_job=None, hosts=())
-    return replace(config, target=target, run=replace(config.run, log=log))
+    slurm_job = job.job_id if job is not None else None
+    return replace(config, target=target, run=replace(config.run, log=log, slurm_job=slurm_job))
 
 
 def node_logs(config: Config, job: SlurmJob | None, nodes: list[str]) -> list[str | None]:
@@ -171,19 +154,44 @@ def node_verdict(state: RunState, config: Config) -> Verdict | None:
     return diagnose(evidence, config) if evidence is not None else None
 
 
-def unreachable(why: str) -> Verdict:
-    """The verdict of a node that cannot be looked at."""
+#: Said when SSH to a Slurm job's node fails: many clusters allow SSH to the login node only.
+TRY_SRUN = "if compute nodes take no SSH, reach them through the job: --reach srun (or [target] reach = \"srun\")"
+
+
+def unreachable(why: str, config: Config | None = None) -> Verdict:
+    """The verdict of a node that cannot be looked at; for a Slurm node over SSH, with the way round it."""
+    if config is not None and config.run.slurm_job is not None and config.target.reach == "ssh":
+        return Verdict("unknown", f"node unreachable: {why}; {TRY_SRUN}", [why], TRY_SRUN)
     return Verdict("unknown", f"node unreachable: {why}", [why], "check the node and the way to it (SSH or srun)")
+
+
+def lost(why: str) -> Verdict:
+    """The verdict of a node whose sampling agent ended: what it showed before is no longer live."""
+    return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: d looks again")
 
 
 def _rank(verdict: Verdict | None) -> int:
     return severity(verdict.name) if verdict is not None else -1
 
 
+#: Verdicts under which a node's last throughput line is history, not its rate now.
+NO_RATE_VERDICTS = frozenset(("hung", "dead", "oom", "launch_failed", "unknown"))
+
+
+def live_rate(node: FleetNode) -> tuple[float | None, str | None]:
+    """The node's latest throughput and its unit; none while it is stuck, dead or lost."""
+    metric = node.state.rate_metric
+    stuck = node.verdict is not None and node.verdict.name in NO_RATE_VERDICTS
+    if metric is None or stuck or node.state.agent_lost is not None:
+        return None, None
+    values = node.state.values(metric)[-1:]
+    return (values[-1], RATE_UNITS.get(metric)) if values else (None, None)
+
+
 def row_of(node: FleetNode, now: float) -> NodeRow:
     """A node's line for the fleet screen, from its RunState."""
     state = node.state
-    sample = state.latest
+    sample = state.latest if state.agent_lost is None else None  # a lost node's last sample is history
     gpus = sample.gpus if sample else ()
     used = [g.memory_used_mib for g in gpus if g.memory_used_mib is not None]
     total = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
@@ -191,21 +199,20 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
     silent = None
     if sample is not None and sample.log is not None and sample.log.exists and state.last_sample_at is not None:
         silent = max(0.0, sample.time - sample.log.mtime) + max(0.0, now - state.last_sample_at)
-    metric = state.rate_metric
-    values = state.values(metric)[-1:] if metric else []
+    rate, unit = live_rate(node)
     return NodeRow(
         name=node.name,
         gpus=len(gpus),
         gpu_memory_used_mib=sum(used) if used else None,
         gpu_memory_total_mib=sum(total) if total else None,
         gpu_util_pct=sum(util) / len(util) if util else None,
-        processes=sum(p.state not in ("Z", "X") for p in sample.processes) if sample else 0,
+        ranks=sum(p.state not in ("Z", "X") and p.role in RUN_ROLES for p in sample.processes) if sample else 0,
         log_silent_s=silent,
-        rate=values[-1] if values else None,
-        rate_unit=RATE_UNITS.get(metric) if metric else None,
+        rate=rate,
+        rate_unit=unit,
         verdict=node.verdict.name if node.verdict else None,
         summary=node.verdict.summary if node.verdict else "",
-        connection=state.connection.describe(now),
+        connection="lost" if state.agent_lost is not None else state.connection.describe(now),
     )
 
 
@@ -226,6 +233,12 @@ class Fleet:
         self.job = job
         self.control = control
         self.slurm = slurm
+        self.job_seen_at = time.monotonic()
+        """When Slurm last described the job: its elapsed time runs on from there between asks."""
+        self.ended: str | None = None
+        """The job's end as Slurm tells it ('CANCELLED, exit 0:15'), once it has ended."""
+        self.history: tuple[str, ...] = ()
+        """The IDs this console followed before the job's current one (a resubmit makes a new ID)."""
 
     @classmethod
     async def open(cls, config: Config) -> Fleet:
@@ -256,7 +269,8 @@ class Fleet:
         for i, name in enumerate(names):
             if t.reach == "srun":
                 node_cfg = node_config(config, name, i, job, log=logs[i])
-                target: Target = SrunTarget(control, slurm, job.job_id, name, node_cfg)
+                step = partial(slurm.srun_script, job.job_id, name)
+                target: Target = SrunTarget(control, step, f"{name} (srun {job.job_id})", node_cfg.target.container)
                 nodes.append(FleetNode(name, node_cfg, target, RunState()))
             else:
                 nodes.append(cls._node(config, name, i, job, logs[i]))
@@ -285,24 +299,52 @@ class Fleet:
         await _bounded([target.close() for target in targets])
 
     async def refresh_job(self) -> SlurmJob | None:
-        """Ask Slurm for the job's state again (None without Slurm); FleetError when it cannot say."""
+        """Ask Slurm for the job's state again (None without Slurm); FleetError when it cannot say.
+
+        An ended job sets `ended`: its final state and exit code from `scontrol`, or from `sacct`
+        once Slurm has forgotten it (when accounting is kept).
+        """
         if self.slurm is None or self.job is None:
             return None
         try:
             self.job = await self.slurm.job(self.job.job_id)
         except SlurmError as exc:
-            raise FleetError(str(exc)) from None
+            if "does not know job" not in str(exc):
+                raise FleetError(str(exc)) from None
+            try:
+                state, code = await self.slurm.final_state(self.job.job_id)
+                self.ended = f"{state}, exit {code}"
+            except SlurmError:
+                self.ended = "Slurm no longer knows it, and keeps no accounting to ask"
+            return self.job
+        self.job_seen_at = time.monotonic()
+        if not self.job.active and not self.job.waiting:
+            self.ended = f"{self.job.state}, exit {self.job.exit_code}" if self.job.exit_code else self.job.state
         return self.job
+
+    def job_line(self) -> str | None:
+        """The job in the header: 'job 6 train · RUNNING · 3m 12s (was 5)', or how it ended."""
+        job = self.job
+        if job is None:
+            return None
+        was = f" (was {', '.join(self.history)})" if self.history else ""
+        if self.ended is not None:
+            return f"job {job.job_id} {job.name} · ended: {self.ended}{was}"
+        elapsed = job.elapsed_s + (time.monotonic() - self.job_seen_at if job.state == "RUNNING" else 0.0)
+        return f"job {job.job_id} {job.name} · {job.state} · {format_duration(elapsed)}{was}"
 
     def refresh(self) -> None:
         """Name each node's state from its held samples (pure; cheap enough for every repaint).
 
-        A node whose link is down is `unknown` (unreachable) whatever it looked like before.
+        A node whose link is down, or whose agent ended (its srun step ended with the job), is
+        `unknown` (lost) at once, whatever it looked like before.
         """
         for node in self.nodes:
             connection = node.state.connection
             if connection.status in (ConnectionStatus.FAILED, ConnectionStatus.RECONNECTING):
-                node.verdict = unreachable(connection.detail or connection.status.value)
+                node.verdict = unreachable(connection.detail or connection.status.value, node.config)
+            elif node.state.agent_lost is not None:
+                node.verdict = lost(node.state.agent_lost)
             else:
                 node.verdict = node_verdict(node.state, node.config) or node.verdict
 
@@ -315,17 +357,16 @@ class Fleet:
         """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict."""
         rates: dict[str, float] = {}
         for node in self.nodes:
-            metric = node.state.rate_metric
-            values = node.state.values(metric)[-1:] if metric else []
-            if values:
-                rates[metric] = rates.get(metric, 0.0) + values[-1]
-        metric = next(iter(rates), None)
+            rate, unit = live_rate(node)
+            if rate is not None and unit is not None:
+                rates[unit] = rates.get(unit, 0.0) + rate
+        unit = next(iter(rates), None)
         worst = max((n.verdict for n in self.nodes if n.verdict), key=lambda v: severity(v.name), default=None)
         return FleetSummary(
             nodes=len(self.nodes),
             healthy=sum(1 for n in self.nodes if n.verdict is not None and n.verdict.name == "healthy"),
-            rate=rates.get(metric) if metric else None,
-            rate_unit=RATE_UNITS.get(metric) if metric else None,
+            rate=rates.get(unit) if unit else None,
+            rate_unit=unit,
             worst=worst.name if worst else None,
             job=self.job,
         )

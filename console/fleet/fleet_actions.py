@@ -7,7 +7,8 @@ Restart, with the same plan → confirm → steps → verify shape as the single
 2. wait: until Slurm no longer runs the old job (requeued: pending again or restarted).
 3. submit (resubmit only): the configured `sbatch` line; its new job ID.
 4. start: until Slurm runs the job again (the pending reason is shown while it waits).
-5. verify: every node of the running job has a live process of the run, seen by its own
+5. verify: every node of the running job has a live rank (or main program) of that job, not
+   of another job that matches the same pattern, and the node's log grows: seen by its own
    sampling agent (over SSH or srun, as the console reaches it).
 
 Pulse kills nothing itself here: Slurm owns the processes. Every restart is audited.
@@ -35,6 +36,8 @@ from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob
+from console.model import Sample
+from console.observe.roles import RUN_ROLES
 from console.observe.sampler import sample_once
 from console.remote.target import TargetError
 
@@ -74,15 +77,13 @@ class FleetRestartPlan:
         else:
             lines.append(f"stop: scancel {self.job_id} (Slurm ends it on every node)")
             lines.append(f"submit: {self.submit}" + (f"  (in {self.cwd})" if self.cwd else ""))
-        lines.append("verify: the job runs again and every node has a live process of the run")
+        lines.append("verify: the job runs again, every node has a live rank of that job, and its log grows")
         return lines
 
 
 async def plan_fleet_restart(slurm: SlurmClient, config: Config, job_id: str, *, read_only: bool = False) -> FleetRestartPlan:
     """Read the job from Slurm and choose requeue or resubmit; ActionRefused when neither can work."""
     refuse_if_read_only("restart", read_only)
-    if not (config.run.match or config.run.pidfile):
-        raise ActionRefused(f"{config.source}: set [run] match so the restart can verify the run on every node")
     try:
         job = await slurm.job(job_id)
     except SlurmError as exc:
@@ -132,26 +133,52 @@ async def _poll_job(slurm: SlurmClient, job_id: str, done, timeout: float, poll_
         await asyncio.sleep(poll_s)
 
 
+def node_proof(sample: Sample, first_log_size: int | None) -> str | None:
+    """Why `sample` does not yet prove the job's run on its node (None: it does).
+
+    A live rank or main program of the job must be there, and the node's log (when it has one)
+    must have grown since `first_log_size`, its size when the verify first saw it.
+    """
+    if not any(p.state not in ("Z", "X") and p.role in RUN_ROLES for p in sample.processes):
+        launchers = sum(p.role in ("launcher", "shell") for p in sample.processes)
+        return "no process of the job's run" + (f" (only {launchers} launcher or shell process(es))" if launchers else "")
+    if sample.log is None:
+        return None
+    if not sample.log.exists:
+        return f"its log {sample.log.path} does not exist"
+    if first_log_size is None or sample.log.size <= first_log_size:
+        return f"its log {sample.log.path} did not grow"
+    return None
+
+
 async def _verify_nodes(config: Config, job_id: str, timeout: float, poll_s: float) -> tuple[list[str], list[str]]:
-    """(nodes with a live run process, nodes without one) for the running job, within `timeout`."""
+    """(nodes where the job's run is proven, `node: why not` for the others) within `timeout`."""
     fleet = await Fleet.open(replace(config, target=replace(config.target, slurm_job=job_id, hosts=())))
     try:
         deadline = time.monotonic() + timeout
 
-        async def alive(node: FleetNode) -> bool:
+        async def prove(node: FleetNode) -> str | None:
+            first_size: int | None = None
+            why = "the node did not answer"
             while True:
                 try:
                     _, sample = await sample_once(node.target, node.config, 0.0)
-                    if any(p.state not in ("Z", "X") for p in sample.processes):
-                        return True
-                except TargetError:
-                    pass
+                    why = node_proof(sample, first_size)
+                    if why is None:
+                        return None
+                    if first_size is None and sample.log is not None and sample.log.exists:
+                        first_size = sample.log.size
+                except TargetError as exc:
+                    why = str(exc)
                 if time.monotonic() >= deadline:
-                    return False
+                    return why
                 await asyncio.sleep(poll_s)
 
-        found = await asyncio.gather(*(alive(n) for n in fleet.nodes))
-        return [n.name for n, ok in zip(fleet.nodes, found) if ok], [n.name for n, ok in zip(fleet.nodes, found) if not ok]
+        found = await asyncio.gather(*(prove(n) for n in fleet.nodes))
+        return (
+            [n.name for n, why in zip(fleet.nodes, found) if why is None],
+            [f"{n.name}: {why}" for n, why in zip(fleet.nodes, found) if why is not None],
+        )
     finally:
         await fleet.close()
 
@@ -206,7 +233,7 @@ async def _restart(
     data = {"job_id": job_id, "nodes": alive, "missing": missing}
     if missing or not alive:
         yield StepEvent("verify", StepStatus.FAILED,
-                        f"no run process within {t.verify_timeout_s:g} s on {', '.join(missing) or 'any node'}", data)
+                        f"job {job_id} not proven within {t.verify_timeout_s:g} s: {'; '.join(missing) or 'no node'}", data)
         return
     yield StepEvent("verify", StepStatus.OK, f"job {job_id}: the run is alive on {len(alive)} node(s)", data)
 

@@ -32,7 +32,7 @@ from console.observe.nccl import nccl_lines
 
 def run_fleet_check(config: Config, args: argparse.Namespace) -> int:
     """Form the fleet, diagnose every node, report; the exit status by the worst verdict."""
-    if not (config.run.match or config.run.pidfile):
+    if not (config.run.match or config.run.pidfile or config.target.slurm_job):
         print(
             f"pulse check: {config.source}: nothing names the run's processes: give --match REGEX (or [run] match)",
             file=sys.stderr,

@@ -14,14 +14,25 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from console.actions.pyspy import DumpError, dump
-from console.diagnose import Evidence, StackGroup, Verdict, diagnose, group_stacks, severity, stragglers
-from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise
+from console.diagnose import (
+    Evidence,
+    StackGroup,
+    Verdict,
+    diagnose,
+    group_sentence,
+    group_stacks,
+    in_collective,
+    severity,
+    stragglers,
+)
+from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise, with_dumps
 from console.fleet.fleet import FleetNode, node_evidence, unreachable
 from console.fleet.slurm_text import SlurmJob
-from console.model import LineKind
+from console.model import LineKind, ProcessReading
 from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
 from console.observe.pyspy import ProcessDump
+from console.observe.pyspy_run import DumpError, dump
+from console.observe.roles import local_rank_of
 from console.remote.target import TargetError
 
 #: The longest one node may take to be sampled before it counts as unreachable.
@@ -41,10 +52,17 @@ class RankStack:
     pid: int
     dump: ProcessDump | None = None
     error: str | None = None
+    rank: int | None = None
+    """Its rank in the job (SLURM_PROCID / RANK), None when its environment names none."""
+    local_rank: int | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.node}:{self.pid}"
+        """'rank 1 (gpu07, local 1)' when the rank is known, else 'gpu07:4242' (node and PID)."""
+        if self.rank is None:
+            return f"{self.node}:{self.pid}"
+        local = f", local {self.local_rank}" if self.local_rank is not None else ""
+        return f"rank {self.rank} ({self.node}{local})"
 
 
 @dataclass
@@ -90,7 +108,7 @@ class FleetDiagnosis:
         lines = []
         for g in self.groups:
             many = g.count > 1
-            who = f"{g.count} ranks" if many else f"rank {g.ranks[0]}"
+            who = f"{g.count} ranks" if many else g.ranks[0]
             verb = ("wait" if many else "waits") if g.wait else ("run" if many else "runs")
             doing = f"{verb} on {g.wait}" if g.wait else verb
             lines.append(f"{who} {doing} in {g.where}")
@@ -136,26 +154,41 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
         )
     except (TargetError, asyncio.TimeoutError) as exc:
         why = str(exc) or f"no answer within {timeout:g} s"
-        return NodeReport(node.name, node.target.label, None, unreachable(why), error=why)
+        return NodeReport(node.name, node.target.label, None, unreachable(why, node.config), error=why)
     return NodeReport(node.name, node.target.label, evidence, diagnose(evidence, node.config))
 
 
-async def _dump_node(node: FleetNode, report: NodeReport) -> list[RankStack]:
+async def _dump_node(node: FleetNode, report: NodeReport) -> list[tuple[ProcessReading, ProcessDump | DumpError]]:
+    """Every process of the run a single-host diagnosis would dump (ranks first, then their workers)."""
     if report.evidence is None:
         return []
     limit = asyncio.Semaphore(DUMPS_PER_NODE)
 
-    async def one(pid: int) -> RankStack:
+    async def one(process: ProcessReading) -> ProcessDump | DumpError:
         async with limit:
             try:
-                process = await dump(node.target, pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+                return await dump(node.target, process.pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
             except DumpError as exc:
-                return RankStack(node.name, pid, error=str(exc))
-            return RankStack(node.name, pid, dump=process)
+                return exc
 
-    # Ranks (or each node's main program) only: a launcher waits on its ranks, and workers are not ranks.
-    live = [p.pid for p in dump_order(report.evidence.processes) if p.role not in ("worker", "child")]
-    return list(await asyncio.gather(*(one(pid) for pid in live)))
+    chosen = dump_order(report.evidence.processes)
+    return list(zip(chosen, await asyncio.gather(*(one(p) for p in chosen))))
+
+
+def rank_stacks(node: str, dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]) -> list[RankStack]:
+    """The ranks (or the node's main program) among a node's dumps: workers and children are not ranks."""
+    return [
+        RankStack(
+            node,
+            process.pid,
+            dump=result if isinstance(result, ProcessDump) else None,
+            error=str(result) if isinstance(result, DumpError) else None,
+            rank=process.rank,
+            local_rank=local_rank_of(process),
+        )
+        for process, result in dumps
+        if process.role not in ("worker", "child")
+    ]
 
 
 async def diagnose_fleet(
@@ -182,6 +215,37 @@ async def diagnose_fleet(
     if dump_ranks == "never" or (dump_ranks == "auto" and not stuck):
         return diagnosis
     per_node = await asyncio.gather(*(_dump_node(n, r) for n, r in zip(nodes, reports)))
-    diagnosis.ranks = [rank for ranks in per_node for rank in ranks]
+    for node, report, dumps in zip(nodes, reports, per_node):
+        if report.evidence is not None and dumps:
+            # The node judged again with its stacks, as `pulse check` judges one host: a rank
+            # stopped on its own data while another spins is hung, and named.
+            report.evidence = with_dumps(report.evidence, dumps)
+            report.verdict = diagnose(report.evidence, node.config)
+    diagnosis.ranks = [rank for node, dumps in zip(nodes, per_node) for rank in rank_stacks(node.name, dumps)]
     diagnosis.groups = group_ranks(diagnosis.ranks)
+    name_straggler_nodes(diagnosis)
     return diagnosis
+
+
+def name_straggler_nodes(diagnosis: FleetDiagnosis) -> None:
+    """Ranks on other nodes wait in a collective while a rank is not in it: that rank's node is hung.
+
+    What one node's diagnosis cannot see when each node holds one rank; the groups are the
+    single-host grouping (group_stacks, stragglers), so the sentence is the one `pulse check` writes.
+    Only a node judged unknown (busy but silent) is changed: any other verdict is its own diagnosis and stands.
+    """
+    behind = stragglers(diagnosis.groups)
+    waiting = [g for g in diagnosis.groups if in_collective(g)]
+    if not behind or not waiting:
+        return
+    node_of = {rank.label: rank.node for rank in diagnosis.ranks}
+    for group in behind:
+        for who in group.ranks:
+            report = next((r for r in diagnosis.nodes if r.name == node_of.get(who)), None)
+            if report is None or report.verdict.name != "unknown":
+                continue
+            summary = f"{who} is the straggler: {group_sentence(waiting[0])}; {group_sentence(group)}"
+            report.verdict = Verdict(
+                "hung", summary, [group_sentence(g) for g in diagnosis.groups] + report.verdict.evidence,
+                "the straggler's stack says what it waits on (p on its node); restart the job (R) once understood", "p",
+            )

@@ -27,13 +27,13 @@ from console.actions.headless import (
     format_event,
     print_dumps,
 )
-from console.actions.pyspy import DumpError
 from console.actions.warmup import WarmupPlan, plan_warmup
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, control_target
 from console.fleet.fleet_actions import execute_fleet_restart, execute_fleet_warmup, plan_fleet_restart
 from console.fleet.slurm import SlurmClient
 from console.observe.pyspy import ProcessDump
+from console.observe.pyspy_run import DumpError
 from console.remote.target import TargetError
 
 

@@ -14,8 +14,10 @@ from console.fleet.slurm_text import (
     clean_field,
     parse_hostnames,
     parse_job,
+    parse_sacct_final,
     parse_submitted,
 )
+from console.observe import agent
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
@@ -55,6 +57,15 @@ class SlurmClient:
             raise
         return parse_job(text)
 
+    async def final_state(self, job_id: str) -> tuple[str, str]:
+        """(state, exit code) of an ended job from Slurm's accounting (`sacct`); SlurmError when there is none."""
+        word = check_job_id(job_id)
+        text = await self._run(f"sacct -X -n -P -j {word} -o JobID,State,ExitCode", f"sacct -j {word}")
+        found = parse_sacct_final(text, word)
+        if found is None:
+            raise SlurmError(f"sacct does not list job {word}")
+        return found
+
     async def hostnames(self, nodes: str) -> list[str]:
         """A compact node list (`gpu[01-04]`) as node names, by `scontrol show hostnames`."""
         if not nodes:
@@ -81,9 +92,13 @@ class SlurmClient:
         return parse_submitted(await self._run(script, "sbatch"))
 
     def srun_script(self, job_id: str, node: str, script: str) -> str:
-        """The bash line that runs `script` on `node` inside the job's allocation (no new resources)."""
+        """The bash line that runs `script` on `node` inside the job's allocation (no new resources).
+
+        The step's environment carries PULSE_STEP: its processes belong to the job but are never the run.
+        """
         word = check_job_id(job_id)
         return (
             f"exec srun --jobid={word} --overlap --nodes=1 --ntasks=1 --nodelist={quote(node)} "
+            f"--export=ALL,{agent.PULSE_STEP_VARIABLE}=1 "
             f"--quiet --kill-on-bad-exit=0 bash -c {quote(script)}"
         )

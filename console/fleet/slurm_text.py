@@ -188,6 +188,15 @@ def expand_filename(pattern: str, job: SlurmJob, *, node: str, node_index: int =
     return _PATTERN.sub(value, pattern)
 
 
+def parse_sacct_final(text: str, job_id: str) -> tuple[str, str] | None:
+    """(state, exit code) of `job_id` from `sacct -X -n -P -o JobID,State,ExitCode`; None when it is not listed."""
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) >= 3 and fields[0] == job_id:
+            return clean_field(fields[1]), clean_field(fields[2])
+    return None
+
+
 def check_job_id(job_id: str) -> str:
     """`job_id` when it is a Slurm job ID (digits, or ID_INDEX); SlurmError otherwise (it goes into commands)."""
     if not _JOB_ID.match(job_id):

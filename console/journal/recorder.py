@@ -1,7 +1,7 @@
 """From a RunState to journal rows, once a second; and back, when a console opens again.
 
-`JournalRecorder.observe()` takes what is new in the state since its last call (problem
-lines, throughput and loss values, log events, the connection, GPU memory) and queues it
+`JournalRecorder.observe()` takes what is new in the state since its last call (problems,
+throughput and loss values, log events, the connection, GPU memory) and queues it
 in the journal; `verdict()` queues a verdict change. It reads the state only: it runs on
 the event loop next to the panes and never waits for the disk (the journal's thread does).
 """
@@ -12,15 +12,14 @@ import time
 from collections.abc import Callable
 
 from console.journal.store import Journal
-from console.model import ConnectionStatus, Event
+from console.model import ConnectionStatus, Event, LineKind, LogLine
+from console.observe.problems import GRAVITY
 from console.state import RATE_METRICS, Point, RunState
 
 #: A GPU's memory is journaled again when it passes its high-water mark by this much.
 HIGH_WATER_STEP_MIB = 1024
 #: How many evidence lines a verdict entry keeps.
 EVIDENCE_LINES = 5
-#: Problem lines this close to the previous one belong to the same problem (a traceback's frames between).
-PROBLEM_SPAN_LINES = 40
 #: How much of a problem line is kept.
 PROBLEM_TEXT_CHARS = 300
 #: Series a journal keeps per minute.
@@ -47,9 +46,10 @@ class JournalRecorder:
         self.wall = wall
         self.verdict_name: str | None = None
         self._last_event: Event | None = state.events[-1] if state.events else None
-        self._last_line = state.lines_received
-        self._problem_at = -PROBLEM_SPAN_LINES - 1
-        self._problem_kinds: set[str] = set()
+        self._lines_before = state.lines_received
+        """Lines held before this recorder began: their problems are not news."""
+        self._said: dict[int, LineKind] = {}
+        """The kind journaled for each problem held, by its first line's number."""
         self._taken_until = {name: (points[-1].time if points else float("-inf")) for name, points in state.series.items()}
         self._connection = state.connection.status
         self._lost_at: float | None = None
@@ -90,25 +90,29 @@ class JournalRecorder:
                 self.journal.add("log", event.text, {k: v for k, v in event.data.items() if k != "ev"}, at=self.to_wall(event.time))
 
     def _problems(self) -> None:
-        """The first line of each problem; a line of a new kind within the same problem too
-        (a traceback's first line names nothing, its last says OOM or CUDA error)."""
-        for line in self.state.problems:
-            if line.number <= self._last_line:
+        """Each problem once, by its first line as it arrives; again, by the line that names it, when a
+        later line made it graver (a traceback's first line names nothing, its `…OutOfMemoryError` says OOM)."""
+        said: dict[int, LineKind] = {}
+        for problem in self.state.spans.problems:
+            if problem.first <= self._lines_before:
                 continue
-            kind = line.info.kind.value
-            same_problem = line.number - self._problem_at <= PROBLEM_SPAN_LINES
-            self._problem_at = line.number
-            if same_problem and kind in self._problem_kinds:
-                continue
-            self._problem_kinds = self._problem_kinds | {kind} if same_problem else {kind}
-            self.journal.add(
-                "problem",
-                line.text[:PROBLEM_TEXT_CHARS],
-                # Line numbers count this console's lines: `console` says whose they are.
-                {"problem": kind, "line": line.number, "log": self.state.log_path, "console": self.journal.holder},
-                at=self.to_wall(line.time),
-            )
-        self._last_line = self.state.lines_received
+            before = said[problem.first] = self._said.get(problem.first)
+            if before is None:
+                before = said[problem.first] = problem.head.info.kind
+                self._journal_problem(before, problem.head)
+            if GRAVITY[problem.kind] < GRAVITY[before]:
+                said[problem.first] = problem.kind
+                self._journal_problem(problem.kind, problem.name)
+        self._said = said  # only the problems still held: bounded as the spans are
+
+    def _journal_problem(self, kind: LineKind, line: LogLine) -> None:
+        self.journal.add(
+            "problem",
+            line.text[:PROBLEM_TEXT_CHARS],
+            # Line numbers count this console's lines: `console` says whose they are.
+            {"problem": kind.value, "line": line.number, "log": self.state.log_path, "console": self.journal.holder},
+            at=self.to_wall(line.time),
+        )
 
     def _series(self) -> None:
         for name in METRICS:

@@ -3,7 +3,9 @@
 console.observe.sampler sends this file's text to the target through
 console.remote.program.open_program; there it runs under any Python 3.8+ with the standard
 library only (and pynvml when the target has it). It is also importable, so tests call
-its pieces directly. Each line it prints is one JSON object:
+its pieces directly. It takes named options (`pulse-agent --help`). Its first line is the
+hello of console/observe/protocol.py (PROTOCOL, its Python and pynvml versions); each line
+after it is one JSON object, every key always present:
 
     {"t", "gpu_source", "gpu_error", "gpus", "smi_gpu_csv", "smi_apps_csv",
      "processes", "process_error", "in_pid_namespace", "log"}
@@ -66,6 +68,10 @@ MIB = 1024 * 1024
 ARGV_SETTLE_S = 2.0
 
 Record = Dict[str, Any]
+
+#: The version of what this program prints; the console refuses an agent that speaks another.
+PROTOCOL = 1
+PROGRAM = "pulse-agent"
 
 
 # -- /proc parsing (pure) ------------------------------------------------------------------
@@ -395,10 +401,46 @@ RUN_ENV_KEYS = (
     "OMPI_COMM_WORLD_RANK",
     "PMI_RANK",
     "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_JOB_ID",
     "CUDA_VISIBLE_DEVICES",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "TORCH_FR_DUMP_TEMP_FILE",
 )
+
+
+#: Set (by `srun --export`) in every job step Pulse starts: its agent, py-spy and their shells are never the run.
+PULSE_STEP_VARIABLE = "PULSE_STEP"
+
+
+def slurm_job_of(environ: Optional[List[str]]) -> Optional[str]:
+    """The Slurm job a process belongs to (its SLURM_JOB_ID); None outside a job or in a step Pulse started."""
+    job = None
+    for entry in environ or ():
+        name, _, value = entry.partition("=")
+        if name == PULSE_STEP_VARIABLE:
+            return None
+        if name == "SLURM_JOB_ID":
+            job = value
+    return job
+
+
+class JobCache:
+    """Each process's Slurm job, read once from its environment (which does not change after exec)."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self.jobs: Dict[Tuple[int, int], Optional[str]] = {}
+
+    def job(self, record: Record) -> Optional[str]:
+        key = (record["pid"], record["start_ticks"])
+        if key not in self.jobs:
+            self.jobs[key] = slurm_job_of(read_environ("%s/%d" % (self.proc_root, record["pid"])))
+        return self.jobs[key]
+
+    def keep_only(self, records: List[Record]) -> None:
+        alive = {(record["pid"], record["start_ticks"]) for record in records}
+        self.jobs = {key: job for key, job in self.jobs.items() if key in alive}
 
 
 def read_environ(proc_dir: str) -> Optional[List[str]]:
@@ -518,11 +560,17 @@ def read_pidfile(path: str, procs: List[Record]) -> Tuple[Optional[int], Optiona
 
 
 class ProcessWatch:
-    """Finds the run's processes each sample and describes them."""
+    """Finds the run's processes each sample and describes them.
 
-    def __init__(self, match: str, pidfile: str, proc_root: str = "/proc") -> None:
+    With a Slurm job, the run is the job's processes (SLURM_JOB_ID in their environment), and
+    `match`, when given, narrows within them: another job's process never counts, whatever it runs.
+    """
+
+    def __init__(self, match: str, pidfile: str, proc_root: str = "/proc", slurm_job: str = "") -> None:
         self.proc_root = proc_root
         self.pidfile = pidfile
+        self.slurm_job = slurm_job
+        self.job_cache = JobCache(proc_root)
         self.meter = CpuMeter()
         self.argv_cache = ArgvCache()
         self.regex = None
@@ -532,7 +580,7 @@ class ProcessWatch:
                 self.regex = re.compile(match)
             except re.error as exc:
                 self.config_error = "the match regex %r is invalid: %s" % (match, exc)
-        elif not pidfile:
+        elif not pidfile and not slurm_job:
             self.config_error = "no match regex or pidfile is configured: the run's processes are not watched"
 
     def read(self) -> Tuple[List[Record], Optional[str]]:
@@ -546,9 +594,13 @@ class ProcessWatch:
             if pid is None:
                 return [], error
             chosen = run_tree(procs, [pid], self_pids)
+        elif self.slurm_job and self.regex is None:
+            members = self._job_members(procs, self_pids)
+            chosen = run_tree(members, [r["pid"] for r in members if match_words(r) is not None], self_pids)
         else:
+            candidates = self._job_members(procs, self_pids) if self.slurm_job else procs
             try:
-                chosen = select_run_processes(procs, self.regex, self_pids)
+                chosen = select_run_processes(candidates, self.regex, self_pids)
             except MatchTimedOut:
                 self.config_error = (
                     "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
@@ -570,12 +622,24 @@ class ProcessWatch:
         self.meter.next_sample()
         return readings, None
 
+    def _job_members(self, procs: List[Record], self_pids: List[int]) -> List[Record]:
+        members = [r for r in procs if r["pid"] not in self_pids and self.job_cache.job(r) == self.slurm_job]
+        self.job_cache.keep_only(procs)
+        return members
+
 
 # -- GPUs ----------------------------------------------------------------------------------
 
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+#: A GPU the driver would not name: the keys of a reading, with nothing read.
+UNREAD_GPU: Record = {
+    "uuid": "", "name": "", "memory_used_mib": None, "memory_total_mib": None, "utilization_pct": None,
+    "temperature_c": None, "power_w": None, "power_limit_w": None, "processes": [],
+}  # fmt: skip
 
 
 class NvmlGpus:
@@ -610,11 +674,12 @@ class NvmlGpus:
         return os.path.basename(_text(name)) if name else None
 
     def read_gpu(self, index: int) -> Record:
+        """A GPU's reading: every key of UNREAD_GPU, its index and error (None when it was read)."""
         nvml = self.nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
         except nvml.NVMLError as exc:
-            return {"index": index, "uuid": "", "name": "", "error": str(exc)}
+            return dict(UNREAD_GPU, index=index, error=str(exc))
         memory = self._field(nvml.nvmlDeviceGetMemoryInfo, handle)
         utilization = self._field(nvml.nvmlDeviceGetUtilizationRates, handle)
         power_mw = self._field(nvml.nvmlDeviceGetPowerUsage, handle)
@@ -862,7 +927,7 @@ class Agent:
     def __init__(self, args: argparse.Namespace, proc_root: str = "/proc") -> None:
         self.args = args
         self.proc_root = proc_root
-        self.processes = ProcessWatch(args.match, args.pidfile, proc_root)
+        self.processes = ProcessWatch(args.match, args.pidfile, proc_root, args.slurm_job)
         self.smi = SmiGpus(args.nvidia_smi, args.smi_gpu_fields, args.smi_app_fields, apps_every_s=args.apps_every)
         self.gpus, self.gpu_note = open_gpus(args.gpu_source, self.smi)
         self.namespaced = in_pid_namespace(proc_root)
@@ -904,16 +969,22 @@ class Agent:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pulse-agent", description="Stream JSON samples of a training run.")
-    parser.add_argument("interval", type=float, help="seconds between samples")
-    parser.add_argument("count", type=int, help="samples to take; 0 = until stdin closes")
-    parser.add_argument("match", help="regex over process command lines, or ''")
-    parser.add_argument("pidfile", help="file holding the run's PID, or '' (wins over match)")
-    parser.add_argument("log", help="the run's log path or glob, or ''")
-    parser.add_argument("gpu_source", choices=("auto", "nvml", "nvidia-smi", "none"))
-    parser.add_argument("nvidia_smi", help="the nvidia-smi command")
-    parser.add_argument("smi_gpu_fields", help="fields for nvidia-smi --query-gpu")
-    parser.add_argument("smi_app_fields", help="fields for nvidia-smi --query-compute-apps")
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM, description="Stream JSON samples of a training run.", allow_abbrev=False
+    )
+    need = parser.add_argument_group("required")
+    need.add_argument("--interval", type=float, required=True, help="seconds between samples")
+    need.add_argument("--count", type=int, required=True, help="samples to take; 0 = until stdin closes")
+    need.add_argument("--match", required=True, help="regex over process command lines, or ''")
+    need.add_argument("--pidfile", required=True, help="file holding the run's PID, or '' (wins over match)")
+    need.add_argument("--log", required=True, help="the run's log path or glob, or ''")
+    need.add_argument("--gpu-source", required=True, choices=("auto", "nvml", "nvidia-smi", "none"))
+    need.add_argument("--nvidia-smi", required=True, help="the nvidia-smi command")
+    need.add_argument("--smi-gpu-fields", required=True, help="fields for nvidia-smi --query-gpu")
+    need.add_argument("--smi-app-fields", required=True, help="fields for nvidia-smi --query-compute-apps")
+    parser.add_argument(
+        "--slurm-job", default="", metavar="ID", help="the run is this Slurm job's processes; match narrows within them"
+    )
     parser.add_argument(
         "--process-utilization",
         action="store_true",
@@ -924,6 +995,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between nvidia-smi compute-apps queries (0: every sample)",
     )
     return parser
+
+
+def pynvml_version() -> Optional[str]:
+    """The version of the nvidia-ml-py this process loaded; None when pynvml was not imported."""
+    if "pynvml" not in sys.modules:
+        return None
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-ml-py")
+    except Exception:  # pynvml from another distribution, or no metadata: it is loaded, version unknown
+        return "unknown"
+
+
+def hello(program: str, protocol: int) -> Record:
+    """The first line an agent sends (console/observe/protocol.py reads it)."""
+    python = "%d.%d.%d" % sys.version_info[:3]
+    return {"ev": "hello", "program": program, "protocol": protocol, "python": python, "pynvml": pynvml_version()}
 
 
 def watch_stdin(hung_up: threading.Event) -> None:
@@ -942,11 +1031,25 @@ def watch_stdin(hung_up: threading.Event) -> None:
     threading.Thread(target=wait_for_eof, name="stdin-watch", daemon=True).start()
 
 
+def write_line(record: Record) -> bool:
+    """Print `record` as one JSON line; False when nobody reads any more."""
+    try:
+        sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        # Point stdout at /dev/null so that exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
+    return True
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     hung_up = threading.Event()
     watch_stdin(hung_up)
-    agent = Agent(args)
+    agent = Agent(args)  # NVML loads here, so the hello can name its version
+    if not write_line(hello(PROGRAM, PROTOCOL)):
+        return 0
     taken = 0
     due = time.monotonic()
     while not hung_up.is_set():
@@ -954,13 +1057,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         process_use_s = max(args.interval, 1.0) if args.process_utilization and last else None
         if args.process_utilization and taken == 0 and args.count > 1 and agent.gpus is not None:
             agent.gpus.start_process_utilization()  # pmon samples while the window passes
-        line = json.dumps(agent.sample(process_use_s), separators=(",", ":")) + "\n"
-        try:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        except (BrokenPipeError, OSError):
-            # Nobody reads any more; point stdout at /dev/null so exit does not fail again.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not write_line(agent.sample(process_use_s)):
             return 0
         taken += 1
         if args.count and taken >= args.count:

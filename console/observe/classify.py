@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from console.observe.lines import classify_line
 from console.observe.textsafe import sanitize, split_lines
-from console.observe.user_patterns import disabled_notices
+from console.user_patterns import disabled_notices
 
 _CHUNK = 1 << 16
 

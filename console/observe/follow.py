@@ -15,24 +15,26 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from console.backoff import Backoff
 from console.config import Config
 from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine
 from console.observe import follow_agent, progress
 from console.observe.lines import classify_line
+from console.observe.protocol import Hello, ProtocolError, check_hello
 from console.observe.textsafe import sanitize, sanitize_styled, split_lines
-from console.remote.program import open_program
-from console.remote.target import Channel, Target, TargetError
+from console.remote.program import open_program, reap
+from console.remote.target import Target, TargetError
 
 AGENT_SOURCE = Path(follow_agent.__file__).read_text()
-AGENT_NAME = "pulse-follow"
+AGENT_NAME = follow_agent.PROGRAM
 MAX_LINE_BYTES = 16 * 1024
 BACKLOG_BYTES = 1 << 20
 READ_SIZE = 1 << 20
 HEAD_BYTES = follow_agent.HEAD
 MAX_HEADER_BYTES = 65536
-#: Waits before starting the agent again after a loss; the SSH layer does its own backoff.
-RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
-REAP_S = 5.0
+#: Waits before starting the agent again after a loss (seconds): the first, and the longest.
+#: The SSH layer does its own backoff.
+RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
 #: The longest stretch of line work between two yields to the event loop (the UI shares it).
 SLICE_S = 0.01
 
@@ -41,8 +43,32 @@ ProgressCallback = Callable[[ProgressLine | None], None]
 EventCallback = Callable[[Event], None]
 
 
-class FollowProtocolError(Exception):
+class FollowProtocolError(ProtocolError):
     """The agent's output did not follow the framing (a bug, or something else wrote to its stdout)."""
+
+
+#: The fields of each frame (follow_agent.py's docstring): a frame without one is refused, never read as 0.
+FRAME_FIELDS: dict[str, tuple[str, ...]] = {
+    "hello": ("program", "protocol", "python", "pynvml"),
+    "open": ("path", "inode", "size", "offset", "pid", "head"),
+    "data": ("path", "inode", "offset", "len", "age"),
+    "truncated": ("path", "inode", "size", "offset"),
+    "rotated": ("path", "inode", "new_inode", "lost"),
+    "replaced": ("path", "inode", "new_path", "new_inode"),
+    "missing": ("path",),
+    "idle": ("path", "inode", "offset", "size", "mtime"),
+}
+
+
+def check_frame(header: dict) -> str:
+    """The event a frame header names, when it is a known one with all its fields; FollowProtocolError otherwise."""
+    ev = header["ev"]
+    if ev not in FRAME_FIELDS:
+        raise FollowProtocolError(f"log follower sent an unknown frame {sanitize(ev, 40)[0]!r}")
+    missing = [name for name in FRAME_FIELDS[ev] if name not in header]
+    if missing:
+        raise FollowProtocolError(f"log follower sent a {ev} frame without {', '.join(missing)}")
+    return ev
 
 
 def log_pattern(log: str) -> str:
@@ -149,6 +175,8 @@ class LogFollower:
         self.status = LogStatus(self.pattern, exists=False)
         self.agent_pid: int | None = None
         """The agent's PID as seen on the target (inside its container, if any)."""
+        self.hello: Hello | None = None
+        """What the running agent said of itself (its Python version), once it has."""
         self._path: str | None = None
         self._inode = 0
         self._received = -backlog_bytes if backlog_bytes else 0
@@ -185,7 +213,7 @@ class LogFollower:
 
     async def run(self) -> None:
         """Follow until cancelled, starting the agent again whenever it or its channel is lost."""
-        failures = 0
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         while True:
             try:
                 reason = await self._follow_once()
@@ -193,15 +221,14 @@ class LogFollower:
                 reason = str(exc)
             except asyncio.TimeoutError:
                 reason = f"no word from the log follower for {self.stale_s:g} s"
-            except FollowProtocolError as exc:
+            except ProtocolError as exc:
                 reason = str(exc)
             if self.agent_pid is not None:
-                failures = 0  # it got as far as opening the file: a fresh loss, retry quickly
+                backoff.reset()  # it got as far as opening the file: a fresh loss, retry quickly
             self.agent_pid = None
-            delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
-            failures += 1
+            delay = backoff.next()
             self._emit(
-                f"log follower stopped: {reason}; restarting in {delay:g} s",
+                f"log follower stopped: {reason}; restarting in {delay:.2f} s",
                 {"ev": "disconnected", "reason": reason},
             )
             await asyncio.sleep(delay)
@@ -210,11 +237,19 @@ class LogFollower:
         """One agent's life; returns why it ended."""
         start = self.offset
         self._requested = (self._inode, start)
-        args = [self.pattern, str(start), str(self._inode), f"{self.poll_s:g}", f"{self.heartbeat_s:g}", self._head.hex()]
+        args = [
+            f"--path={self.pattern}",
+            f"--offset={start}",
+            f"--inode={self._inode}",
+            f"--poll={self.poll_s:g}",
+            f"--heartbeat={self.heartbeat_s:g}",
+            f"--head={self._head.hex()}",
+        ]
         channel = await open_program(
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
         )
         frames = _Frames()
+        self.hello = None
         try:
             while data := await asyncio.wait_for(channel.read(READ_SIZE), self.stale_s):
                 for header, payload in frames.feed(data):
@@ -222,18 +257,21 @@ class LogFollower:
             status = await asyncio.wait_for(channel.wait(), self.stale_s)
         finally:
             channel.close()
-            await _reap(channel)
+            await reap(channel)
         said = sanitize(getattr(channel, "stderr", "").strip().rpartition("\n")[2], 200)[0]
         return f"it exited with status {status}" + (f" ({said})" if said else "")
 
     # -- frames ----------------------------------------------------------------
 
     async def _handle(self, header: dict, payload: bytes) -> None:
-        ev = header["ev"]
+        ev = check_frame(header)
+        if ev == "hello" or self.hello is None:
+            self.hello = check_hello(header, follow_agent.PROGRAM, follow_agent.PROTOCOL)
+            return
         if ev == "data":
-            if header.get("inode") != self._inode or header.get("offset") != self._received:
+            if header["inode"] != self._inode or header["offset"] != self._received:
                 raise FollowProtocolError(
-                    f"follower sent bytes at {header.get('offset')} of inode {header.get('inode')}, "
+                    f"follower sent bytes at {header['offset']} of inode {header['inode']}, "
                     f"expected {self._received} of inode {self._inode}"
                 )
             if len(self._head) < HEAD_BYTES and self._received <= len(self._head) < self._received + len(payload):
@@ -252,13 +290,13 @@ class LogFollower:
                 self._received = 0
                 self._head.clear()
         elif ev == "missing":
-            self.status = LogStatus(header.get("path", self.pattern), exists=False)
+            self.status = LogStatus(header["path"], exists=False)
         elif ev == "idle":
             self.status = LogStatus(
-                header.get("path", self.pattern),
+                header["path"],
                 exists=self._inode != 0,
-                size=header.get("size", 0),
-                mtime=header.get("mtime", 0.0),
+                size=header["size"],
+                mtime=header["mtime"],
                 inode=self._inode,
             )
         self._emit(_describe(header), header)
@@ -271,12 +309,12 @@ class LogFollower:
                 self._partial.clear()
         else:
             self._end_of_file()
-        head = bytes.fromhex(header.get("head", ""))
+        head = bytes.fromhex(header["head"])
         if inode != self._inode or len(head) > len(self._head):
             self._head = bytearray(head)
         self._path, self._inode, self._received = header["path"], inode, offset
-        self.agent_pid = header.get("pid")
-        self.status = LogStatus(self._path, exists=True, size=header.get("size", 0), inode=inode)
+        self.agent_pid = header["pid"]
+        self.status = LogStatus(self._path, exists=True, size=header["size"], inode=inode)
 
     def _end_of_file(self) -> None:
         """The file ended or was left: its unfinished last line will never be completed."""
@@ -364,37 +402,29 @@ class LogFollower:
 
 
 def _age(header: dict) -> float:
-    """The `age` a data frame gives its bytes: seconds since the file was written (0 when absent or bad)."""
-    age = header.get("age", 0.0)
+    """The `age` a data frame gives its bytes: seconds since the file was written (0 when out of range)."""
+    age = header["age"]
     return float(age) if isinstance(age, (int, float)) and 0.0 <= age < 1e9 else 0.0
-
-
-async def _reap(channel: Channel) -> None:
-    """Wait briefly for a closed channel's command to be gone, so no process outlives the follower."""
-    try:
-        await asyncio.wait_for(channel.wait(), REAP_S)
-    except (TargetError, asyncio.TimeoutError):
-        pass  # the transport is gone or slow; the agent exits on its own at stdin EOF
 
 
 def _describe(header: dict) -> str:
     """One line for the operator; paths come from the target, so they are made safe too."""
     ev = header["ev"]
-    path = sanitize(str(header.get("path", "")), 300)[0]
+    path = sanitize(str(header["path"]), 300)[0]
     if ev == "open":
-        return f"following {path} from byte {header.get('offset', 0)}"
+        return f"following {path} from byte {header['offset']}"
     if ev == "truncated":
-        return f"{path} was truncated to {header.get('size', 0)} bytes; reading it again from the start"
+        return f"{path} was truncated to {header['size']} bytes; reading it again from the start"
     if ev == "rotated":
-        if header.get("lost"):
+        if header["lost"]:
             return (
                 f"{path} was rotated, rewritten or deleted while the follower was down; "
                 "reading the file there now from its start (the old file's unread end is lost)"
             )
         return f"{path} was rotated; read the old file to its end, now following the new one"
     if ev == "replaced":
-        new_path = sanitize(str(header.get("new_path", "")), 300)[0]
+        new_path = sanitize(str(header["new_path"]), 300)[0]
         return f"a newer log appeared: now following {new_path} (finished {path})"
     if ev == "missing":
         return f"{path} does not exist; waiting for it to appear"
-    return f"{path}: {header.get('size', 0)} bytes, nothing new"
+    return f"{path}: {header['size']} bytes, nothing new"

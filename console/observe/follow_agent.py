@@ -1,10 +1,13 @@
 """Remote log follower: sent to the target and run there (stdlib only, Python 3.8+).
 
-    follow_agent PATH_OR_GLOB START_OFFSET EXPECTED_INODE POLL_S [HEARTBEAT_S [EXPECTED_HEAD]]
+    pulse-follow --path PATH_OR_GLOB --offset START_OFFSET --inode EXPECTED_INODE --poll POLL_S
+                 [--heartbeat HEARTBEAT_S] [--head EXPECTED_HEAD]
 
 Follows one file by byte offset and writes frames to stdout. A frame is one JSON header
 line; a `data` header is followed by exactly `len` raw bytes of the file (binary-safe,
 so the local side splits lines and nothing is decoded here). Events:
+
+- `hello`     program, protocol, python, pynvml: first, once (console/observe/protocol.py)
 
 - `open`      path, inode, size, offset, pid, head: now reading this file from `offset`;
               `head` is its first bytes (up to 256, hex), to tell it from a later file
@@ -30,6 +33,7 @@ looked for among the matches and in their folders (a renamed, rotated file), so 
 resumes in it; EXPECTED_HEAD (hex), when given, must be how that file still starts. The program exits on stdin EOF (the channel closed) or a broken stdout.
 """
 
+import argparse
 import glob
 import json
 import os
@@ -38,6 +42,9 @@ import struct
 import sys
 import time
 
+#: The version of the frames this program writes; the console refuses a follower that speaks another.
+PROTOCOL = 1
+PROGRAM = "pulse-follow"
 CHUNK = 1 << 20
 HEAD = 256
 #: How often a glob is listed again (a directory listing is dearer than a stat).
@@ -480,13 +487,31 @@ class Follower:
                 return
 
 
+def build_parser():
+    parser = argparse.ArgumentParser(prog=PROGRAM, description="Follow a log file by byte offset.", allow_abbrev=False)
+    need = parser.add_argument_group("required")
+    need.add_argument("--path", required=True, help="the log's path or glob")
+    need.add_argument("--offset", type=int, required=True, help="byte to start at; negative: that many before the end")
+    need.add_argument("--inode", type=int, required=True, help="the file a previous run was reading, or 0")
+    need.add_argument("--poll", type=float, required=True, help="seconds between polls without inotify")
+    parser.add_argument("--heartbeat", type=float, default=5.0, help="seconds of quiet before an `idle` frame")
+    parser.add_argument("--head", type=bytes.fromhex, default=b"", help="hex of how the --inode file starts")
+    return parser
+
+
+def hello():
+    """The first frame (console/observe/protocol.py reads it); this program never loads pynvml."""
+    python = "%d.%d.%d" % sys.version_info[:3]
+    return {"ev": "hello", "program": PROGRAM, "protocol": PROTOCOL, "python": python, "pynvml": None}
+
+
 def main(argv):
-    pattern, offset, inode, poll_s = os.path.expanduser(argv[0]), int(argv[1]), int(argv[2]), float(argv[3])
-    heartbeat_s = float(argv[4]) if len(argv) > 4 else 5.0
-    head = bytes.fromhex(argv[5]) if len(argv) > 5 else b""
-    follower = Follower(Source(pattern), Output(1), poll_s, heartbeat_s, watcher=Watcher.open())
+    args = build_parser().parse_args(argv)
+    out = Output(1)
+    follower = Follower(Source(os.path.expanduser(args.path)), out, args.poll, args.heartbeat, watcher=Watcher.open())
     try:
-        follower.run(offset, inode, head)
+        out.frame(hello())
+        follower.run(args.offset, args.inode, args.head)
     except BrokenPipeError:
         pass
     finally:

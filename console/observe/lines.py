@@ -12,12 +12,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 from itertools import islice
 
-from console.config import MetricPattern
-from console.model import LineInfo, LineKind
-from console.observe.user_patterns import PatternError, compile_user_pattern, search_user_pattern
+from console.model import LineInfo, LineKind, MetricPattern
+from console.user_patterns import compile_metric_pattern, search_user_pattern
 
 _NORMAL = LineInfo()
 
@@ -243,10 +241,6 @@ _PROGRESS_BAR = re.compile(r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?
 _MAX_TRIES = 8
 
 _INT_METRICS = frozenset({"step", "total_steps"})
-METRIC_NAMES = (
-    "tokens_per_s", "samples_per_s", "it_per_s", "loss", "step", "total_steps", "lr", "grad_norm", "mfu"
-)
-
 
 def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo:
     """The kind of one sanitized log line and the metrics it states.
@@ -569,20 +563,6 @@ def parse_metric_value(text: str) -> float:
     if text and text[-1].lower() in _SUFFIX:
         return float(text[:-1]) * _SUFFIX[text[-1].lower()]
     return float(text)
-
-
-@lru_cache(maxsize=256)
-def compile_metric_pattern(regex: str, name: str):
-    """The compiled regex of a config pattern (run with a time budget); raises ValueError saying what is wrong."""
-    if name not in METRIC_NAMES:
-        raise ValueError(f"metric pattern for {name!r}: the metric must be one of {', '.join(METRIC_NAMES)}")
-    try:
-        compiled = compile_user_pattern(regex)
-    except PatternError as exc:
-        raise ValueError(f"metric pattern {regex!r}: {exc}") from None
-    if "value" not in compiled.groupindex and name not in compiled.groupindex:
-        raise ValueError(f"metric pattern {regex!r} needs a named group (?P<value>...) or (?P<{name}>...)")
-    return compiled
 
 
 def _apply_patterns(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from console.config import MetricPattern
+from console.model import MetricPattern
 from console.model import ProgressLine
 from console.observe.lines import classify_line
 

@@ -337,9 +337,10 @@ def where(thread: ThreadStack) -> str:
 _DATALOADER_WAIT = re.compile(r"DataLoaderIter\._get_data$")
 
 
-def frame_text(frame: StackFrame) -> str:
-    """`read_batch (train.py:13)`."""
-    place = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}" if frame.line is not None else frame.file
+def frame_text(frame: StackFrame, *, full_path: bool = False) -> str:
+    """`read_batch (train.py:13)`; with `full_path`, the file as py-spy prints it: `read_batch (/work/train.py:13)`."""
+    file = frame.file if full_path else frame.file.rsplit("/", 1)[-1]
+    place = f"{file}:{frame.line}" if frame.line is not None else frame.file
     return f"{frame.function} ({place})"
 
 

@@ -17,7 +17,7 @@ from console.model import GpuReading, ProcessReading
 
 #: Programs that start the ranks of a run.
 LAUNCHER_PROGRAMS = frozenset(
-    "torchrun deepspeed accelerate-launch mpirun mpiexec orterun prterun srun".split()
+    "torchrun deepspeed accelerate-launch mpirun mpiexec orterun prterun srun slurmstepd".split()
 )
 #: Modules that do, run as `python -m MODULE`.
 LAUNCHER_MODULES = frozenset(
@@ -28,7 +28,11 @@ LAUNCHER_MODULES = frozenset(
 SPAWNED_CHILD_MARKS = ("multiprocessing.spawn", "multiprocessing-fork", "multiprocessing.forkserver")
 #: Where a rank finds its rank: torchrun / deepspeed / accelerate, then MPI and Slurm's own names.
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
+#: Where a rank finds its rank among the ranks of its node.
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 SHELLS = frozenset("bash sh zsh dash fish ksh".split())
+#: Roles whose process is the run itself: a rank or the main program, not a launcher, shell or helper.
+RUN_ROLES = ("rank", "main")
 
 
 def program(cmdline: str) -> str:
@@ -36,7 +40,7 @@ def program(cmdline: str) -> str:
     words = cmdline.split()
     if not words:
         return ""
-    first = os.path.basename(words[0])
+    first = os.path.basename(words[0]).removesuffix(":")  # `slurmstepd: [5.0]` names itself so
     if not first.startswith("python"):
         return first
     rest = iter(words[1:])
@@ -64,14 +68,23 @@ def launcher_name(cmdline: str) -> str | None:
     return None
 
 
-def rank_of(process: ProcessReading) -> int | None:
-    """The rank its environment gives it (RANK_VARIABLES, first set wins), None outside a distributed run."""
+def _first_number(process: ProcessReading, names: tuple[str, ...]) -> int | None:
     env = dict(process.run_env)
-    for name in RANK_VARIABLES:
+    for name in names:
         value = env.get(name, "")
         if value.isdigit():
             return int(value)
     return None
+
+
+def rank_of(process: ProcessReading) -> int | None:
+    """The rank its environment gives it (RANK_VARIABLES, first set wins), None outside a distributed run."""
+    return _first_number(process, RANK_VARIABLES)
+
+
+def local_rank_of(process: ProcessReading) -> int | None:
+    """Its rank among its node's ranks (LOCAL_RANK_VARIABLES), None when nothing says."""
+    return _first_number(process, LOCAL_RANK_VARIABLES)
 
 
 def _gpus_of(process: ProcessReading, gpus: Iterable[GpuReading]) -> tuple[int, ...]:
@@ -112,10 +125,10 @@ def _label(process: ProcessReading, parent: ProcessReading | None, gpus: tuple[i
         owner = f"rank {parent.rank}" if parent.role == "rank" else f"pid {parent.pid}"
         role = "worker" if forked else "child"
         return replace(process, role=role, rank=parent.rank, gpus=gpus, label=f"{role} of {owner}{on}")
+    if program(process.cmdline) in SHELLS:  # before the rank: a Slurm batch script's shell has SLURM_PROCID=0
+        return replace(process, role="shell", rank=None, gpus=gpus, label="shell")
     if rank is not None:
         return replace(process, role="rank", rank=rank, gpus=gpus, label=f"rank {rank}{on}")
-    if program(process.cmdline) in SHELLS:
-        return replace(process, role="shell", rank=None, gpus=gpus, label="shell")
     if parent is None or parent.role in ("shell", "launcher"):
         return replace(process, role="main", rank=None, gpus=gpus, label=f"main{on}")
     return replace(process, role="", rank=None, gpus=gpus, label=on.removeprefix(" · "))

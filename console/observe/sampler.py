@@ -20,20 +20,20 @@ from console.config import Config
 from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
+from console.observe.protocol import Hello, ProtocolError, check_hello, field
 from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
-from console.remote.program import open_program
-from console.remote.target import Channel, Target, TargetError
+from console.remote.program import open_program, reap
+from console.remote.target import Target, TargetError
 
 AGENT_SOURCE = Path(agent.__file__).read_text()
-AGENT_NAME = "pulse-agent"
+AGENT_NAME = agent.PROGRAM
 #: No line for this long means the agent or the link is stuck (an nvidia-smi call may take SMI_TIMEOUT_S twice).
 STALE_MIN_S = 4 * agent.SMI_TIMEOUT_S
 #: The first line also waits for the login shell: conda/pyenv init, and pyenv's rehash lock
 #: that makes every `bash -l` wait up to 60 s while another shell holds it. Giving up sooner
 #: would kill shells mid-rehash and leave that lock behind for the next ones.
 FIRST_SAMPLE_S = 90.0
-REAP_S = 5.0
 #: GPU memory in use below this is the driver's own, not a context of the run.
 IDLE_GPU_MEMORY_MIB = 16
 MAX_TEXT = 1000
@@ -42,28 +42,33 @@ MAX_LINE_BYTES = 4 << 20
 ProblemCallback = Callable[[str], None]
 
 
-class SampleError(ValueError):
+class SampleError(ProtocolError):
     """An agent line that is not a sample: one line saying what is wrong with it."""
+
+
+def _fields(obj: dict, what: str) -> Callable[[str], object]:
+    """A reader of `obj`'s fields: each must be present (it may be null where the protocol allows)."""
+    return lambda key: field(obj, key, what, SampleError)
 
 
 def agent_args(
     config: Config, interval_s: float, count: int, *, process_utilization: bool = False, apps_every_s: float | None = None
 ) -> list[str]:
-    """The agent's argv for `config` (see agent.build_parser); `--` before the positionals, as a regex may start with '-'."""
+    """The agent's argv for `config` (see agent.build_parser): `--name=value`, as a regex may start with '-'."""
     run = config.run
     return [
+        f"--interval={interval_s:g}",
+        f"--count={count}",
+        f"--match={run.match or ''}",
+        f"--pidfile={run.pidfile or ''}",
+        f"--log={log_pattern(run.log) if run.log else ''}",
+        f"--gpu-source={config.gpus.source}",
+        f"--nvidia-smi={config.target.nvidia_smi}",
+        f"--smi-gpu-fields={','.join(smi.GPU_QUERY_FIELDS)}",
+        f"--smi-app-fields={','.join(smi.APP_QUERY_FIELDS)}",
         *(["--process-utilization"] if process_utilization else []),
         *([] if apps_every_s is None else [f"--apps-every={apps_every_s:g}"]),
-        "--",
-        f"{interval_s:g}",
-        str(count),
-        run.match or "",
-        run.pidfile or "",
-        log_pattern(run.log) if run.log else "",
-        config.gpus.source,
-        config.target.nvidia_smi,
-        ",".join(smi.GPU_QUERY_FIELDS),
-        ",".join(smi.APP_QUERY_FIELDS),
+        *([f"--slurm-job={run.slurm_job}"] if run.slurm_job else []),
     ]
 
 
@@ -86,6 +91,13 @@ def _number(value: object, what: str) -> float | None:
     return value
 
 
+def _present_number(value: object, what: str) -> float:
+    """A number the protocol never leaves null."""
+    if value is None:
+        raise SampleError(f"{what} is null, not a number")
+    return _number(value, what)
+
+
 def _int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SampleError(f"{what} is {value!r:.40}, not an integer")
@@ -106,28 +118,30 @@ def _dict(value: object, what: str) -> dict:
     return value
 
 
-def _nvml_gpu(raw: object) -> GpuReading:
-    g = _dict(raw, "a GPU")
-    processes = tuple(
-        GpuProcess(
-            pid=_int(p.get("pid"), "a GPU process's pid"),
-            used_mib=_number(p.get("used_mib"), "a GPU process's used_mib"),
-            name=_optional_text(p.get("name")),
-        )
-        for p in map(lambda item: _dict(item, "a GPU process"), _list(g.get("processes"), "a GPU's processes"))
+def _gpu_process(raw: object) -> GpuProcess:
+    process = _fields(_dict(raw, "a GPU process"), "a GPU process")
+    return GpuProcess(
+        pid=_int(process("pid"), "a GPU process's pid"),
+        used_mib=_number(process("used_mib"), "a GPU process's used_mib"),
+        name=_optional_text(process("name")),
     )
+
+
+def _nvml_gpu(raw: object) -> GpuReading:
+    gpu = _fields(_dict(raw, "a GPU"), "a GPU")
+    processes = tuple(_gpu_process(p) for p in _list(gpu("processes"), "a GPU's processes"))
     return GpuReading(
-        index=_int(g.get("index"), "a GPU's index"),
-        uuid=_safe(g.get("uuid", "")),
-        name=_safe(g.get("name", "")),
-        memory_used_mib=_number(g.get("memory_used_mib"), "memory_used_mib"),
-        memory_total_mib=_number(g.get("memory_total_mib"), "memory_total_mib"),
-        utilization_pct=_number(g.get("utilization_pct"), "utilization_pct"),
-        temperature_c=_number(g.get("temperature_c"), "temperature_c"),
-        power_w=_number(g.get("power_w"), "power_w"),
-        power_limit_w=_number(g.get("power_limit_w"), "power_limit_w"),
+        index=_int(gpu("index"), "a GPU's index"),
+        uuid=_safe(gpu("uuid")),
+        name=_safe(gpu("name")),
+        memory_used_mib=_number(gpu("memory_used_mib"), "memory_used_mib"),
+        memory_total_mib=_number(gpu("memory_total_mib"), "memory_total_mib"),
+        utilization_pct=_number(gpu("utilization_pct"), "utilization_pct"),
+        temperature_c=_number(gpu("temperature_c"), "temperature_c"),
+        power_w=_number(gpu("power_w"), "power_w"),
+        power_limit_w=_number(gpu("power_limit_w"), "power_limit_w"),
         processes=processes,
-        error=_optional_text(g.get("error")),
+        error=_optional_text(gpu("error")),
     )
 
 
@@ -149,37 +163,35 @@ def _smi_gpus(gpu_csv: str | None, apps_csv: str | None) -> tuple[tuple[GpuReadi
 
 
 def _thread(raw: object) -> ThreadCpu:
-    t = _dict(raw, "a thread")
+    thread = _fields(_dict(raw, "a thread"), "a thread")
     return ThreadCpu(
-        tid=_int(t.get("tid"), "a thread's tid"),
-        name=_safe(t.get("name", "")),
-        cpu_pct=_number(t.get("cpu_pct"), "a thread's cpu_pct"),
-        state=_safe(t.get("state", "")),
+        tid=_int(thread("tid"), "a thread's tid"),
+        name=_safe(thread("name")),
+        cpu_pct=_number(thread("cpu_pct"), "a thread's cpu_pct"),
+        state=_safe(thread("state")),
     )
 
 
 def _process(raw: object) -> ProcessReading:
-    p = _dict(raw, "a process")
-    stdout = p.get("stdout")
-    unbuffered = p.get("unbuffered")
+    process = _fields(_dict(raw, "a process"), "a process")
     return ProcessReading(
-        pid=_int(p.get("pid"), "a process's pid"),
-        ppid=_int(p.get("ppid"), "a process's ppid"),
-        state=_safe(p.get("state", "")),
-        elapsed_s=_number(p.get("elapsed_s", 0.0), "elapsed_s") or 0.0,
-        threads=_int(p.get("threads", 0), "threads"),
-        rss_mib=_number(p.get("rss_mib", 0.0), "rss_mib") or 0.0,
-        cpu_pct=_number(p.get("cpu_pct"), "cpu_pct"),
-        cpu_s=_number(p.get("cpu_s"), "cpu_s"),
-        cmdline=_safe(p.get("cmdline", "")),
-        nspid=tuple(_int(n, "an NSpid") for n in _list(p.get("nspid"), "nspid")),
-        stdout=None if stdout is None else _safe(stdout),
-        unbuffered=unbuffered if isinstance(unbuffered, bool) else None,
-        children=tuple(_int(c, "a child pid") for c in _list(p.get("children"), "children")),
-        thread_cpu=tuple(_thread(t) for t in _list(p.get("thread_cpu"), "thread_cpu")),
+        pid=_int(process("pid"), "a process's pid"),
+        ppid=_int(process("ppid"), "a process's ppid"),
+        state=_safe(process("state")),
+        elapsed_s=_present_number(process("elapsed_s"), "elapsed_s"),
+        threads=_int(process("threads"), "threads"),
+        rss_mib=_present_number(process("rss_mib"), "rss_mib"),
+        cpu_pct=_number(process("cpu_pct"), "cpu_pct"),
+        cpu_s=_number(process("cpu_s"), "cpu_s"),
+        cmdline=_safe(process("cmdline")),
+        nspid=tuple(_int(n, "an NSpid") for n in _list(process("nspid"), "nspid")),
+        stdout=_optional_text(process("stdout")),
+        unbuffered=unbuffered if isinstance(unbuffered := process("unbuffered"), bool) else None,
+        children=tuple(_int(c, "a child pid") for c in _list(process("children"), "children")),
+        thread_cpu=tuple(_thread(t) for t in _list(process("thread_cpu"), "thread_cpu")),
         run_env=tuple(
             (name, _safe(value))
-            for name, value in sorted(_dict(p.get("env") or {}, "a process's env").items())
+            for name, value in sorted(_dict(process("env"), "a process's env").items())
             if name in agent.RUN_ENV_KEYS
         ),
     )
@@ -188,31 +200,33 @@ def _process(raw: object) -> ProcessReading:
 def _log(raw: object) -> LogStatus | None:
     if raw is None:
         return None
-    log = _dict(raw, "log")
+    log_field = _fields(_dict(raw, "log"), "the log")
     return LogStatus(
-        path=_safe(log.get("path", "")),
-        exists=bool(log.get("exists")),
-        size=_int(log.get("size", 0), "the log's size"),
-        mtime=_number(log.get("mtime", 0.0), "the log's mtime") or 0.0,
-        inode=_int(log.get("inode", 0), "the log's inode"),
+        path=_safe(log_field("path")),
+        exists=bool(log_field("exists")),
+        size=_int(log_field("size"), "the log's size"),
+        mtime=_present_number(log_field("mtime"), "the log's mtime"),
+        inode=_int(log_field("inode"), "the log's inode"),
     )
 
 
 def parse_sample(obj: dict) -> Sample:
     """A Sample from one decoded agent line; SampleError when its shape is wrong."""
     obj = _dict(obj, "the line")
-    time = _number(obj.get("t"), "t")
-    if time is None:
-        raise SampleError("the line has no time 't'")
-    source = obj.get("gpu_source")
-    gpu_error = _optional_text(obj.get("gpu_error"))
+    line = _fields(obj, "the line")
+    time = _present_number(line("t"), "t")
+    source = line("gpu_source")
+    gpu_error = _optional_text(line("gpu_error"))
+    # Both ways of reading GPUs are always in the line; gpu_source says which one holds them.
+    nvml_gpus, smi_gpu_csv, smi_apps_csv = line("gpus"), line("smi_gpu_csv"), line("smi_apps_csv")
     if source == "nvidia-smi":
-        gpus, parse_error = _smi_gpus(obj.get("smi_gpu_csv"), obj.get("smi_apps_csv"))
+        gpus, parse_error = _smi_gpus(smi_gpu_csv, smi_apps_csv)
         gpu_error = "; ".join(e for e in (gpu_error, parse_error) if e) or None
     elif source in ("nvml", "none"):
-        gpus = tuple(_nvml_gpu(g) for g in _list(obj.get("gpus"), "gpus"))
+        gpus = tuple(_nvml_gpu(g) for g in _list(nvml_gpus, "gpus"))
     else:
         raise SampleError(f"gpu_source is {source!r:.40}, not nvml, nvidia-smi or none")
+    processes = tuple(_process(p) for p in _list(line("processes"), "processes"))
     gpus, use_error = _with_process_use(gpus, obj)
     if use_error:
         gpu_error = "; ".join(e for e in (gpu_error, use_error) if e)
@@ -221,10 +235,10 @@ def parse_sample(obj: dict) -> Sample:
         gpus=gpus,
         gpu_source=source,
         gpu_error=gpu_error,
-        processes=label_processes(tuple(_process(p) for p in _list(obj.get("processes"), "processes")), gpus),
-        process_error=_optional_text(obj.get("process_error")),
-        in_pid_namespace=obj.get("in_pid_namespace") is True,
-        log=_log(obj.get("log")),
+        processes=label_processes(processes, gpus),
+        process_error=_optional_text(line("process_error")),
+        in_pid_namespace=line("in_pid_namespace") is True,
+        log=_log(line("log")),
     )
 
 
@@ -305,6 +319,8 @@ class Sampler:
         """nvidia-smi compute-apps every this many seconds (None: the agent's own APPS_EVERY_S)."""
         self.on_problem = on_problem
         self.bad_lines = 0
+        self.hello: Hello | None = None
+        """What the agent said of itself (its Python and pynvml versions), once it has."""
 
     async def stream(self) -> AsyncIterator[Sample]:
         """Samples until the agent ends (TargetError saying why) or the caller stops iterating."""
@@ -322,6 +338,7 @@ class Sampler:
         wait_s = max(FIRST_SAMPLE_S, stale_s)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         pending = ""
+        self.hello = None
         try:
             while True:
                 try:
@@ -338,6 +355,9 @@ class Sampler:
                     self._problem(f"agent line over {MAX_LINE_BYTES} bytes dropped")
                     pending = ""
                 for line in lines:
+                    if self.hello is None:
+                        self._greet(line)
+                        continue
                     try:
                         sample = parse_line(line)
                     except SampleError as exc:
@@ -347,7 +367,7 @@ class Sampler:
             status = await asyncio.wait_for(channel.wait(), stale_s)
         finally:
             channel.close()
-            await _reap(channel)
+            await reap(channel)
         if status != 0 or count == 0:
             said = _safe(getattr(channel, "stderr", "").strip().rpartition("\n")[2])
             raise TargetError(
@@ -355,6 +375,18 @@ class Sampler:
                 + (f": {said}" if said else "")
                 + _hint(status)
             )
+
+    def _greet(self, line: str) -> None:
+        """Take the agent's hello; a login banner before it is flagged and skipped, anything else refused."""
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            self._problem(f"agent sent a line that is not a sample (not JSON: {_safe(line[:80])!r}); skipped")
+            return
+        try:
+            self.hello = check_hello(obj, agent.PROGRAM, agent.PROTOCOL)
+        except ProtocolError as exc:
+            raise TargetError(f"{self.target.label}: {exc}") from None
 
     def _problem(self, text: str) -> None:
         self.bad_lines += 1
@@ -366,14 +398,6 @@ def _hint(status: int | None) -> str:
     if status == 127:
         return " (set [target] python to an interpreter that exists there)"
     return ""
-
-
-async def _reap(channel: Channel) -> None:
-    """Wait briefly for the closed agent to be gone; it exits by itself at stdin EOF in any case."""
-    try:
-        await asyncio.wait_for(channel.wait(), REAP_S)
-    except (TargetError, asyncio.TimeoutError):
-        pass
 
 
 async def sample_once(

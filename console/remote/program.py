@@ -9,8 +9,13 @@ remote helper is sure to see).
 
 from __future__ import annotations
 
+import asyncio
+
 from console.remote.shell import quote
-from console.remote.target import Channel, Target
+from console.remote.target import Channel, Target, TargetError
+
+#: How long closing waits for a program to be gone before leaving it to exit by itself.
+REAP_S = 5.0
 
 _BOOTSTRAP = (
     "import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);del sys.argv[:2];"
@@ -32,3 +37,14 @@ async def open_program(
     channel = await target.open(program_script(python, source, name, args))
     channel.write(source.encode())
     return channel
+
+
+async def reap(channel: Channel) -> None:
+    """After closing `channel`, wait briefly for its program to be gone, so none outlives its reader.
+
+    If the transport is gone or slow, the program still exits on its own at stdin EOF.
+    """
+    try:
+        await asyncio.wait_for(channel.wait(), REAP_S)
+    except (TargetError, asyncio.TimeoutError):
+        pass

@@ -8,25 +8,8 @@ the single string an SSH exec request carries. Nothing here runs anything.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
-from typing import Literal
 
-ContainerKind = Literal["pct", "docker", "kubectl"]
-CONTAINER_KINDS: tuple[str, ...] = ("pct", "docker", "kubectl")
-
-
-@dataclass(frozen=True, slots=True)
-class Container:
-    """Where on the host the run lives: `pct exec ID --`, `docker exec -i NAME`, `kubectl exec -i POD --`."""
-
-    kind: ContainerKind
-    id: str
-    namespace: str | None = None
-    """kubectl only: the pod's namespace."""
-
-    def describe(self) -> str:
-        return f"{self.kind} {self.id}" + (f" -n {self.namespace}" if self.namespace else "")
-
+from console.model import Container
 
 def container_argv(container: Container | None, argv: list[str]) -> list[str]:
     """`argv` as run inside `container` (stdin passed through, as the agent needs)."""

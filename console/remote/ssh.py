@@ -14,19 +14,19 @@ the remote command: `close()` sends EOF on its stdin, and remote helpers exit on
 from __future__ import annotations
 
 import asyncio
-import random
 import socket
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncssh
 
+from console.backoff import Backoff
 from console.config import TargetConfig
 from console.model import ConnectionState, ConnectionStatus
 from console.remote.shell import command_line, script_argv
-from console.remote.target import Channel, Target, TargetError
+from console.remote.target import Channel, Target, TargetError, split_user
 
 DEFAULT_MAX_CHANNELS = 8
 """Channels open at once on one connection; OpenSSH's MaxSessions defaults to 10."""
@@ -43,23 +43,6 @@ a refusal costs the host nothing, and the console must be back within this long 
 STDERR_LIMIT = 1 << 20
 CLOSE_TIMEOUT_S = 5.0
 """How long closing waits for the server to acknowledge before the connection is dropped."""
-
-
-def backoff_delays(first: float = BACKOFF_FIRST_S, limit: float = BACKOFF_MAX_S) -> Iterator[float]:
-    """Endless reconnect delays: doubling from `first` up to `limit`, each jittered to 75–100 %.
-
-    The jitter keeps many consoles that lost the same host at once from reconnecting in step.
-    """
-    delay = first
-    while True:
-        yield delay * random.uniform(0.75, 1.0)
-        delay = min(delay * 2, limit)
-
-
-def split_user(host: str) -> tuple[str | None, str]:
-    """`user@host` → (user, host); a bare host or alias → (None, host)."""
-    user, sep, name = host.rpartition("@")
-    return (user or None, name) if sep else (None, host)
 
 
 class _Permanent(TargetError):
@@ -306,7 +289,9 @@ class _Connection:
 
     async def _reconnect(self, reason: str) -> None:
         refused = False
-        for delay in backoff_delays():
+        backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S)
+        while True:
+            delay = backoff.next()
             if refused:
                 delay = min(delay, REFUSED_RETRY_MAX_S)
             self._set_state(ConnectionStatus.RECONNECTING, reason, time.monotonic() + delay)

@@ -15,12 +15,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from console.model import ConnectionState, ConnectionStatus
-from console.remote.shell import Container, script_argv
+from console.model import ConnectionState, ConnectionStatus, Container
+from console.remote.shell import script_argv
 
 
 class TargetError(Exception):
     """A failure the operator must read: one line saying what happened and what to do."""
+
+
+def split_user(host: str) -> tuple[str | None, str]:
+    """`user@host` → (user, host); a bare host or alias → (None, host)."""
+    user, sep, name = host.rpartition("@")
+    return (user or None, name) if sep else (None, host)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,13 +30,12 @@ from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
-from console.observe.user_patterns import disabled_notices
+from console.user_patterns import disabled_notices
 from console.state import RunState
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
-from console.ui.help_screen import HelpScreen
 from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
@@ -51,7 +50,7 @@ from console.ui.run_view import (
     throughput_view,
 )
 from console.ui.status_bar import StatusBar, StatusView
-from console.ui.themes import DEFAULT_THEME, PulseTheme, ThemedApp, run_themed
+from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
@@ -264,12 +263,6 @@ class PulseApp(ThemedApp):
         self._dirty = True
         self.refresh_panes()
 
-    def action_cycle_theme(self) -> None:
-        names = sorted(self.pulse_themes, key=lambda name: (name != DEFAULT_THEME, name))
-        following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
-        self.theme = following
-        self.notify(f"theme: {following}", timeout=2)
-
     # -- state → panes -----------------------------------------------------------
 
     def mark_changed(self) -> None:
@@ -435,9 +428,9 @@ class PulseApp(ThemedApp):
             parts.append("following")
         else:
             parts.append(f"paused · {pane.unseen} new lines · f to follow" if pane.unseen else "paused · f to follow")
-        problems = len(self.state.problems)
+        problems = len(self.state.spans.problems)
         if problems:
-            parts.append(f"{problems} problem line{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
+            parts.append(f"{problems} problem{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
         set_titles(box, Text(f"Log · {path}"), Text(" · ".join(parts)))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
@@ -472,10 +465,6 @@ class PulseApp(ThemedApp):
         name, _, argument = action.partition("(")
         method = getattr(self, f"action_{name}")
         method(int(argument.rstrip(")"))) if argument else method()
-
-    def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
 
     def action_timeline(self) -> None:
         if self.watch is None:
@@ -528,21 +517,28 @@ class PulseApp(ThemedApp):
 
     def _jump(self, *, backwards: bool, match: bool) -> None:
         pane = self.log_pane
-        line = pane.next_match(backwards=backwards) if match else pane.next_problem(backwards=backwards)
+        if match:
+            line = pane.next_match(backwards=backwards)
+        else:
+            line = pane.next_problem(self._problem_names(), backwards=backwards)
         if line is None:
-            what = "match" if match else "problem line"
+            what = "match" if match else "problem"
             self.notify(f"no {what} {'above' if backwards else 'below'}", severity="information", timeout=2)
         self._refresh_log_titles()
 
+    def _problem_names(self) -> frozenset[int]:
+        """The line naming each problem the log holds: a traceback's exception line, once for all its lines."""
+        return frozenset(problem.name.number for problem in self.state.spans.problems)
+
     def action_problem_log(self) -> None:
-        """`l`, the key verdicts name: the log at its newest problem line (the end when there is none)."""
+        """`l`, the key verdicts name: the log at its newest problem (the end when there is none)."""
         pane = self.log_pane
         pane.focus()
         if pane.filter_text:
             self.clear_log_input()
-        if pane.last_problem() is None:
+        if pane.last_problem(self._problem_names()) is None:
             pane.follow()
-            self.notify("no problem line in the log held: following its end", timeout=3)
+            self.notify("no problem in the log held: following its end", timeout=3)
         self._refresh_log_titles()
 
     def action_follow(self) -> None:
@@ -687,7 +683,7 @@ class PulseApp(ThemedApp):
     @work(exclusive=True, exit_on_error=False, group="dump")
     async def run_dump(self, pid: int) -> None:
         """py-spy on the target (posts DumpReady, or a one-line refusal)."""
-        from console.actions.pyspy import DumpError, dump
+        from console.observe.pyspy_run import DumpError, dump
 
         try:
             result = await dump(self.target, pid, py_spy=self.config.target.py_spy)

@@ -15,15 +15,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from console.observe.pyspy import ProcessDump, StackFrame, classify_wait, group_identical, is_user_frame
+from console.observe.pyspy import ProcessDump, classify_wait, frame_text, group_identical, is_user_frame
 from console.paths import dumps_dir
 from console.ui.modal import FramedModal
-
-
-def frame_label(frame: StackFrame) -> str:
-    """`function (file:line)` as py-spy prints it."""
-    where = f"{frame.file}:{frame.line}" if frame.line is not None else frame.file
-    return f"{frame.function} ({where})"
 
 
 def dump_text(dump: ProcessDump) -> Text:
@@ -49,9 +43,9 @@ def dump_text(dump: ProcessDump) -> Text:
         for frame in thread.frames:
             if is_user_frame(frame):
                 text.append("  ▶ ", "bold")
-                text.append(frame_label(frame) + "\n", "bold")
+                text.append(frame_text(frame, full_path=True) + "\n", "bold")
             else:
-                text.append("    " + frame_label(frame) + "\n", "dim")
+                text.append("    " + frame_text(frame, full_path=True) + "\n", "dim")
             for variable in frame.locals:
                 text.append(f"        {variable.name} = {variable.repr}\n", "dim")
     return text

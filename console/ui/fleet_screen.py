@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
@@ -28,8 +29,10 @@ from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import verdict_level
 from console.ui.gpu_pane import GpuPane
+from console.ui.keymap import bindings, fleet_actions
 from console.ui.log_pane import LogPane
 from console.ui.modal import FramedModal
+from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
@@ -42,7 +45,7 @@ REFRESH_S = 1.0
 NODE_LOG_FLUSH_S = 0.05
 #: How often Slurm is asked for the job's state and elapsed time again.
 JOB_REFRESH_S = 15.0
-COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "procs", "log grew", "throughput", "link")
+COLUMNS = ("node", "verdict", "GPUs", "GPU mem", "util", "ranks", "log grew", "throughput", "link")
 
 
 def row_cells(row: NodeRow) -> tuple[Text | str, ...]:
@@ -57,7 +60,7 @@ def row_cells(row: NodeRow) -> tuple[Text | str, ...]:
     util = "–" if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
     grew = "–" if row.log_silent_s is None else f"{format_duration(row.log_silent_s)} ago"
     rate = "–" if row.rate is None else f"{si(row.rate)} {row.rate_unit}"
-    return (row.name, verdict, str(row.gpus), memory, util, str(row.processes), grew, rate, row.connection)
+    return (row.name, verdict, str(row.gpus), memory, util, str(row.ranks), grew, rate, row.connection)
 
 
 class FleetTable(DataTable):
@@ -95,34 +98,39 @@ class FleetTable(DataTable):
 class FleetScreen(Screen):
     """The job at a glance: a header with the sums, then every node worst first."""
 
-    BINDINGS = [
-        Binding("enter", "open_node", "Node panes"),
-        Binding("d", "app.diagnose_fleet", "Diagnose all"),
-        Binding("R", "app.restart_job", "Restart job"),
-        Binding("q", "app.quit", "Quit"),
-    ]
+    BINDINGS = [Binding("enter", "open_node", "Node panes")]
 
     def compose(self) -> ComposeResult:
         yield Static("forming the fleet…", id="fleet-header")
         yield FleetTable(id="fleet-table")
+        yield Static("", id="fleet-detail")
         yield Footer()
 
     @on(DataTable.RowSelected)
     def _row_selected(self) -> None:
         self.action_open_node()
 
+    @on(DataTable.RowHighlighted)
+    def show_detail(self) -> None:
+        """The verdict of the node under the cursor, in words, below the table."""
+        node = self.selected_node()
+        self.query_one("#fleet-detail", Static).update(node_detail(node) if node is not None else "")
+
     def action_open_node(self) -> None:
         """Open the four panes of the node under the cursor."""
-        name = self.query_one(FleetTable).selected
-        node = next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
+        node = self.selected_node()
         if node is not None:
             self.app.push_screen(NodeScreen(node))
+
+    def selected_node(self) -> FleetNode | None:
+        name = self.query_one(FleetTable).selected
+        return next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
 
 
 class NodeScreen(Screen):
     """One node's four panes (GPUs, processes, throughput, log), fed from its RunState."""
 
-    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet"), Binding("q", "app.quit", "Quit")]
+    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet")]
 
     def __init__(self, node: FleetNode) -> None:
         super().__init__()
@@ -182,14 +190,26 @@ class TextScreen(FramedModal[None]):
             yield Static(self.body)
 
 
+def node_detail(node: FleetNode) -> Text:
+    """The selected node's verdict in words, under the table: what the row's cells cannot hold."""
+    verdict = node.verdict
+    if verdict is None:
+        return Text(f"{node.name}: no verdict yet", style="dim")
+    text = Text(f"{node.name}: ", style="bold")
+    text.append(f"{verdict.name} — {verdict.summary}")
+    if verdict.next_step and verdict.next_step not in verdict.summary:
+        text.append(f"\nnext: {verdict.next_step}", style="dim")
+    return text
+
+
 def diagnosis_text(diagnosis) -> Text:
     """The fleet diagnosis: the headline, the ranks grouped by stack, NCCL, then each node's verdict."""
     from console.observe.nccl import nccl_lines
 
     text = Text()
     worst = diagnosis.worst
-    text.append(worst.name.upper(), "bold reverse")
-    text.append(f"  {diagnosis.headline()}\n\n", "bold")
+    text.append(f" {worst.name.upper()} ", "bold reverse")
+    text.append(f" {diagnosis.headline()}\n\n", "bold")
     stacks = diagnosis.stack_lines() if diagnosis.ranks else []
     if stacks or diagnosis.nccl:
         text.append("Ranks\n", "bold underline")
@@ -214,14 +234,25 @@ class FleetReady(Message):
         self.error = error
 
 
+class JobRestarted(Message):
+    """Slurm runs the job again after a restart: under a new ID after a resubmit, the same after a requeue."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__()
+        self.job_id = job_id
+
+
 class FleetApp(ThemedApp):
     """The console for a multi-node run."""
 
     CSS_PATH = str(Path(__file__).with_name("pulse.tcss"))
     TITLE = "Pulse · fleet"
+    COMMANDS = App.COMMANDS | {PulseCommands}
+    BINDINGS = bindings(fleet_actions(has_slurm=True))
     DEFAULT_CSS = """
     #fleet-header { height: auto; padding: 0 1; background: $panel; text-style: bold; }
     #fleet-table { height: 1fr; }
+    #fleet-detail { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     """
 
     def __init__(self, config: Config, *, read_only: bool = False, theme: str | None = None,
@@ -229,6 +260,7 @@ class FleetApp(ThemedApp):
         super().__init__(theme=theme, themes=themes)
         self.config = config
         self.read_only = read_only
+        self.action_specs = fleet_actions(has_slurm=config.target.slurm_job is not None)
         self.clock = clock
         self.fleet: Fleet | None = None
         self.fleet_screen = FleetScreen()
@@ -278,9 +310,9 @@ class FleetApp(ThemedApp):
         assert self.fleet is not None
         summary = self.fleet.summary()
         parts = []
-        if summary.job is not None:
-            job = summary.job
-            parts.append(f"job {job.job_id} {job.name} · {job.state} · {format_duration(job.elapsed_s)}")
+        job_line = self.fleet.job_line()
+        if job_line is not None:
+            parts.append(job_line)
         parts.append(f"{summary.healthy}/{summary.nodes} nodes healthy")
         if summary.rate is not None:
             parts.append(f"{si(summary.rate)} {summary.rate_unit} total")
@@ -297,22 +329,76 @@ class FleetApp(ThemedApp):
             return
         self.fleet_screen.query_one("#fleet-header", Static).update(self.header_text())
         self.fleet_screen.query_one(FleetTable).show(self.fleet.rows(self.clock()))
+        self.fleet_screen.show_detail()
 
-    def action_diagnose_fleet(self) -> None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Only the table's wired fleet actions: a host list has no Slurm to restart through."""
+        if action == "restart" and self.config.target.slurm_job is None:
+            return False
+        return True
+
+    async def take_action(self, action: str) -> None:
+        """Run a table action (the command palette's way in)."""
+        await self.run_action(action)
+
+    def action_diagnose(self) -> None:
         if self.fleet is None:
             return
         self.notify(f"diagnosing {len(self.fleet.nodes)} nodes…", timeout=3)
-        self.run_fleet_diagnosis()
+        self.run_fleet_diagnosis(self.fleet.nodes, "auto", "Fleet diagnosis")
+
+    def action_dump(self) -> None:
+        """py-spy on every rank of one node: the open node, else the one under the cursor."""
+        node = self.screen.node if isinstance(self.screen, NodeScreen) else self.fleet_screen.selected_node()
+        if node is None:
+            self.notify("no node selected", severity="warning", timeout=3)
+            return
+        self.notify(f"py-spy on every rank of {node.name}…", timeout=3)
+        self.run_fleet_diagnosis([node], "always", f"py-spy · {node.name}")
 
     @work(exclusive=True, exit_on_error=False, group="diagnose")
-    async def run_fleet_diagnosis(self) -> None:
+    async def run_fleet_diagnosis(self, nodes: list[FleetNode], dump_ranks: str, title: str) -> None:
         from console.fleet.fleet_diagnose import diagnose_fleet
 
-        assert self.fleet is not None
-        diagnosis = await diagnose_fleet(self.fleet.nodes, job=self.fleet.job)
-        self.push_screen(TextScreen("Fleet diagnosis", diagnosis_text(diagnosis)))
+        job = self.fleet.job if self.fleet is not None else None
+        diagnosis = await diagnose_fleet(nodes, job=job, dump_ranks=dump_ranks)
+        self.push_screen(TextScreen(title, diagnosis_text(diagnosis)))
 
-    def action_restart_job(self) -> None:
+    async def follow_restart(self, events):
+        """The restart's events, passed on; once Slurm runs the job again the console follows it."""
+        async for event in events:
+            job_id = restarted_job(event)
+            if job_id is not None:
+                self.post_message(JobRestarted(job_id))
+            yield event
+
+    @on(JobRestarted)
+    def _job_restarted(self, message: JobRestarted) -> None:
+        self.follow_job(message.job_id)
+
+    @work(exclusive=True, exit_on_error=False, group="fleet")
+    async def follow_job(self, job_id: str) -> None:
+        """Watch `job_id` from now on: the old job's monitors stop, the new job's nodes are formed and watched."""
+        old = self.fleet
+        previous = old.job.job_id if old is not None and old.job is not None else None
+        history = old.history if old is not None else ()
+        if previous is not None and previous != job_id:
+            history = (*history, previous)
+            self.notify(f"following job {job_id}: the restart replaced job {previous}", timeout=8)
+        self.fleet = None
+        if old is not None:
+            await old.close()
+        self.config = replace(self.config, target=replace(self.config.target, slurm_job=job_id))
+        try:
+            fleet = await Fleet.open(self.config)
+        except FleetError as exc:
+            self.post_message(FleetReady(None, str(exc)))
+            return
+        fleet.history = history
+        await fleet.start()
+        self.post_message(FleetReady(fleet))
+
+    def action_restart(self) -> None:
         if self.fleet is None or self.fleet.slurm is None or self.fleet.job is None:
             self.notify("restart goes through Slurm: start the console with --slurm-job", severity="warning")
             return
@@ -333,9 +419,19 @@ class FleetApp(ThemedApp):
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.push_screen(ActionScreen("Restart the job", lambda: execute_fleet_restart(fleet.slurm, self.config, plan)))
+                events = lambda: self.follow_restart(execute_fleet_restart(fleet.slurm, self.config, plan))  # noqa: E731
+                self.push_screen(ActionScreen("Restart the job", events))
 
         self.push_screen(ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True), callback=confirmed)
+
+
+def restarted_job(event) -> str | None:
+    """The job ID Slurm runs after a restart, from the restart's `start` step once it is OK."""
+    from console.actions.audit import StepEvent, StepStatus
+
+    if isinstance(event, StepEvent) and event.step == "start" and event.status is StepStatus.OK:
+        return event.data.get("job_id")
+    return None
 
 
 def run_fleet_console(config: Config, args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ and their keys do nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual.binding import Binding
 
@@ -37,6 +37,8 @@ class ActionSpec:
     """Bound with priority, so a focused widget (an input) cannot take the key first."""
     help_keys: str = ""
     """Every key as the help screen writes it, when the footer's `key_display` shows only one."""
+    fleet_help: str = ""
+    """What the key does on the fleet console (every node of a job); empty: not a fleet key."""
 
 
 GROUPS = ("Run", "Log", "Panes", "View")
@@ -44,7 +46,10 @@ GROUPS = ("Run", "Log", "Panes", "View")
 # The order is the footer's: what a verdict asks for first (d, p, l), the mutating keys, then
 # the log's. A narrow footer cuts from the end.
 ACTIONS: tuple[ActionSpec, ...] = (
-    ActionSpec("help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View", help_keys="? F1"),
+    ActionSpec(
+        "help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View", help_keys="? F1",
+        fleet_help="Show every key and what it does",
+    ),
     ActionSpec(
         "diagnose",
         "d",
@@ -53,6 +58,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Gather evidence (processes, CPU, log, GPUs, stacks) and name what is wrong",
         "Run",
         needs_target=True,
+        fleet_help="Diagnose every node at once; when one looks stuck, every rank's stack, grouped",
     ),
     ActionSpec(
         "dump",
@@ -62,8 +68,9 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "py-spy dump of the selected process (the run's main process when the table is not focused)",
         "Run",
         needs_target=True,
+        fleet_help="py-spy dump of every rank of the selected node (the open node in its panes), grouped by stack",
     ),
-    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem line (the line a verdict names)", "Log"),
+    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem (the line a verdict names)", "Log"),
     ActionSpec(
         "restart",
         "R",
@@ -73,6 +80,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Run",
         mutating=True,
         needs_target=True,
+        fleet_help="Restart the job through Slurm (requeue, or scancel + [run] launch's sbatch); the console follows it",
     ),
     ActionSpec(
         "warmup",
@@ -96,18 +104,18 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ),
     ActionSpec("search", "slash", "/", "Search", "Search the log (regex, case-insensitive); matches highlighted", "Log"),
     ActionSpec("filter", "backslash", "\\", "Filter", "Show only log lines matching a regex (case-insensitive)", "Log"),
-    ActionSpec("next", "n", "n", "Next", "Next search match; without a search, next problem line", "Log"),
-    ActionSpec("previous", "N", "N", "Prev", "Previous search match; without a search, previous problem line", "Log", footer=False),
+    ActionSpec("next", "n", "n", "Next", "Next search match; without a search, next problem (a whole traceback is one)", "Log"),
+    ActionSpec("previous", "N", "N", "Prev", "Previous search match; without a search, previous problem", "Log", footer=False),
     ActionSpec(
         "next_problem",
         "right_square_bracket",
         "]",
         "Next problem",
-        "Next OOM / NaN / traceback / NCCL / CUDA / killed line",
+        "Next problem: OOM, NaN, traceback, NCCL, CUDA, killed (a whole traceback is one)",
         "Log",
         footer=False,
     ),
-    ActionSpec("previous_problem", "left_square_bracket", "[", "Prev problem", "Previous problem line", "Log", footer=False),
+    ActionSpec("previous_problem", "left_square_bracket", "[", "Prev problem", "Previous problem", "Log", footer=False),
     ActionSpec("toggle_follow", "f", "f", "Follow", "Pause or resume following the end of the log", "Log"),
     ActionSpec("follow", "end", "End", "Follow", "Follow the end of the log again", "Log", footer=False, bound=False),
     ActionSpec("clear_search", "escape", "Esc", "Clear", "Clear the search or filter and follow the end again", "Log", footer=False),
@@ -127,11 +135,20 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("scroll", "up,down", "↑ ↓", "Move", "Move the selection (GPUs, processes) or scroll the log a line", "Panes", footer=False, bound=False),
     ActionSpec("page", "pageup,pagedown", "PgUp PgDn", "Page", "Scroll a page; scrolling the log up pauses following", "Panes", footer=False, bound=False),
     ActionSpec("top", "home", "Home", "Top", "First row, or the start of the log held", "Panes", footer=False, bound=False),
-    ActionSpec("cycle_theme", "t", "t", "Theme", "Switch to the next Pulse theme (all themes: palette → Change theme)", "View"),
-    ActionSpec("command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False),
+    ActionSpec(
+        "cycle_theme", "t", "t", "Theme", "Switch to the next Pulse theme (all themes: palette → Change theme)", "View",
+        fleet_help="Switch to the next Pulse theme (all themes: palette → Change theme)",
+    ),
+    ActionSpec(
+        "command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False,
+        fleet_help="Search every action and theme by name",
+    ),
     ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View", footer=False),
-    ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View"),
-    ActionSpec("quit", "ctrl+c", "^c", "Quit", "Leave the console, as in htop, nvitop and k9s", "View", footer=False, priority=True),
+    ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View", fleet_help="Leave the console (the job is not touched)"),
+    ActionSpec(
+        "quit", "ctrl+c", "^c", "Quit", "Leave the console, as in htop, nvitop and k9s", "View", footer=False, priority=True,
+        fleet_help="Leave the console, as in htop, nvitop and k9s",
+    ),
 )
 
 def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
@@ -165,6 +182,15 @@ def wired_actions(config: Config, *, has_target: bool) -> tuple[ActionSpec, ...]
     """The built-in actions that can run, then the config's custom actions, in table order."""
     specs = list(ACTIONS) + [custom_spec(i, custom) for i, custom in enumerate(config.actions)]
     return tuple(spec for spec in specs if is_wired(spec, config, has_target=has_target))
+
+
+def fleet_actions(*, has_slurm: bool) -> tuple[ActionSpec, ...]:
+    """The table's actions the fleet console has, each with its fleet help line; restart only with Slurm."""
+    return tuple(
+        replace(spec, help=spec.fleet_help)
+        for spec in ACTIONS
+        if spec.fleet_help and (has_slurm or spec.action != "restart")
+    )
 
 
 def bindings(specs: tuple[ActionSpec, ...]) -> list[Binding]:

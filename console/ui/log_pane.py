@@ -3,7 +3,7 @@
 Lines arrive in batches (`append`, called by the app on a ~10 Hz timer), never one at a
 time. The pane follows the end of the log until the operator scrolls up or presses `f`;
 while paused it counts the lines that arrived; `End` follows again. Problem lines are
-coloured by kind and marked in a two-cell gutter. Jumps (to a problem line, a search match,
+coloured by kind and marked in a two-cell gutter. Jumps (to a problem, a search match,
 a line number) start from the view: going up from its bottom, which is the end of the log
 while following. A filter shows only the lines a regex matches; a search highlights its
 matches. Both are case-insensitive; a pattern that is not a valid regex matches literally.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from rich.cells import cell_len
 from rich.style import Style
@@ -27,7 +27,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.model import PROBLEM_KINDS, LineKind, LogLine
+from console.model import LineKind, LogLine
 from console.ui.styles import background_style, sgr_style, text_style
 
 GUTTER = 2
@@ -58,10 +58,6 @@ def compile_pattern(text: str) -> tuple[re.Pattern[str] | None, str | None]:
 
 def line_number(line: LogLine) -> int:
     return line.number
-
-
-def is_problem(line: LogLine) -> bool:
-    return line.info.kind in PROBLEM_KINDS
 
 
 class LogPane(ScrollView, can_focus=True):
@@ -322,9 +318,10 @@ class LogPane(ScrollView, can_focus=True):
         self.refresh()
         return line
 
-    def next_problem(self, *, backwards: bool = False) -> LogLine | None:
-        """Move to the next (or previous) problem line; None when there is none that way."""
-        return self._jump(is_problem, backwards=backwards)
+    def next_problem(self, names: Collection[int], *, backwards: bool = False) -> LogLine | None:
+        """Move to the next (or previous) problem: `names` are the numbers of the lines that name
+        problems (one per traceback, its exception line). None when there is none that way."""
+        return self._jump(lambda line: line.number in names, backwards=backwards)
 
     def next_match(self, *, backwards: bool = False) -> LogLine | None:
         """Move to the next (or previous) line the search matches; None when there is none that way."""
@@ -333,9 +330,9 @@ class LogPane(ScrollView, can_focus=True):
             return None
         return self._jump(lambda line: search.search(line.text) is not None, backwards=backwards)
 
-    def last_problem(self) -> LogLine | None:
-        """Move to the newest problem line held, wherever the view is; None when there is none."""
-        return self._jump(is_problem, backwards=True, start=len(self._shown) - 1)
+    def last_problem(self, names: Collection[int]) -> LogLine | None:
+        """Move to the newest problem held (`names` as for next_problem), wherever the view is; None when there is none."""
+        return self._jump(lambda line: line.number in names, backwards=True, start=len(self._shown) - 1)
 
     def go_to_line(self, number: int) -> LogLine | None:
         """Move to line `number`, or the first shown line after it; None when no line is at or after it."""

@@ -25,6 +25,7 @@ from textual.theme import Theme
 from console import paths
 from console.crash import report_crash
 from console.model import LineKind
+from console.ui.help_screen import HelpScreen
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
 BUILTIN_THEME_DIR = files("console") / "themes"
@@ -160,7 +161,14 @@ def choose_theme(requested: str | None, themes: dict[str, PulseTheme]) -> str:
 
 
 class ThemedApp(App[int]):
-    """An app with every Pulse theme registered, `theme` chosen, and Pulse's line colours under any theme."""
+    """An app with every Pulse theme registered, `theme` chosen, and Pulse's line colours under any theme.
+
+    Both consoles (one host, a fleet) share its theme key and its help screen over their `action_specs`.
+    """
+
+    action_specs: tuple = ()
+    """The app's wired actions from the one action table (console.ui.keymap)."""
+    read_only = False
 
     def __init__(self, *, theme: str | None = None, themes: dict[str, PulseTheme] | None = None) -> None:
         super().__init__()
@@ -173,6 +181,16 @@ class ThemedApp(App[int]):
         # Textual's own themes lack Pulse's line colours: borrow the default theme's.
         default = self.pulse_themes.get(DEFAULT_THEME) if hasattr(self, "pulse_themes") else None
         return dict(default.theme.variables) if default else {}
+
+    def action_cycle_theme(self) -> None:
+        names = sorted(self.pulse_themes, key=lambda name: (name != DEFAULT_THEME, name))
+        following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.theme = following
+        self.notify(f"theme: {following}", timeout=2)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
 
     @property
     def thresholds(self) -> Thresholds:

@@ -151,7 +151,7 @@ def config_to_spec(config: Config) -> dict:
 def config_from_spec(data: dict) -> Config:
     """The Config `config_to_spec` described (only the parts the bench sets)."""
     from console.config import GpuConfig, MetricsConfig, WarmupConfig
-    from console.remote.shell import Container
+    from console.model import Container
 
     target = dict(data["target"])
     if target.get("container"):

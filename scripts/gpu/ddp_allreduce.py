@@ -1,6 +1,9 @@
 """A two-rank NCCL all-reduce loop under torchrun; rank --hang-rank blocks in read_batch once
 the wall clock passes $HANG_AT (unix seconds), so the other ranks wait in the all-reduce.
 
+On a machine with fewer GPUs than ranks, the ranks share them and use gloo (NCCL refuses two
+ranks on one GPU); the hang is the same, rank 0 then waits inside gloo's all_reduce.
+
 --timeout-s N sets the process group's timeout, so the NCCL watchdog fires after N s of the
 hang (with TORCH_NCCL_DUMP_ON_TIMEOUT=1 it also writes the flight recorder's dump).
 """
@@ -21,10 +24,13 @@ args = parser.parse_args()
 HANG_AT = float(os.environ.get("HANG_AT", "0"))
 
 rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-device = torch.device("cuda", local_rank)
+device = torch.device("cuda", local_rank % torch.cuda.device_count())
 torch.cuda.set_device(device)
 extra = {"timeout": timedelta(seconds=args.timeout_s)} if args.timeout_s else {}
-dist.init_process_group("nccl", device_id=device, **extra)
+if torch.cuda.device_count() >= int(os.environ["WORLD_SIZE"]):
+    dist.init_process_group("nccl", device_id=device, **extra)
+else:
+    dist.init_process_group("gloo", **extra)
 
 
 def read_batch(step: int) -> torch.Tensor:

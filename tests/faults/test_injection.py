@@ -26,7 +26,8 @@ from console.actions.restart import launch_script
 from console.config import Config, CustomAction, RunConfig
 from console.observe.follow import LogFollower
 from console.remote.connect import make_target
-from console.remote.shell import Container, quote
+from console.model import Container
+from console.remote.shell import quote
 from console.remote.target import Target
 from tests.faults.helpers import record_figure, until
 from tests.sshd import SESSION_PATH, SshServer, start_sshd

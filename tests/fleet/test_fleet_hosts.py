@@ -70,7 +70,7 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
     assert [r.name for r in rows] == ["pulse-dead", sshd.alias]
     dead, alive = rows
     assert dead.verdict == "unknown" and "unreachable" in dead.summary and "connection refused" in dead.summary
-    assert alive.verdict == "healthy" and alive.processes == 1
+    assert alive.verdict == "healthy" and alive.ranks == 1
     assert alive.rate == 1500.0 and alive.rate_unit == "tok/s"
     assert alive.log_silent_s is not None and alive.log_silent_s < 5
     summary = fleet.summary()

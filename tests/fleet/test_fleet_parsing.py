@@ -97,3 +97,29 @@ def test_nccl_watchdog_and_flight_recorder_lines() -> None:
         "rank 9 is behind at collective #4511 (others reached #4512)",
         "NCCL flight recorder dumped (see the nodes' logs)",
     ]
+
+
+def test_a_rank_on_another_node_outside_the_collective_makes_its_node_hung():
+    """torchrun_hang's two ranks (a real capture) as if each ran on its own node: alone, neither node can tell a
+    spin from work (unknown); across nodes, the shared grouping names rank 1 the straggler and its node hung."""
+    from console.diagnose import diagnose
+    from console.fleet.fleet_diagnose import FleetDiagnosis, NodeReport, RankStack, group_ranks, name_straggler_nodes
+    from tests.real_captures import Capture
+
+    capture = Capture("torchrun_hang")
+    _, last = capture.samples()
+    evidence = capture.evidence(stacks=False)
+    alone = diagnose(evidence, capture.config)
+    assert alone.name == "unknown"
+    nodes = [NodeReport(name, name, evidence, alone) for name in ("gpu01", "gpu02")]
+    ranks = [
+        RankStack(f"gpu0{p.rank + 1}", p.pid, dump=capture.dump(p.pid), rank=p.rank, local_rank=0)
+        for p in sorted((p for p in last.processes if p.role == "rank"), key=lambda p: p.rank)
+    ]
+    diagnosis = FleetDiagnosis(nodes, ranks=ranks, groups=group_ranks(ranks))
+    name_straggler_nodes(diagnosis)
+    assert [n.verdict.name for n in nodes] == ["unknown", "hung"]
+    assert nodes[1].verdict.summary.startswith(
+        "rank 1 (gpu02, local 0) is the straggler: rank 0 (gpu01, local 0) waits in a CUDA synchronize"
+    ), nodes[1].verdict.summary
+    assert "rank 1 (gpu02, local 0) stopped" in nodes[1].verdict.summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from console.ui.fleet_screen import FleetApp, FleetTable, NodeScreen, TextScreen
@@ -19,7 +20,8 @@ async def wait_for(pilot, condition, tries: int = 300) -> None:
 
 
 async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer: Path) -> None:  # noqa: F811
-    """The dead node sorts first; Enter on the live node shows its processes and log; d lists every node's verdict."""
+    """The dead node sorts first and its verdict is spelled out under the table; Enter on the live node shows its
+    processes and log; d lists every node's verdict."""
     app = FleetApp(fleet_config(sshd, tmp_path, writer))
     async with app.run_test(size=(140, 40)) as pilot:
         table = app.fleet_screen.query_one(FleetTable)
@@ -30,6 +32,8 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         header = str(app.fleet_screen.query_one("#fleet-header").render())
         assert "1/2 nodes healthy" in header and "1.5K tok/s total" in header
         assert str(table.get_cell(sshd.alias, "verdict")) == "healthy"
+        detail = str(app.fleet_screen.query_one("#fleet-detail").render())
+        assert detail.startswith("pulse-dead: unknown — node unreachable: ")  # the cursor's node, in words
 
         await pilot.press("down", "enter")
         assert isinstance(app.screen, NodeScreen) and app.screen.node.name == sshd.alias
@@ -42,3 +46,48 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         await wait_for(pilot, lambda: isinstance(app.screen, TextScreen), tries=400)
         text = str(app.screen.body)
         assert "1/2 nodes healthy: unknown on pulse-dead" in text and f"{sshd.alias}  healthy" in text
+
+
+async def test_keys_help_and_palette_come_from_the_action_table(sshd, tmp_path: Path, writer: Path) -> None:  # noqa: F811
+    """? shows the fleet's keys on the fleet screen and in a node's panes; p dumps the open node's ranks;
+    the palette lists the fleet's actions; every binding is one of the table's fleet actions."""
+    import sys
+    from dataclasses import replace
+
+    from console.ui.help_screen import HelpScreen
+    from console.ui.keymap import ACTIONS
+    from console.ui.palette import PulseCommands
+
+    config = fleet_config(sshd, tmp_path, writer)
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    app = FleetApp(replace(config, target=replace(config.target, py_spy=py_spy)))
+    fleet_keys = {spec.keys for spec in ACTIONS if spec.fleet_help}
+    assert {b.key for b in FleetApp.BINDINGS} == fleet_keys
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.fleet is not None and all(n.verdict for n in app.fleet.nodes))
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert [s.help for s in app.screen.specs if s.action == "dump"] == [
+            "py-spy dump of every rank of the selected node (the open node in its panes), grouped by stack"
+        ]
+        assert "restart" not in {s.action for s in app.screen.specs}  # a host list has no Slurm to restart through
+        assert app.check_action("restart", ()) is False and app.check_action("dump", ()) is True
+        await pilot.press("escape")
+
+        app.repaint()
+        await pilot.pause()
+        table = app.fleet_screen.query_one(FleetTable)
+        table.move_cursor(row=[str(k.value) for k in table.rows].index(sshd.alias))
+        await pilot.press("enter")
+        assert isinstance(app.screen, NodeScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextScreen), tries=400)
+        assert app.screen.title_text == f"py-spy · {sshd.alias}"
+        assert re.search(rf"• {sshd.alias}:\d+ runs in <module> \(fleet_writer\.py:\d+\)", str(app.screen.body))
+
+        provider = PulseCommands(app.screen)
+        names = [name for name, _ in provider._entries()]
+        assert "Diagnose  (d)" in names and "py-spy  (p)" in names and "Help  (?)" in names

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from console.fleet.fleet import row_of
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import expand_filename
 from console.remote.target import LocalTarget
@@ -104,25 +105,32 @@ async def test_scontrol_output_is_read_into_the_job(slurm: Slurm, healthy_job) -
     assert job.num_tasks == 1 and job.elapsed_s >= 0
 
 
-def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> None:
-    """Three ranks hang: two wait on a queue (same stack), one in its data loader; py-spy on every rank says so."""
-    job_id = slurm.submit(batch_script(tmp_path, "hang", "hang", tasks=3))
-    output = tmp_path / f"hang-{job_id}-{slurm.node}.out"
+def check_stuck_job(slurm: Slurm, folder: Path, name: str, mode: str, tasks: int, *, match_ranks: bool) -> dict:
+    """Submit a job whose ranks stop, wait until every rank has started and the log is silent, then
+    `pulse check --json` it over srun with py-spy (the venv's, named the way a config would: a login
+    shell sets its own PATH); the job is cancelled after."""
+    job_id = slurm.submit(batch_script(folder, name, mode, tasks=tasks))
+    output = folder / f"{name}-{job_id}-{slurm.node}.out"
     try:
         slurm.wait_running(job_id, output=output)
         deadline = time.monotonic() + 20
-        while output.read_text().count("started") < 3 and time.monotonic() < deadline:
+        while output.read_text().count("started") < tasks and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.5)  # silent for longer than --stall-after
-        config = tmp_path / "fleet.toml"
-        # A login shell sets its own PATH: name the venv's py-spy the way a config would.
+        config = folder / "fleet.toml"
         py_spy = Path(sys.executable).parent / "py-spy"
-        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n[run]\nmatch = \'{match("hang")}\'\n')
+        run = f"[run]\nmatch = '{match(name)}'\n" if match_ranks else ""  # without: the job is the run
+        config.write_text(f'[target]\nreach = "srun"\npy_spy = "{py_spy}"\n{run}')
         done = pulse("check", str(config), "--slurm-job", job_id, "--stall-after", "1", "--json", env=slurm.env())
     finally:
         slurm.cancel(job_id)
     assert done.returncode == 1, done.stderr
-    report = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> None:
+    """Three ranks hang: two wait on a queue (same stack), one in its data loader; py-spy on every rank says so."""
+    report = check_stuck_job(slurm, tmp_path, "hang", "hang", 3, match_ranks=True)
     assert report["verdict"] == "hung", report["nodes"][0]["evidence"]
     assert len(report["nodes"][0]["processes"]) == 3
     groups = report["stack_groups"]
@@ -131,8 +139,66 @@ def test_hung_job_ranks_are_grouped_by_stack(slurm: Slurm, tmp_path: Path) -> No
     assert groups[0]["wait"] == "queue get" and "wait_for_peers (rank.py" in groups[0]["where"]
     assert "load_batch (rank.py" in groups[1]["where"]
     assert report["stack_lines"][0].startswith("2 ranks wait on queue get in ")
-    assert report["stack_lines"][1].startswith(f"rank {slurm.node}:") and "load_batch (rank.py" in report["stack_lines"][1]
-    assert all(rank.startswith(f"{slurm.node}:") for g in groups for rank in g["ranks"])
+    assert report["stack_lines"][1].startswith(f"rank 2 ({slurm.node}, local 2) runs in load_batch (rank.py")
+    assert sorted(rank for g in groups for rank in g["ranks"]) == [f"rank {i} ({slurm.node}, local {i})" for i in range(3)]
+
+
+def test_two_task_straggler_is_hung_and_named_by_its_slurm_rank(slurm: Slurm, tmp_path: Path) -> None:
+    """Rank 0 spins in its all-reduce while rank 1 sits in its data loader: hung, rank 1 named, from the ranks' stacks."""
+    report = check_stuck_job(slurm, tmp_path, "straggle", "straggler", 2, match_ranks=False)
+    node = report["nodes"][0]
+    assert report["verdict"] == "hung", node["evidence"]
+    assert "rank 1 is the straggler" in node["evidence"]
+    assert report["stack_lines"][-1] == f"rank 1 ({slurm.node}, local 1) is the straggler"
+    roles = sorted(p["role"] for p in node["processes"])
+    assert roles == ["launcher", "launcher", "rank", "rank", "shell"]  # srun twice, the batch script's shell
+
+
+def test_two_jobs_matching_one_regex_each_see_only_their_own(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """Two jobs run rank.py at once; `--match 'rank\\.py'` matches both, yet each job's check holds only its own."""
+    job_id, _, _ = healthy_job
+    other = slurm.submit(batch_script(tmp_path, "other", "healthy"))
+    try:
+        slurm.wait_running(other, output=tmp_path / f"other-{other}-{slurm.node}.out")
+        reports = {
+            (job, name, how): json.loads(
+                pulse("check", "--slurm-job", job, "--reach", "srun", *how, "--json", env=slurm.env()).stdout
+            )
+            for job, name in ((job_id, "healthy"), (other, "other"))
+            for how in ((), ("--match", r"rank\.py"))
+        }
+    finally:
+        slurm.cancel(other)
+    for (job, name, how), report in reports.items():
+        processes = report["nodes"][0]["processes"]
+        mine = [p for p in processes if p["role"] != "shell"]  # the batch script's shell names its spool file
+        assert mine and all(p["cmdline"].endswith(f"rank.py healthy {name}") for p in mine), (job, how, processes)
+        assert [p["label"] for p in processes if p["role"] == "rank"] == ["rank 0"]
+        assert {p["label"] for p in processes if p["role"] == "launcher"} == {"launcher (srun)"}
+        assert report["verdict"] == "healthy"
+
+
+async def test_resubmit_that_never_starts_training_fails_verify(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """The new job only sleeps while another job's rank.py (same pattern) runs on the node: verify fails."""
+    from console.config import Config, RunConfig, TargetConfig
+    from console.fleet.fleet_actions import execute_fleet_restart, plan_fleet_restart
+
+    never = tmp_path / "never.sbatch"
+    never.write_text(f"#!/bin/bash\n#SBATCH --output={tmp_path}/never-%j.out\necho preparing\nsleep 600\n")
+    job_id = slurm.submit(batch_script(tmp_path, "before", "healthy"))
+    slurm.wait_running(job_id)
+    config = Config(
+        target=TargetConfig(slurm_job=job_id, reach="srun"), run=RunConfig(match=r"rank\.py", launch=f"sbatch {never}")
+    )
+    client = SlurmClient(LocalTarget())
+    plan = await plan_fleet_restart(client, config, job_id)
+    events = [e async for e in execute_fleet_restart(client, config, plan, verify_timeout_s=3, poll_s=0.3, audit=False)]
+    new_ids = [e.data["job_id"] for e in events if getattr(e, "step", "") == "submit" and "job_id" in e.data]
+    for ident in new_ids:
+        slurm.cancel(ident)
+    verify = [e for e in events if getattr(e, "step", "") == "verify"][-1]
+    assert verify.status.value == "failed", verify
+    assert f"{slurm.node}: no process of the job's run" in verify.detail
 
 
 def test_restart_by_requeue_is_verified_on_the_node(slurm: Slurm, tmp_path: Path) -> None:
@@ -204,3 +270,61 @@ async def test_the_fleet_asks_slurm_again_for_the_job_state(slurm: Slurm, health
         assert fleet.summary().job is job
     finally:
         await fleet.close()
+
+
+async def test_console_follows_a_resubmitted_job(slurm: Slurm, tmp_path: Path) -> None:
+    """R resubmits: the old job's node is lost at once, the console switches to the new job and keeps the old ID."""
+    from console.config import Config, RunConfig, TargetConfig
+    from console.ui.action_screen import ActionScreen
+    from console.ui.fleet_screen import FleetApp
+    from tests.fleet.test_fleet_screen import wait_for
+
+    script = batch_script(tmp_path, "follow", "healthy")
+    job_id = slurm.submit(script)
+    slurm.wait_running(job_id)
+    config = Config(
+        target=TargetConfig(slurm_job=job_id, reach="srun"),
+        run=RunConfig(launch=f"sbatch {script}"),
+        audit_log=str(tmp_path / "audit.jsonl"),
+    )
+    app = FleetApp(config)
+    new_ids: list[str] = []
+    try:
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_for(pilot, lambda: app.fleet is not None and app.fleet.nodes[0].state.latest is not None, tries=600)
+            old_node = app.fleet.nodes[0]
+            await pilot.press("R")
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen", tries=600)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: old_node.state.agent_lost is not None, tries=600)
+            lost_row = row_of(old_node, 0.0)  # the node's agent ended with the job: lost, none of its old processes
+            assert lost_row.connection == "lost" and lost_row.ranks == 0 and lost_row.rate is None
+            await wait_for(pilot, lambda: app.fleet is not None and app.fleet.job.job_id != job_id, tries=1200)
+            new_ids.append(app.fleet.job.job_id)
+            await wait_for(pilot, lambda: isinstance(app.screen, ActionScreen) and app.screen.done, tries=1200)
+            assert app.screen.ok, app.screen.query_one("#steps").render()
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.fleet.nodes[0].state.latest is not None, tries=600)
+            app.repaint()
+            header = str(app.fleet_screen.query_one("#fleet-header").render())
+            assert f"job {new_ids[0]} follow · RUNNING" in header and f"(was {job_id})" in header
+            processes = app.fleet.nodes[0].state.latest.processes
+            assert [p.label for p in processes if p.role == "rank"] == ["rank 0"]
+    finally:
+        slurm.cancel(job_id)
+        for ident in new_ids:
+            slurm.cancel(ident)
+
+
+def test_refused_ssh_to_the_node_suggests_srun(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """`pulse check --slurm-job ID` alone reaches nodes by SSH; a node that refuses it is unreachable, with --reach srun named."""
+    from tests.fleet.test_fleet_hosts import closed_port
+
+    job_id, _, _ = healthy_job
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(f"Host {slurm.node}\n  HostName 127.0.0.1\n  Port {closed_port()}\n  BatchMode yes\n")
+    done = pulse("check", "--slurm-job", job_id, "--ssh-config", str(ssh_config), "--json", env=slurm.env())
+    assert done.returncode == 2, done.stderr
+    node = json.loads(done.stdout)["nodes"][0]
+    assert node["verdict"] == "unknown" and node["error"]
+    assert "--reach srun" in node["summary"]

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from console.config import ConfigError, MetricPattern, parse_config
+from console.config import ConfigError, parse_config
+from console.model import MetricPattern
 from console.observe import agent
 from console.observe.lines import classify_line
-from console.observe.user_patterns import USER_PATTERN_CHARS, disabled_notices
+from console.user_patterns import USER_PATTERN_CHARS, disabled_notices
 from console.monitor import Monitor
 from console.remote.target import LocalTarget
 from console.state import RunState

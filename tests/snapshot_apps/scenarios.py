@@ -26,7 +26,7 @@ from console.model import (
 from console.observe import progress, textsafe
 from console.observe.lines import classify_line
 from console.observe.roles import label_processes
-from console.remote.shell import Container
+from console.model import Container
 from console.state import RunState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "h200"

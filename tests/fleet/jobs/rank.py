@@ -2,7 +2,9 @@
 
 `healthy`: prints throughput every 0.2 s. `hang`: every rank but the last waits forever on a
 queue whose producer thread died (as in an all-reduce that never completes); the last rank is
-stuck in its data loader. Both then print nothing more.
+stuck in its data loader. `straggler`: every rank but the last spins in its all-reduce (busy,
+as a rank in `torch.cuda.synchronize` is) while the last is stuck in its data loader. All but
+`healthy` then print nothing more.
 """
 
 import os
@@ -20,6 +22,11 @@ def load_batch() -> None:
     time.sleep(3600)
 
 
+def all_reduce() -> None:
+    while True:
+        pass
+
+
 def wait_for_peers(results: queue.Queue) -> None:
     results.get()
 
@@ -32,6 +39,9 @@ if sys.argv[1] == "healthy":
         time.sleep(0.2)
 elif rank == ranks - 1:
     load_batch()
+elif sys.argv[1] == "straggler":
+    os.nice(19)  # the spin is the point, not the CPU it takes from the machine
+    all_reduce()
 else:
     results: queue.Queue = queue.Queue()
     producer = threading.Thread(target=lambda: 1 / 0, name="producer")

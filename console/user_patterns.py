@@ -1,6 +1,6 @@
 """Regexes from the config, run so that none can hang Pulse: a time budget per line, lines capped.
 
-The built-in rules (lines.py) are Pulse's own and stay on the fast `re` path. A pattern from
+The built-in rules (observe/lines.py) are Pulse's own and stay on the fast `re` path. A pattern from
 the config runs through the `regex` package with its timeout: one that exceeds its budget on a
 line (catastrophic backtracking such as `(a|aa)+$` on a long run of `a`) is disabled for the
 rest of the process, and a notice naming it is kept for the console and `pulse classify`.
@@ -8,7 +8,11 @@ rest of the process, and a notice naming it is kept for the console and `pulse c
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import regex
+
+from console.model import METRIC_NAMES
 
 #: A line is matched on its first this-many characters (lines are untrusted and can be long).
 USER_PATTERN_CHARS = 4096
@@ -43,3 +47,17 @@ def search_user_pattern(compiled: regex.Pattern, label: str, text: str) -> regex
 def disabled_notices() -> list[str]:
     """One line per pattern disabled so far, oldest first."""
     return list(_disabled.values())
+
+
+@lru_cache(maxsize=256)
+def compile_metric_pattern(regex: str, name: str):
+    """The compiled regex of a config pattern (run with a time budget); raises ValueError saying what is wrong."""
+    if name not in METRIC_NAMES:
+        raise ValueError(f"metric pattern for {name!r}: the metric must be one of {', '.join(METRIC_NAMES)}")
+    try:
+        compiled = compile_user_pattern(regex)
+    except PatternError as exc:
+        raise ValueError(f"metric pattern {regex!r}: {exc}") from None
+    if "value" not in compiled.groupindex and name not in compiled.groupindex:
+        raise ValueError(f"metric pattern {regex!r} needs a named group (?P<value>...) or (?P<{name}>...)")
+    return compiled
