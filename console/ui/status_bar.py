@@ -62,12 +62,20 @@ class StatusBar(Static):
         if view == self.view:
             return
         self.view = view
-        self.update(self._render_view(view), layout=False)  # one row, always: no layout needed
+        self._repaint(layout=False)  # one row, always: no layout needed
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        if self.view is not None:
-            self.update(self._render_view(self.view))
+        self._repaint(layout=True)
+
+    def _repaint(self, *, layout: bool) -> None:
+        if self.view is None:
+            return
+        try:
+            text = self._render_view(self.view)
+        except KeyError:  # a view shown before the stylesheet reached this widget: notify_style_update paints it
+            return
+        self.update(text, layout=layout)
 
     def _style(self, name: str):
         return text_style(self, f"status-bar--{name}")
@@ -112,5 +120,4 @@ class StatusBar(Static):
         return text
 
     def on_resize(self) -> None:
-        if self.view is not None:
-            self.update(self._render_view(self.view), layout=False)
+        self._repaint(layout=False)
