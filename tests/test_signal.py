@@ -98,3 +98,12 @@ async def test_k_on_the_selected_row_chooses_confirms_and_sends(waiting_process,
         assert isinstance(app.screen, ActionScreen)
         await app.workers.wait_for_complete()
         assert output.readline().strip() == "got USR1"
+
+
+async def test_the_signal_key_never_plans_for_init_pulse_itself_or_its_ancestors():
+    """The restart's guard holds for `k` too: nothing is signalled, the plan is refused with the reason."""
+    import os
+
+    for pid, why in ((1, "PID 1"), (os.getpid(), "Pulse itself"), (os.getppid(), "Pulse itself")):
+        with pytest.raises(ActionRefused, match=why):
+            await plan_signal(LocalTarget(), pid, "TERM", "protected")

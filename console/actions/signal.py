@@ -11,7 +11,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from console.actions.audit import ActionRefused, AuditLog, OutputLine, StepEvent, StepStatus, audited, refuse_if_read_only
-from console.actions.restart import SignalTarget, read_proc_info, send_signals
+from console.actions.guards import probe_target, protected_reason
+from console.actions.restart import SignalTarget, send_signals
 from console.config import Config
 from console.remote.target import Target
 
@@ -55,11 +56,14 @@ async def plan_signal(target: Target, pid: int, signal: str, command: str, *, re
     refuse_if_read_only("signals", read_only)
     if signal not in SIGNALS:
         raise ActionRefused(f"signal {signal!r} is not offered (choose from {', '.join(SIGNALS)})")
-    info = (await read_proc_info(target, [pid])).get(pid)
-    if info is None:
+    probe = await probe_target(target, [pid], None)
+    facts = probe.procs.get(pid)
+    if facts is None:
         raise ActionRefused(f"pid {pid} is gone: nothing to signal")
-    state, _pgid, start_ticks = info
-    return SignalPlan(signal, pid, start_ticks, state, command)
+    # The restart's guard, so `k` cannot reach PID 1, Pulse's own chain, its agent, sshd or a login shell either.
+    if (why := protected_reason(facts, {p.pid for p in probe.own})) is not None:
+        raise ActionRefused(f"pid {pid} is {why}: Pulse never signals it")
+    return SignalPlan(signal, pid, facts.start_ticks, facts.state, command)
 
 
 async def _signal(target: Target, plan: SignalPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
