@@ -509,16 +509,15 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
     a = r.table(data, "alerts", ("terminal", "command", "webhook", "webhook_format", "hold_s", "recover_s",
                                  "min_interval_s", "timeout_s", "retries"))
     number = (int, float)
-    at_least_0 = lambda v: None if v >= 0 else "must be 0 or more"  # noqa: E731
     return AlertsConfig(
         terminal=r.get(a, "alerts.terminal", bool, True),
         command=r.get(a, "alerts.command", str),
         webhook=r.get(a, "alerts.webhook", str, None, _webhook_url),
         webhook_format=r.get(a, "alerts.webhook_format", str, "json",
                              lambda v: None if v in ("json", "slack", "discord") else "must be json, slack or discord"),
-        hold_s=float(r.get(a, "alerts.hold_s", number, 30.0, at_least_0)),
-        recover_s=float(r.get(a, "alerts.recover_s", number, 60.0, at_least_0)),
-        min_interval_s=float(r.get(a, "alerts.min_interval_s", number, 300.0, at_least_0)),
+        hold_s=float(r.get(a, "alerts.hold_s", number, 30.0, _not_negative)),
+        recover_s=float(r.get(a, "alerts.recover_s", number, 60.0, _not_negative)),
+        min_interval_s=float(r.get(a, "alerts.min_interval_s", number, 300.0, _not_negative)),
         timeout_s=float(r.get(a, "alerts.timeout_s", number, 10.0, _positive)),
         retries=r.get(a, "alerts.retries", int, 2, lambda v: None if 0 <= v <= 10 else "must be 0-10"),
     )

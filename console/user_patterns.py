@@ -50,14 +50,14 @@ def disabled_notices() -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def compile_metric_pattern(regex: str, name: str):
+def compile_metric_pattern(pattern: str, name: str):
     """The compiled regex of a config pattern (run with a time budget); raises ValueError saying what is wrong."""
     if name not in METRIC_NAMES:
         raise ValueError(f"metric pattern for {name!r}: the metric must be one of {', '.join(METRIC_NAMES)}")
     try:
-        compiled = compile_user_pattern(regex)
+        compiled = compile_user_pattern(pattern)
     except PatternError as exc:
-        raise ValueError(f"metric pattern {regex!r}: {exc}") from None
+        raise ValueError(f"metric pattern {pattern!r}: {exc}") from None
     if "value" not in compiled.groupindex and name not in compiled.groupindex:
-        raise ValueError(f"metric pattern {regex!r} needs a named group (?P<value>...) or (?P<{name}>...)")
+        raise ValueError(f"metric pattern {pattern!r} needs a named group (?P<value>...) or (?P<{name}>...)")
     return compiled

@@ -133,3 +133,8 @@ def test_the_command_line_says_one_line_and_exits_2(tmp_path: Path, kind: str) -
     assert result["rc"] == 2
     assert len(result["err"].splitlines()) == 1 and result["err"].startswith(str(path)), result["err"]
     assert "Traceback" not in result["err"]
+
+
+def test_alert_waits_are_finite():
+    with pytest.raises(ConfigError, match="alerts.min_interval_s: must be a finite number, 0 or more"):
+        parse_config("[alerts]\ncommand = 'true'\nmin_interval_s = inf\n", "run.toml")
