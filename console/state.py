@@ -10,6 +10,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from console.model import (
     PROBLEM_KINDS,
@@ -235,7 +236,8 @@ class RunState:
         name = self.rate_metric
         if name is None:
             return None
-        return usual_gap_s([p.time for p in self.series[name]][-RHYTHM_WRITES:])
+        newest = [p.time for p in islice(reversed(self.series[name]), RHYTHM_WRITES)]
+        return usual_gap_s(newest[::-1])
 
     def write_interval_s(self) -> float | None:
         """How often the log usually writes (None until learned): the shorter of the median gaps

@@ -291,11 +291,6 @@ def _frame_waits(frame: StackFrame) -> Iterable[str]:
         yield "sleep"
 
 
-def is_waiting(wait: str) -> bool:
-    """A classify_wait answer that means the thread waits (on a peer, a device, a lock, I/O), even at 100 % CPU."""
-    return wait in WAITS
-
-
 def collective_call(thread: ThreadStack) -> str | None:
     """The collective a thread is in (`all_reduce`, `barrier`, ...), else 'synchronize' when it waits on the device."""
     found = None
