@@ -185,15 +185,25 @@ class CommandSink:
         )
         try:
             _, stderr = await asyncio.wait_for(process.communicate(json.dumps(alert).encode()), self.timeout_s)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            # It leads its own process group (start_new_session): end what it started with it.
-            os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+        except asyncio.TimeoutError:
+            await _kill_group(process)
             raise DeliveryError(f"command did not finish within {self.timeout_s:g} s; killed") from None
+        except asyncio.CancelledError:
+            await _kill_group(process)
+            raise
         if process.returncode != 0:
             tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
             raise DeliveryError(f"command exited with {process.returncode}{': ' + tail[0][:200] if tail[0] else ''}")
         return "command ran"
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """The command leads its own process group (start_new_session): end what it started with it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it and its group ended meanwhile
+        pass
+    await process.wait()
 
 
 class WebhookSink:

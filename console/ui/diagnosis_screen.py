@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from console.ui.keymap import ACTIONS
 from console.ui.modal import FramedModal
 
 
@@ -21,7 +22,7 @@ def verdict_level(name: str) -> str:
 
 
 #: The keys a verdict may name for its next step, and the console action each runs.
-NEXT_STEP_ACTIONS = {"p": "dump", "l": "problem_log", "R": "restart", "w": "warmup"}
+NEXT_STEP_ACTIONS = {spec.keys: spec.action for spec in ACTIONS if spec.action in ("dump", "problem_log", "restart", "warmup")}
 
 
 def verdict_text(verdict, evidence) -> Text:
