@@ -84,3 +84,17 @@ def test_an_unwritable_log_says_why_and_the_check_creates_nothing(tmp_path):
     assert AuditLog(tmp_path / "file" / "audit.jsonl").unwritable() == f"{tmp_path / 'file'} is not a folder"
     with pytest.raises(OSError):
         AuditLog(tmp_path / "fifo.jsonl").record("restart", "h", {}, [], "ok")
+
+
+def test_a_failing_listener_never_fails_the_record(tmp_path, monkeypatch):
+    """The journal listens to the audit log; its failure must not read as an unwritable audit log."""
+    from console.actions import audit
+
+    def broken(entry):
+        raise OSError("journal disk full")
+
+    monkeypatch.setattr(audit, "AUDIT_LISTENERS", [broken])
+    log = audit.AuditLog(str(tmp_path / "audit.jsonl"))
+    entry = log.record("restart", "local", {"pids": [1]}, [], "started", record="started")
+    assert entry["record"] == "started"
+    assert [r["record"] for r in log.records()] == ["started"]

@@ -136,7 +136,10 @@ class AuditLog:
         finally:
             os.close(fd)
         for listener in AUDIT_LISTENERS:
-            listener(entry)
+            try:
+                listener(entry)
+            except Exception:  # noqa: BLE001 - the record is written; a copy elsewhere (the journal) never fails the action
+                continue
         return entry
 
     def _open(self, create: bool = True) -> int:
