@@ -184,7 +184,8 @@ class CommandSink:
             env=env, start_new_session=True,
         )
         try:
-            _, stderr = await asyncio.wait_for(process.communicate(json.dumps(alert).encode()), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                _, stderr = await process.communicate(json.dumps(alert).encode())
         except asyncio.TimeoutError:
             await _kill_group(process)
             raise DeliveryError(f"command did not finish within {self.timeout_s:g} s; killed") from None
@@ -302,7 +303,8 @@ class Alerter:
     async def _deliver(self, sink, alert: dict) -> None:
         try:
             # The sink's own timeout comes first; this bounds a sink that ignores it.
-            detail = await asyncio.wait_for(sink.deliver(alert), self.config.alerts.timeout_s * (self.config.alerts.retries + 2))
+            async with asyncio.timeout(self.config.alerts.timeout_s * (self.config.alerts.retries + 2)):
+                detail = await sink.deliver(alert)
             self._journal(f"{sink.name}: {detail}", {"sink": sink.name, "ok": True, "event": alert["event"]})
         except DeliveryError as exc:
             self._journal(f"{sink.name}: delivery failed: {exc}", {"sink": sink.name, "ok": False, "event": alert["event"]})

@@ -93,6 +93,28 @@ async def test_a_killed_agent_is_started_again(spawn, tmp_path: Path) -> None:
     await until(lambda: pulse_helpers(name) == [], "every helper to exit after stop()")
 
 
+async def test_stop_ends_the_sources_while_lines_pour_in(spawn, tmp_path: Path) -> None:
+    """A cancel that lands as a read completes must still end the source.
+
+    asyncio.wait_for on Python 3.11 returned the read's result and dropped such a cancel:
+    stop() gave up after STOP_TIMEOUT_S and the agent and follower ran on, in about half
+    the stops of a run whose log never pauses. Five stops make that near certain to show.
+    """
+    name = unique_name()
+    log = tmp_path / f"{name}.log"
+    spawn([sys.executable, str(HEALTHY), "--interval", "0", f"--tag={name}"], stdout=log.open("a"))
+    config = Config(run=RunConfig(match=rf"--tag={name}\b", log=str(log)), gpus=GpuConfig(source="none", poll_s=0.05))
+    for _ in range(5):
+        state = RunState()
+        monitor = await watch(config, LocalTarget(), state, [])
+        try:
+            await until(lambda: state.latest and len(state.lines) > 100, "samples and a stream of log lines")
+        finally:
+            await monitor.stop()
+        assert [e.text for e in state.events if e.kind == "internal"] == []
+        await until(lambda: pulse_helpers(name) == [], "the agent and the follower to exit after stop()")
+
+
 async def test_over_ssh_a_lost_connection_is_shown_and_sampling_resumes(spawn, tmp_path: Path, sshd) -> None:
     name = unique_name()
     run_pid, config = start_healthy_run(spawn, tmp_path, name)

@@ -661,7 +661,8 @@ async def _restart(
     yield StepEvent("launch", StepStatus.RUNNING, plan.launch)
     try:
         # The bound covers opening the channel too: a link that hangs must not hang the restart.
-        result = await asyncio.wait_for(target.run(plan.launch_script, t.launch_timeout_s), t.launch_timeout_s)
+        async with asyncio.timeout(t.launch_timeout_s):
+            result = await target.run(plan.launch_script, t.launch_timeout_s)
     except (TargetError, asyncio.TimeoutError) as exc:
         why = str(exc) or f"no answer in {t.launch_timeout_s:g} s"
         yield StepEvent("launch", StepStatus.FAILED, f"launch state unknown ({why}); not retrying")

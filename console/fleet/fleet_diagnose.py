@@ -149,9 +149,10 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
             return NodeReport(node.name, node.target.label, held, diagnose(held, node.config))
     following = node.state if monitored and node.config.run.log else None
     try:
-        evidence = await asyncio.wait_for(
-            gather(node.target, node.config, window_s=window_s, follower_state=following, dump_stacks="never"), timeout
-        )
+        async with asyncio.timeout(timeout):
+            evidence = await gather(
+                node.target, node.config, window_s=window_s, follower_state=following, dump_stacks="never"
+            )
     except (TargetError, asyncio.TimeoutError) as exc:
         why = str(exc) or f"no answer within {timeout:g} s"
         return NodeReport(node.name, node.target.label, None, unreachable(why, node.config), error=why)

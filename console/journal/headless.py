@@ -72,7 +72,8 @@ async def _watch(config: Config) -> int:
     try:
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await stop.wait()
             except TimeoutError:
                 pass
             watch.observe()

@@ -251,10 +251,15 @@ class LogFollower:
         frames = _Frames()
         self.hello = None
         try:
-            while data := await asyncio.wait_for(channel.read(READ_SIZE), self.stale_s):
+            while True:
+                async with asyncio.timeout(self.stale_s):
+                    data = await channel.read(READ_SIZE)
+                if not data:
+                    break
                 for header, payload in frames.feed(data):
                     await self._handle(header, payload)
-            status = await asyncio.wait_for(channel.wait(), self.stale_s)
+            async with asyncio.timeout(self.stale_s):
+                status = await channel.wait()
         finally:
             channel.close()
             await reap(channel)

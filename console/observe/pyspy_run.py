@@ -70,7 +70,8 @@ async def dump(
     script = dump_script(py_spy, pid, native=native, locals=locals, nonblocking=nonblocking, json_output=json_output)
     run = _SpyRun(target, script)
     try:
-        status = await asyncio.wait_for(run.collect(), timeout)
+        async with asyncio.timeout(timeout):
+            status = await run.collect()
     except asyncio.TimeoutError:
         await run.stop(py_spy)
         advice = classify_error("timed out", 124)[1]
@@ -189,7 +190,8 @@ class _SpyRun:
         if self.spy_pid is None:
             reader = asyncio.ensure_future(self._read_for_pid())
             try:
-                await asyncio.wait_for(self._pid_seen.wait(), KILL_GRACE_S)
+                async with asyncio.timeout(KILL_GRACE_S):
+                    await self._pid_seen.wait()
             except asyncio.TimeoutError:
                 pass
             finally:

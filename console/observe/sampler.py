@@ -342,7 +342,8 @@ class Sampler:
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(channel.read(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        chunk = await channel.read()
                 except asyncio.TimeoutError:
                     raise TargetError(f"{self.target.label}: no sample from the agent for {wait_s:g} s") from None
                 if not chunk:
@@ -364,7 +365,8 @@ class Sampler:
                         self._problem(f"agent sent a line that is not a sample ({exc}); skipped")
                         continue
                     yield sample
-            status = await asyncio.wait_for(channel.wait(), stale_s)
+            async with asyncio.timeout(stale_s):
+                status = await channel.wait()
         finally:
             channel.close()
             await reap(channel)

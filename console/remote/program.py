@@ -45,6 +45,7 @@ async def reap(channel: Channel) -> None:
     If the transport is gone or slow, the program still exits on its own at stdin EOF.
     """
     try:
-        await asyncio.wait_for(channel.wait(), REAP_S)
+        async with asyncio.timeout(REAP_S):
+            await channel.wait()
     except (TargetError, asyncio.TimeoutError):
         pass

@@ -159,7 +159,8 @@ class _ChannelSlots:
         # server did hold at once) keep a late-freed session from lowering the limit below its real value.
         self.limit = max(1, min(self.limit, max(self.peak, self.in_use)))
         try:
-            await asyncio.wait_for(released.wait(), self.REFUSED_RETRY_S)
+            async with asyncio.timeout(self.REFUSED_RETRY_S):
+                await released.wait()
         except asyncio.TimeoutError:
             pass
         return True
@@ -262,7 +263,8 @@ class _Connection:
                         "check the host and the network, Pulse keeps retrying"
                     )
                 try:
-                    await asyncio.wait_for(changed.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await changed.wait()
                 except asyncio.TimeoutError:
                     pass
                 continue
@@ -316,16 +318,19 @@ class _Connection:
             conn = await self.connection(max(0.1, deadline - time.monotonic()))
             slots = self.slots
             try:
-                await asyncio.wait_for(slots.acquire(), max(0.1, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+                    await slots.acquire()
             except asyncio.TimeoutError:
                 raise TargetError(
                     f"{self.label}: all {slots.limit} channels stayed busy for {timeout:g} s; "
                     "close some streams or raise the channel limit"
                 ) from None
             try:
-                process = await asyncio.wait_for(
-                    conn.create_process(command, encoding=None), max(0.1, deadline - time.monotonic())
-                )
+                async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+                    process = await conn.create_process(command, encoding=None)
+            except asyncio.CancelledError:
+                slots.release()  # a caller that gave up must not keep the slot
+                raise
             except asyncio.TimeoutError:
                 slots.release()
                 raise TargetError(
@@ -356,7 +361,8 @@ class _Connection:
             conn.close()
             try:
                 # A graceful close waits on the peer; a peer that stopped reading must not hang a quit.
-                await asyncio.wait_for(conn.wait_closed(), CLOSE_TIMEOUT_S)
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await conn.wait_closed()
             except asyncio.TimeoutError:
                 conn.abort()
 

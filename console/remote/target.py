@@ -100,7 +100,8 @@ class Target(ABC):
             return await channel.wait()
 
         try:
-            status = await asyncio.wait_for(collect(), timeout)
+            async with asyncio.timeout(timeout):
+                status = await collect()
         except asyncio.TimeoutError:
             raise TargetError(f"{self.label}: command timed out after {timeout:g} s") from None
         finally:
