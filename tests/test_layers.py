@@ -1,4 +1,4 @@
-"""The layers of design.md, checked on the source.
+"""The layers of design.md, and rules the whole source keeps, checked on the source.
 
 The import directions (layers, a core without Textual, pure modules without I/O) are
 import-linter contracts in pyproject.toml; this runs them so that CI does.
@@ -20,3 +20,17 @@ def test_import_contracts_are_kept():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_no_source_bounds_a_wait_with_asyncio_wait_for():
+    """On Python 3.11 wait_for drops a cancel that lands as its awaitable completes; asyncio.timeout does not.
+
+    That lost cancel left a busy log's follower and agent running after stop() (tests/test_monitor.py).
+    """
+    users = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "console").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "asyncio.wait_for(" in line
+    ]
+    assert users == [], "use `async with asyncio.timeout(...)` instead"
