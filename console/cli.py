@@ -10,11 +10,9 @@ import argparse
 import difflib
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import shtab
 
 from console import paths
 from console.crash import report_crash
@@ -60,17 +58,56 @@ examples:
 """
 
 
+#: Marks an argument that completes as a file name; shtab's own marker is set when a script is
+#: printed (importing shtab and importlib.metadata at every start cost ~25 ms of `pulse demo`'s).
+COMPLETE_FILE = "file"
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish", "powershell")
+
+
 def pulse_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("pulse-console")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown (not installed)"
 
 
+class _PrintVersion(argparse.Action):
+    """`--version`: the installed version is looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace, values, option_string=None) -> None:
+        print(f"pulse {pulse_version()}")
+        parser.exit()
+
+
+class _PrintCompletion(argparse.Action):
+    """`--print-completion SHELL`: shtab's script for the whole CLI (completion_parser)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace, shell, option_string=None) -> None:
+        import shtab
+
+        whole = completion_parser()
+        for each in _all_parsers(whole):
+            for action in each._actions:
+                if getattr(action, "complete", None) == COMPLETE_FILE:
+                    action.complete = shtab.FILE
+        print(shtab.complete(whole, shell=shell))
+        parser.exit()
+
+
+def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [parser, *(p for s in subparsers for child in s.choices.values() for p in _all_parsers(child))]
+
+
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "config", nargs="?", help="run config (TOML), or the NAME of ~/.config/pulse/runs/NAME.toml; flags below override it"
-    ).complete = shtab.FILE
+    ).complete = COMPLETE_FILE
 
 
 def add_target_flags(parser: argparse.ArgumentParser) -> None:
@@ -118,8 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"commands (pulse COMMAND --help):\n{command_lines}\n{EXAMPLES}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"pulse {pulse_version()}")
-    shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script", parent=completion_parser())
+    parser.add_argument("--version", action=_PrintVersion, help="show the version and exit")
+    parser.add_argument(
+        "--print-completion", action=_PrintCompletion, choices=COMPLETION_SHELLS, help="print a shell completion script"
+    )
     add_config_argument(parser)
     add_console_flags(parser)
     return parser
@@ -139,8 +178,8 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     if command == "classify":
-        parser.add_argument("file", nargs="?", help="log file; standard input when absent").complete = shtab.FILE
-        parser.add_argument("--config", help="config (or named run) whose [metrics] patterns to apply").complete = shtab.FILE
+        parser.add_argument("file", nargs="?", help="log file; standard input when absent").complete = COMPLETE_FILE
+        parser.add_argument("--config", help="config (or named run) whose [metrics] patterns to apply").complete = COMPLETE_FILE
         return parser
     if command == "demo":
         parser.add_argument(
@@ -304,7 +343,7 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
         from console.actions import headless
 
         return getattr(headless, command)(config, args)
-    from console.ui.app import run_console
+    from console.ui.start import run_console
 
     return run_console(config, args)
 

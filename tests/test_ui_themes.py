@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from console.model import LineKind
-from console.ui.app import run_console
+from console.ui.start import run_console
 from console.ui.themes import (
     BUILTIN_THEME_DIR,
     STYLED_KINDS,

@@ -223,7 +223,7 @@ def _kill_group(pid: int) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     """`pulse demo [--scenario S] [--theme T] [--read-only]`: run the console on a simulated run."""
-    from console.ui.app import run_console
+    from console.ui.start import run_console
 
     demo = DemoRun(getattr(args, "scenario", "healthy"))
     # A closed terminal (SIGHUP) or a plain `kill` must still take the demo's processes and files down.

@@ -28,8 +28,10 @@ from console.config import Config
 from console.diagnose import silence_limit_s
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
 from console.model import ConnectionState, Sample
+from console.monitor import Monitor
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
+from console.remote.target import Target
 from console.user_patterns import disabled_notices
 from console.state import RunState
 from console.ui.action_screen import ActionScreen
@@ -50,7 +52,7 @@ from console.ui.run_view import (
     throughput_view,
 )
 from console.ui.status_bar import StatusBar, StatusView
-from console.ui.themes import PulseTheme, ThemedApp, run_themed
+from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
@@ -817,18 +819,18 @@ def open_watch(config: Config, state: RunState, app: PulseApp) -> RunWatch | Non
         return None
 
 
-def run_console(config: Config, args: argparse.Namespace) -> int:
-    """`pulse CONFIG`: connect to the target, start the monitor and run the console until quit."""
-    from console.monitor import Monitor
-    from console.remote.connect import make_target
+async def run_console_app(config: Config, args: argparse.Namespace, target: Target, state: RunState, monitor: Monitor) -> int:
+    """Run the console on `monitor` (already feeding `state` from `target`: console.ui.start) until quit."""
+
+    def attach(on_change: Callable[[], None]) -> Monitor:
+        monitor.on_change = on_change
+        return monitor
 
     def make_app(theme: str, themes: dict[str, PulseTheme]) -> PulseApp:
-        target = make_target(config.target)
-        state = RunState()
         return PulseApp(
             config,
             state,
-            monitor_factory=lambda on_change: Monitor(config, target, state, on_change),
+            monitor_factory=attach,
             target=target,
             read_only=bool(getattr(args, "read_only", False)),
             theme=theme,
@@ -836,4 +838,4 @@ def run_console(config: Config, args: argparse.Namespace) -> int:
             watch=lambda app: open_watch(config, state, app),
         )
 
-    return run_themed(make_app, args)
+    return await run_themed_async(make_app, args)

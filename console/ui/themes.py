@@ -10,6 +10,7 @@ a bad one stops it with one line naming the file and the key.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import tomllib
 from collections.abc import Callable
@@ -202,6 +203,11 @@ class ThemedApp(App[int]):
 def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
     """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme,
     EXIT_CRASH (the traceback saved) when the app crashed."""
+    return asyncio.run(run_themed_async(make_app, args))
+
+
+async def run_themed_async(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
+    """`run_themed` in a running event loop (where sources started before the app already run)."""
     try:
         themes = load_themes()
         theme = choose_theme(getattr(args, "theme", None), themes)
@@ -209,7 +215,7 @@ def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args:
         print(f"pulse: {exc}", file=sys.stderr)
         return 2
     app = make_app(theme, themes)
-    result = app.run()
+    result = await app.run_async()
     # Textual keeps an unhandled exception here, prints it and returns as if the user had quit.
     if app._exception is not None:
         return report_crash(app._exception)
