@@ -118,20 +118,10 @@ class World:
         )
 
     def probe(self, *, gpus: bool = True) -> str:
-        """The manual poll as one shell line: the run's processes, both nvidia-smi queries, the log's stat."""
+        """The manual poll of the demo run (see `manual_probe`)."""
         assert self.demo_config is not None
         run = self.demo_config.run
-        nvidia_smi = shlex.quote(self.demo_config.target.nvidia_smi)
-        parts = [
-            f"ps -eo pid,ppid,stat,etimes,pcpu,rss,nlwp,args | grep -E -e {shlex.quote(run.match or '')} | grep -v grep",
-        ]
-        if gpus:
-            fields = ",".join(smi.GPU_QUERY_FIELDS)
-            apps = ",".join(smi.APP_QUERY_FIELDS)
-            parts.append(f"{nvidia_smi} --query-gpu={fields} --format=csv,noheader,nounits")
-            parts.append(f"{nvidia_smi} --query-compute-apps={apps} --format=csv,noheader,nounits")
-        parts.append(f"stat -c '%s %Y %i' {shlex.quote(str(run.log))}")
-        return "; ".join(parts)
+        return manual_probe(run.match or "", str(run.log), self.demo_config.target.nvidia_smi if gpus else None)
 
     def spawn(self, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a helper process that `close()` stops by PID if it is still running."""
@@ -139,6 +129,19 @@ class World:
         self._started.append(process)
         return process
 
+
+
+def manual_probe(match: str, log: str, nvidia_smi: str | None = "nvidia-smi") -> str:
+    """The manual poll as one shell line: the run's processes, both nvidia-smi queries (none
+    when `nvidia_smi` is None), the log's stat: the same reads as one sample of Pulse's agent."""
+    parts = [f"ps -eo pid,ppid,stat,etimes,pcpu,rss,nlwp,args | grep -E -e {shlex.quote(match)} | grep -v grep"]
+    if nvidia_smi is not None:
+        fields = ",".join(smi.GPU_QUERY_FIELDS)
+        apps = ",".join(smi.APP_QUERY_FIELDS)
+        parts.append(f"{shlex.quote(nvidia_smi)} --query-gpu={fields} --format=csv,noheader,nounits")
+        parts.append(f"{shlex.quote(nvidia_smi)} --query-compute-apps={apps} --format=csv,noheader,nounits")
+    parts.append(f"stat -c '%s %Y %i' {shlex.quote(log)}")
+    return "; ".join(parts)
 
 
 def config_to_spec(config: Config) -> dict:
