@@ -126,3 +126,19 @@ async def test_every_screen_draws_without_colour(theme, size, monkeypatch):
             await back_to_the_main_screen(app, pilot)
         await pilot.press("q")
     assert app.return_code == 0
+
+
+async def test_a_sample_drawn_after_the_panes_are_torn_down_is_dropped():
+    """The monitor and the app's timers run until the app's own unmount, after its panes are torn
+    down (their styles gone): a flood's held batch firing then once crashed the quit ("No
+    'process-pane--alive' key in COMPONENT_CLASSES"). The same repaint on the torn-down panes."""
+    app = make_app("healthy")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+    assert app.process_pane._component_styles == {}  # what Textual's teardown leaves
+    latest = app.state.latest
+    moved = tuple(dataclasses.replace(p, cpu_pct=(p.cpu_pct or 0) + 1) for p in latest.processes)
+    app.state.add_sample(dataclasses.replace(latest, time=latest.time + 1, processes=moved))
+    app.refresh_panes()
+    app._update_pending()

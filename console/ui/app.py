@@ -320,6 +320,8 @@ class PulseApp(ThemedApp):
 
     def refresh_panes(self, force: bool = True) -> None:
         """Repaint from the state: the status line always (ages move), the rest when it changed."""
+        if not self.process_pane.is_attached:
+            return  # a sample or a tick while the app tears its screens down: their styles are gone
         now = self.clock()
         self.status_bar.show(self.status_view(now))
         if not (force or self._dirty):
