@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(command: str, args: argparse.Namespace) -> int:
     if command == "classify":
-        from console.observe.classify import run_classify
+        from console.commands.classify import run_classify
 
         return run_classify(args)
     if command == "demo":
@@ -321,28 +321,28 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
         return 2
     if fleet_size(config.target) is not None:
         if command == "check":
-            from console.fleet.fleet_check import run_fleet_check
+            from console.commands.fleet_check import run_fleet_check
 
             return run_fleet_check(config, args)
         if command in ("dump", "restart", "warmup"):
-            from console.fleet import headless as fleet_headless
+            from console.commands import fleet_actions
 
-            return getattr(fleet_headless, command)(config, args)
+            return getattr(fleet_actions, command)(config, args)
         from console.ui.fleet_screen import run_fleet_console
 
         return run_fleet_console(config, args)
     if command == "check":
-        from console.check import run_check
+        from console.commands.check import run_check
 
         return run_check(config, args)
     if command in ("watch", "journal", "report"):
-        from console.journal import headless as journal_headless
+        from console.commands import journal
 
-        return getattr(journal_headless, f"run_{command}")(config, args)
+        return getattr(journal, f"run_{command}")(config, args)
     if command in ("dump", "restart", "warmup"):
-        from console.actions import headless
+        from console.commands import actions
 
-        return getattr(headless, command)(config, args)
+        return getattr(actions, command)(config, args)
     from console.ui.start import run_console
 
     return run_console(config, args)

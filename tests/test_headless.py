@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from console.actions import headless
+from console.commands import actions as headless
 from console.actions.audit import AuditLog
 from console.config import Config, GpuConfig, RunConfig
 from tests.test_restart import HEALTHY, Processes, alive, procs  # noqa: F401  (procs is a fixture)

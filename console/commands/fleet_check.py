@@ -22,7 +22,7 @@ import asyncio
 import json
 import sys
 
-from console.check import EXIT_HEALTHY, EXIT_PROBLEM, EXIT_UNREACHABLE, report_json, write_report
+from console.commands.check import EXIT_HEALTHY, EXIT_PROBLEM, EXIT_UNREACHABLE, report_json, write_report
 from console.config import Config
 from console.diagnose import is_problem, severity
 from console.fleet.fleet import Fleet, FleetError

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 
 from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus, audit_refusal
-from console.actions.headless import (
+from console.commands.actions import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REFUSED,
