@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from console.model import GpuProcess, GpuReading, ProcessReading
-from console.observe.roles import label_processes, launcher_name
+from console.observe.roles import label_processes, launcher_name, python_run
 
 
 def proc(pid: int, ppid: int, cmdline: str, **env: str) -> ProcessReading:
@@ -107,3 +107,18 @@ def test_a_slurm_job_tree_seen_on_a_real_node():
         (25834, "rank", "rank 0"),
         (25835, "rank", "rank 1"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "runs"),
+    [
+        ("/usr/bin/python3.11 -u -X faulthandler /root/train.py --lr 3", ("train.py", ["--lr", "3"])),
+        ("python -mtorch.distributed.run --nproc_per_node 2 train.py", ("torch.distributed.run", ["--nproc_per_node", "2", "train.py"])),
+        ("python3 -c import time; time.sleep(9)", ("-c", ["import", "time;", "time.sleep(9)"])),
+        ("python3 -u", None),
+        ("/opt/conda/bin/torchrun --nproc_per_node 8 train.py", None),
+    ],
+)
+def test_what_a_python_command_line_runs(cmdline, runs):
+    """One reader of a Python interpreter's argv for the roles (program) and the process table (script_and_args)."""
+    assert python_run(cmdline.split()) == runs

@@ -496,7 +496,7 @@ async def test_gpu_and_pid_placeholders_come_from_the_selection():
 
 
 async def test_the_command_column_shows_the_script_and_its_arguments():
-    from console.ui.process_pane import script_and_args
+    from console.observe.roles import script_and_args
 
     assert script_and_args("/usr/bin/python3.11 -u -X faulthandler /root/train.py --lr 3") == "train.py --lr 3"
     assert script_and_args("python -m torch.distributed.run --nproc_per_node 2 train.py") == "torch.distributed.run --nproc_per_node 2 train.py"

@@ -10,6 +10,7 @@ fork), or started by multiprocessing's spawn / forkserver.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -35,25 +36,42 @@ SHELLS = frozenset("bash sh zsh dash fish ksh".split())
 RUN_ROLES = ("rank", "main")
 
 
+#: Interpreter options that take the next word as their value (`-X faulthandler`, `-W ignore`).
+PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "-Q"})
+
+
+def python_run(words: list[str]) -> tuple[str, list[str]] | None:
+    """What a Python interpreter's argv runs, and the words after it: the script's file name, the
+    module of `-m`, or `-c` / `-` (the code, stdin); None when argv[0] is no Python or runs nothing."""
+    if not words or not re.fullmatch(r"python[\d.]*", os.path.basename(words[0])):
+        return None
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word == "-m":
+            return (words[index + 1], words[index + 2 :]) if index + 1 < len(words) else None
+        if word.startswith("-m") and len(word) > 2:
+            return word[2:], words[index + 1 :]
+        if word in ("-c", "-") or not word.startswith("-"):
+            return os.path.basename(word) if word != "-c" else word, words[index + 1 :]
+        index += 2 if word in PYTHON_VALUE_OPTIONS else 1
+    return None
+
+
 def program(cmdline: str) -> str:
     """The program a command line runs: the script or `-m` module after a Python interpreter, else argv[0]'s name."""
     words = cmdline.split()
     if not words:
         return ""
-    first = os.path.basename(words[0]).removesuffix(":")  # `slurmstepd: [5.0]` names itself so
-    if not first.startswith("python"):
-        return first
-    rest = iter(words[1:])
-    for word in rest:
-        if word == "-m":
-            return next(rest, "")
-        if word.startswith("-m") and len(word) > 2:
-            return word[2:]
-        if word in ("-W", "-X", "-Q"):
-            next(rest, None)
-        elif not word.startswith("-"):
-            return os.path.basename(word)
-    return first
+    run = python_run(words)
+    return run[0] if run else os.path.basename(words[0]).removesuffix(":")  # `slurmstepd: [5.0]` names itself so
+
+
+def script_and_args(cmdline: str) -> str:
+    """What a command line runs, without the interpreter: `python3 -u /root/train.py --lr 3` →
+    `train.py --lr 3`, `python -m torch.distributed.run …` → `torch.distributed.run …`."""
+    run = python_run(cmdline.split())
+    return " ".join([run[0], *run[1]]) if run else cmdline
 
 
 def launcher_name(cmdline: str) -> str | None:

@@ -656,7 +656,7 @@ class PulseApp(ThemedApp):
     def action_signal(self) -> None:
         """`k`: choose a signal for the selected process, then the plan, a confirmation, the audit."""
         from console.actions.signal import execute_signal, plan_signal
-        from console.ui.process_pane import script_and_args
+        from console.observe.roles import script_and_args
         from console.ui.signal_screen import SignalScreen
 
         chosen = self.selected_process()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.text import Text
 from textual.widgets import DataTable
 
 from console.model import ProcessReading
+from console.observe.roles import script_and_args
 from console.ui.styles import text_style
 from console.units import format_duration, format_gib
 
@@ -33,26 +32,6 @@ RIGHT_ALIGNED = frozenset({"pid", "cpu", "rss", "threads", "elapsed"})
 def format_rss(mib: float) -> str:
     """Resident memory in the console's units: `812 MiB` or `3.4 GiB`."""
     return format_gib(mib) if mib >= 1024 else f"{mib:.0f} MiB"
-
-
-#: Interpreter options that take the next word as their value.
-_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "-Q"})
-
-
-def script_and_args(cmdline: str) -> str:
-    """What a command line runs, without the interpreter: `python3 -u /root/train.py --lr 3` →
-    `train.py --lr 3`, `python -m torch.distributed.run …` → `torch.distributed.run …`."""
-    words = cmdline.split()
-    if not words or not re.fullmatch(r"python[\d.]*", words[0].rsplit("/", 1)[-1]):
-        return cmdline
-    rest = words[1:]
-    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
-        rest = rest[2:] if rest[0] in _PYTHON_VALUE_OPTIONS else rest[1:]
-    if rest[:1] == ["-m"]:
-        rest = rest[1:]
-    elif rest and not rest[0].startswith("-"):
-        rest[0] = rest[0].rsplit("/", 1)[-1]
-    return " ".join(rest) or cmdline
 
 
 def trim_command(cmdline: str, width: int = COMMAND_WIDTH) -> str:
