@@ -258,6 +258,9 @@ class LogFollower:
                     break
                 for header, payload in frames.feed(data):
                     await self._handle(header, payload)
+                # A buffered read returns without suspending: under a flood this loop would hold
+                # the event loop from chunk to chunk and keep the keys waiting.
+                await asyncio.sleep(0)
             async with asyncio.timeout(self.stale_s):
                 status = await channel.wait()
         finally:
