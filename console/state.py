@@ -239,6 +239,16 @@ class RunState:
         newest = [p.time for p in islice(reversed(self.series[name]), RHYTHM_WRITES)]
         return usual_gap_s(newest[::-1])
 
+    def log_silent_s(self, now: float) -> float | None:
+        """Seconds since the log last grew at `now` (this side's monotonic clock): from the stat in
+        the latest sample, aged by the time since it arrived; else from the last line received."""
+        sample = self.latest
+        if sample is not None and sample.log is not None and sample.log.exists and self.last_sample_at is not None:
+            return max(0.0, sample.time - sample.log.mtime) + max(0.0, now - self.last_sample_at)
+        if self.last_line_at is not None:
+            return max(0.0, now - self.last_line_at)
+        return None
+
     def write_interval_s(self) -> float | None:
         """How often the log usually writes (None until learned): the shorter of the median gaps
         between line arrivals and between the mtimes samples saw; each can only overstate it."""

@@ -74,6 +74,19 @@ def test_a_log_redrawn_with_carriage_returns_gets_its_rhythm_from_the_samples_mt
     assert state.write_interval_s() is None
 
 
+def test_log_silence_is_the_target_s_stat_aged_by_this_side_s_clock():
+    """The console and the fleet screen both read it: the target's clock only ever meets its own
+    mtime, so a skewed clock on the target does not shift the silence; before any stat, the last line."""
+    now = [100.0]
+    state = RunState(clock=lambda: now[0])
+    assert state.log_silent_s(now[0]) is None
+    state.add_lines([LogLine(1, "step 1", classify_line("step 1"), time=97.0)])
+    assert state.log_silent_s(now[0]) == pytest.approx(3.0)
+    state.add_sample(Sample(time=9000.0, log=LogStatus("/w/train.log", True, size=10, mtime=8988.0, inode=7)))
+    now[0] = 105.0
+    assert state.log_silent_s(now[0]) == pytest.approx(12.0 + 5.0)
+
+
 def test_two_ranks_writing_one_log_keep_the_rhythm_of_their_steps():
     """Both ranks of a 2-task Slurm job print each step into the job's one output file a few ms apart:
     the usual interval is the step's 0.2 s, not the 0 s between the two ranks' lines."""

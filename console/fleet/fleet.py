@@ -196,9 +196,6 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
     used = [g.memory_used_mib for g in gpus if g.memory_used_mib is not None]
     total = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
     util = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
-    silent = None
-    if sample is not None and sample.log is not None and sample.log.exists and state.last_sample_at is not None:
-        silent = max(0.0, sample.time - sample.log.mtime) + max(0.0, now - state.last_sample_at)
     rate, unit = live_rate(node)
     return NodeRow(
         name=node.name,
@@ -207,7 +204,7 @@ def row_of(node: FleetNode, now: float) -> NodeRow:
         gpu_memory_total_mib=sum(total) if total else None,
         gpu_util_pct=sum(util) / len(util) if util else None,
         ranks=sum(p.state not in ("Z", "X") and p.role in RUN_ROLES for p in sample.processes) if sample else 0,
-        log_silent_s=silent,
+        log_silent_s=state.log_silent_s(now) if sample is not None else None,
         rate=rate,
         rate_unit=unit,
         verdict=node.verdict.name if node.verdict else None,

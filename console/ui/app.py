@@ -374,7 +374,7 @@ class PulseApp(ThemedApp):
             title = Text(f"Processes · {sample.process_error}")
         else:
             title = Text(f"Processes · {pane.alive_count} alive")
-        silent = self.log_silent_s(now)
+        silent = self.state.log_silent_s(now)
         grew = "log not read yet" if silent is None else f"log grew {format_duration(silent)} ago"
         set_titles(processes_box, title, Text(grew))
         limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
@@ -407,15 +407,6 @@ class PulseApp(ThemedApp):
     def processes_unseen(sample: Sample) -> bool:
         """True when the driver lists PIDs none of which is the run's (a PID namespace hides the mapping)."""
         return gpu_processes_unseen(sample)
-
-    def log_silent_s(self, now: float) -> float | None:
-        """Seconds since the log last grew: from the stat of the last sample, else the last line received."""
-        sample = self.state.latest
-        if sample is not None and sample.log is not None and sample.log.exists and self.state.last_sample_at is not None:
-            return max(0.0, sample.time - sample.log.mtime) + max(0.0, now - self.state.last_sample_at)
-        if self.state.last_line_at is not None:
-            return max(0.0, now - self.state.last_line_at)
-        return None
 
     def _refresh_log_titles(self) -> None:
         box, pane = self.log_box, self.log_pane
@@ -758,18 +749,17 @@ class PulseApp(ThemedApp):
         self.prepare_action(make_plan)
 
     def action_custom(self, index: int) -> None:
-        from console.actions.custom import ActionContext, execute_custom, plan_custom
+        from console.actions.custom import action_context, execute_custom, plan_custom
 
         custom = self.config.actions[index]
         sample = self.state.latest
-        processes = sample.processes if sample else ()
-        roots = [p for p in processes if p.ppid not in {q.pid for q in processes}]
-        # {pid} is the selected process (pids[0]); {gpu} the first GPU of the selected GPU row.
-        selected = self.selected_process()
-        ordered = ([selected] if selected else []) + roots + list(processes)
-        pids = tuple(dict.fromkeys(p.pid for p in ordered))
-        used = self.gpu_pane.selected_gpus() or sorted(self.config.gpus.roles)
-        context = ActionContext(pids=pids, log=self.state.log_path or self.config.run.log, gpu=used[0] if used else None, host=self.config.target.host or "local")
+        context = action_context(
+            self.config,
+            sample.processes if sample else (),
+            self.state.log_path,
+            selected=self.selected_process(),
+            selected_gpus=self.gpu_pane.selected_gpus(),
+        )
 
         async def make_plan():
             plan = plan_custom(custom, context, read_only=self.read_only)
