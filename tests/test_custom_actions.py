@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from console.actions.audit import ActionRefused, AuditLog, OutputLine, StepEvent, StepStatus
-from console.actions.custom import ActionContext, execute_custom, fill_placeholders, plan_custom
-from console.config import Config, CustomAction
+from console.actions.custom import ActionContext, action_context, execute_custom, fill_placeholders, plan_custom
+from console.config import Config, CustomAction, GpuConfig, RunConfig, TargetConfig
+from console.model import ProcessReading
 from console.remote.connect import make_target
 from console.remote.target import LocalTarget
 
@@ -23,6 +24,23 @@ async def run(target, config, plan) -> tuple[list[StepEvent], list[str]]:
         else:
             lines.append(event.text)
     return steps, lines
+
+
+def test_the_context_at_a_key_press_names_the_selection_first():
+    def process(pid: int, ppid: int) -> ProcessReading:
+        return ProcessReading(pid, ppid, "S", 10.0, 1, 100.0, 0.0, "python3 train.py")
+
+    config = Config(
+        target=TargetConfig(host="gpu-box"),
+        run=RunConfig(log="/w/train.log"),
+        gpus=GpuConfig(roles={5: "target", 2: "drafter"}),
+    )
+    launcher, rank0, rank1 = process(100, 1), process(101, 100), process(102, 100)
+    plain = action_context(config, (rank1, launcher, rank0), None)
+    assert plain == ActionContext(pids=(100, 102, 101), log="/w/train.log", gpu=2, host="gpu-box")
+    chosen = action_context(config, (launcher, rank0, rank1), "/w/train-2.log", selected=rank1, selected_gpus=(5,))
+    assert chosen == ActionContext(pids=(102, 100, 101), log="/w/train-2.log", gpu=5, host="gpu-box")
+    assert action_context(Config(), (), None) == ActionContext()
 
 
 def test_fill_placeholders_leaves_other_braces():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -30,6 +30,7 @@ from console.actions.audit import (
     refuse_if_read_only,
 )
 from console.config import Config, CustomAction
+from console.model import ProcessReading
 from console.observe.lines import classify_line
 from console.observe.textsafe import sanitize, split_lines
 from console.remote.shell import quote
@@ -60,6 +61,29 @@ class ActionContext:
     gpu: int | None = None
     """The GPU the operator has selected (else the first one the run uses)."""
     host: str = "local"
+
+
+def action_context(
+    config: Config,
+    processes: Sequence[ProcessReading],
+    log_path: str | None,
+    *,
+    selected: ProcessReading | None = None,
+    selected_gpus: Sequence[int] = (),
+) -> ActionContext:
+    """The context at a key press: {pid} is the selected process, else the run's first root (a
+    process whose parent is not the run's); {gpu} the first selected GPU, else the first the
+    config names; {log} the log followed, else the configured one."""
+    listed = {p.pid for p in processes}
+    roots = [p for p in processes if p.ppid not in listed]
+    ordered = ([selected] if selected else []) + roots + list(processes)
+    gpus = list(selected_gpus) or sorted(config.gpus.roles)
+    return ActionContext(
+        pids=tuple(dict.fromkeys(p.pid for p in ordered)),
+        log=log_path or config.run.log,
+        gpu=gpus[0] if gpus else None,
+        host=config.target.host or "local",
+    )
 
 
 @dataclass(frozen=True, slots=True)
