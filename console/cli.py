@@ -90,6 +90,8 @@ class _PrintCompletion(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace, shell, option_string=None) -> None:
         import shtab
 
+        if shell not in shtab.SUPPORTED_SHELLS:  # an older shtab than the one the choices name
+            parser.error(f"this shtab ({shtab.__version__}) cannot write a {shell} completion")
         whole = completion_parser()
         for each in _all_parsers(whole):
             for action in each._actions:

@@ -116,6 +116,7 @@ def test_a_slurm_job_tree_seen_on_a_real_node():
         ("python -mtorch.distributed.run --nproc_per_node 2 train.py", ("torch.distributed.run", ["--nproc_per_node", "2", "train.py"])),
         ("python3 -c import time; time.sleep(9)", ("-c", ["import", "time;", "time.sleep(9)"])),
         ("python3 -u", None),
+        ("python3.13t -m torch.distributed.run --nproc 8 t.py", ("torch.distributed.run", ["--nproc", "8", "t.py"])),
         ("/opt/conda/bin/torchrun --nproc_per_node 8 train.py", None),
     ],
 )

@@ -10,7 +10,6 @@ fork), or started by multiprocessing's spawn / forkserver.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -43,7 +42,7 @@ PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W", "-Q"})
 def python_run(words: list[str]) -> tuple[str, list[str]] | None:
     """What a Python interpreter's argv runs, and the words after it: the script's file name, the
     module of `-m`, or `-c` / `-` (the code, stdin); None when argv[0] is no Python or runs nothing."""
-    if not words or not re.fullmatch(r"python[\d.]*", os.path.basename(words[0])):
+    if not words or not os.path.basename(words[0]).startswith("python"):  # python3.13t, python3.12-dbg too
         return None
     index = 1
     while index < len(words):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import sys
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -31,7 +30,7 @@ from console.model import ConnectionState, Sample
 from console.monitor import Monitor
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
-from console.remote.target import Target
+from console.ui.start import Sources
 from console.user_patterns import disabled_notices
 from console.state import RunState
 from console.ui.action_screen import ActionScreen
@@ -800,34 +799,27 @@ class PulseApp(ThemedApp):
             run(True)
 
 
-def open_watch(config: Config, state: RunState, app: PulseApp) -> RunWatch | None:
-    """The run's journal and alerts for the console; without them (one line on stderr) when the journal cannot open."""
-    from console.journal.store import JournalError
-
-    try:
-        return RunWatch.open(config, state, terminal_write=app.terminal_write)
-    except JournalError as exc:
-        print(f"pulse: no journal this time: {exc}", file=sys.stderr)
-        return None
-
-
-async def run_console_app(config: Config, args: argparse.Namespace, target: Target, state: RunState, monitor: Monitor) -> int:
-    """Run the console on `monitor` (already feeding `state` from `target`: console.ui.start) until quit."""
+async def run_console_app(config: Config, args: argparse.Namespace, sources: Sources) -> int:
+    """Run the console on `sources` (started before the UI loaded: console.ui.start) until quit."""
 
     def attach(on_change: Callable[[], None]) -> Monitor:
-        monitor.on_change = on_change
-        return monitor
+        sources.monitor.on_change = on_change
+        return sources.monitor
+
+    def take_watch(app: PulseApp) -> RunWatch | None:
+        sources.terminal.append(app.terminal_write)
+        return sources.watch
 
     def make_app(theme: str, themes: dict[str, PulseTheme]) -> PulseApp:
         return PulseApp(
             config,
-            state,
+            sources.state,
             monitor_factory=attach,
-            target=target,
+            target=sources.target,
             read_only=bool(getattr(args, "read_only", False)),
             theme=theme,
             themes=themes,
-            watch=lambda app: open_watch(config, state, app),
+            watch=take_watch,
         )
 
     return await run_themed_async(make_app, args)
