@@ -18,6 +18,7 @@ from console.observe.remote_process import (
     ProcessRef,
     SignalTarget,
     launch,
+    probe,
     read_processes,
     send_signal,
     start,
@@ -127,3 +128,20 @@ async def test_without_python_on_the_target_the_error_says_which_setting(tmp_pat
         await read_processes(target, [1])
     with pytest.raises(TargetError, match=r"set \[target\] python"):
         await start(target, ["true"])
+
+
+async def test_probe_sees_its_own_ancestry_the_groups_and_the_pidfile_without_opening_a_fifo(procs, target, tmp_path: Path):
+    leader = procs.start(["bash", "-c", "sleep 300 & wait"])
+    wait_for(lambda: Path(f"/proc/{leader.pid}/task/{leader.pid}/children").read_text().strip(), "the group's child")
+    fifo = tmp_path / "run.pid"
+    os.mkfifo(fifo)
+    records = await probe(target, [leader.pid], str(fifo), "no-such-mark")
+    own = [r for r in records if r["ev"] == "process" and r["kind"] == "self"]
+    if isinstance(target, LocalTarget):
+        assert os.getpid() in {r["pid"] for r in own}  # locally: Pulse itself and its ancestors
+    else:
+        assert {r["comm"] for r in own} & {"sshd", "sshd-session"}  # over SSH: the session's chain up to sshd
+    (proc,) = [r for r in records if r["ev"] == "process" and r["kind"] == "proc"]
+    assert (proc["pid"], proc["pgid"], proc["argv"]) == (leader.pid, leader.pid, ["bash", "-c", "sleep 300 & wait"])
+    assert len([r for r in records if r["ev"] == "member" and r["pgid"] == leader.pid]) == 2
+    assert [r for r in records if r["ev"] == "pidfile"] == [{"ev": "pidfile", "status": "notregular", "text": ""}]

@@ -20,6 +20,12 @@ console/observe/protocol.py; then one JSON line per result, every key always pre
     signal --signal NAME DEST...      DEST = PID:START_TICKS or PID:START_TICKS:group
         Sends NAME to the process (or to its process group) only while PID still has that
         start time: {"ev": "signalled", "pid", "said"} with said = sent, gone or reused.
+    probe  [--mark TEXT] [--pidfile FILE] PID...
+        For the restart's guards: {"ev": "process", "kind", "pid", "state", "ppid", "pgid",
+        "sid", "start_ticks", "pulse", "comm", "argv"} for this program and each ancestor
+        (kind self), each PID (proc) and the process the pidfile names (named); {"ev":
+        "member", "pid", "pgid"} for every process in a group that one of the PIDs leads;
+        {"ev": "pidfile", "status", "text"}: missing, notregular, toolarge (text: its size) or text.
     stop   --grace S PID:START_TICKS
         Ends the process group PID leads: SIGTERM, then SIGKILL to what is left after S
         seconds. {"ev": "stopped", "pid", "said"}: stopped, killed, gone or reused.
@@ -33,6 +39,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -43,19 +50,33 @@ PROGRAM = "pulse-process"
 #: Exit status when ARGV could not be started (the shell's "command not found").
 CANNOT_START = 127
 STOP_POLL_S = 0.05
+#: A command line is read up to this many bytes: enough for the guards' names, bounded for the answer.
+ARGV_MAX_BYTES = 512
+#: How much of a command line is searched for the mark of a program Pulse runs.
+CMDLINE_READ_BYTES = 65536
+#: A pidfile holds a PID: a larger file is refused unread.
+PIDFILE_MAX_BYTES = 64
 
 Record = Dict[str, Any]
 
 
-def read_identity(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, int, int]]:
-    """(state, pgid, start_ticks) of `pid`, or None when there is no such process."""
+def read_stat(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, List[str]]]:
+    """(comm, the fields after it) of /proc/PID/stat, or None when there is no such process."""
     try:
         with open("%s/%d/stat" % (proc_root, pid), "rb") as stat:
             text = stat.read().decode("utf-8", "replace")
     except OSError:
         return None
     # comm sits in parentheses and may itself hold spaces and ')': the fields follow the last one.
-    fields = text[text.rindex(")") + 2 :].split()
+    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+
+
+def read_identity(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, int, int]]:
+    """(state, pgid, start_ticks) of `pid`, or None when there is no such process."""
+    found = read_stat(pid, proc_root)
+    if found is None:
+        return None
+    fields = found[1]
     return fields[0], int(fields[2]), int(fields[19])
 
 
@@ -281,6 +302,75 @@ def stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def describe(kind: str, pid: int, mark: bytes) -> Optional[Record]:
+    """What the restart's guards need of `pid`: its place (parent, group, session), start, names,
+    and whether its command line carries `mark` (a program Pulse runs); None when it is gone."""
+    found = read_stat(pid)
+    if found is None:
+        return None
+    comm, fields = found
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as cmdline:
+            words = cmdline.read(CMDLINE_READ_BYTES)
+    except OSError:
+        words = b""
+    argv = [word.decode("utf-8", "replace") for word in words[:ARGV_MAX_BYTES].split(b"\0")]
+    while argv and not argv[-1]:
+        argv.pop()
+    return {"ev": "process", "kind": kind, "pid": pid, "state": fields[0], "ppid": int(fields[1]),
+            "pgid": int(fields[2]), "sid": int(fields[3]), "start_ticks": int(fields[19]),
+            "pulse": bool(mark) and mark in words, "comm": comm, "argv": argv}
+
+
+def read_pidfile(path: str) -> Tuple[str, str]:
+    """(missing | notregular | toolarge | text, its size or text): never opens anything but a small regular file."""
+    path = os.path.expanduser(path)
+    if not os.path.lexists(path):
+        return "missing", ""
+    if not os.path.isfile(path):
+        return "notregular", ""
+    size = os.stat(path).st_size
+    if size > PIDFILE_MAX_BYTES:
+        return "toolarge", str(size)
+    # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    return "text", "".join(c if c.isprintable() else " " for c in data.decode("ascii", "replace"))
+
+
+def probe(args: argparse.Namespace) -> int:
+    mark = args.mark.encode()
+    pid = os.getpid()  # exec'd by the probing shell: this is that shell, then its ancestors
+    while pid > 0:
+        found = describe("self", pid, mark)
+        if found is None:
+            break
+        write_line(found)
+        pid = found["ppid"]
+    for pid in args.pids:
+        found = describe("proc", pid, mark)
+        if found is not None:
+            write_line(found)
+    wanted = set(args.pids)
+    if wanted:
+        for name in os.listdir("/proc"):
+            identity = read_identity(int(name)) if name.isdigit() else None
+            if identity is not None and identity[1] in wanted:
+                write_line({"ev": "member", "pid": int(name), "pgid": identity[1]})
+    if args.pidfile:
+        status, text = read_pidfile(args.pidfile)
+        write_line({"ev": "pidfile", "status": status, "text": text})
+        number = text.strip()
+        if status == "text" and number.isdigit() and len(number) <= 9:
+            found = describe("named", int(number), mark)
+            if found is not None:
+                write_line(found)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROGRAM, description="Start and signal processes by identity.",
                                      allow_abbrev=False)
@@ -300,13 +390,17 @@ def build_parser() -> argparse.ArgumentParser:
     command = commands.add_parser("signal", allow_abbrev=False)
     command.add_argument("--signal", required=True, type=signal_number, help="TERM, KILL, INT, ...")
     command.add_argument("dests", nargs="+", type=parse_dest, metavar="DEST")
+    command = commands.add_parser("probe", allow_abbrev=False)
+    command.add_argument("--mark", default="", help="text in the command line of every program Pulse runs")
+    command.add_argument("--pidfile", default=None, help="a pidfile to read, bounded")
+    command.add_argument("pids", nargs="*", type=int, metavar="PID")
     command = commands.add_parser("stop", allow_abbrev=False)
     command.add_argument("--grace", type=float, required=True, help="seconds between SIGTERM and SIGKILL")
     command.add_argument("dest", type=parse_dest, metavar="PID:START_TICKS")
     return parser
 
 
-COMMANDS = {"start": start, "launch": launch, "info": info, "signal": send_signals, "stop": stop}
+COMMANDS = {"start": start, "launch": launch, "info": info, "signal": send_signals, "stop": stop, "probe": probe}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -11,6 +11,7 @@ time it had when it was planned or started (`ProcessRef`); a reused PID is repor
     read_processes   PID → state, group, start time, for the PIDs that exist
     send_signal      a signal to each ref (or its group) that is still itself
     stop_group       SIGTERM the group a started process leads, SIGKILL what is left
+    probe            what the restart's guards must know (its own ancestry, groups, the pidfile)
 """
 
 from __future__ import annotations
@@ -203,6 +204,13 @@ async def send_signal(
     return {_int(record, "pid", target): _safe(_field(record, "said", target)) for record in records}
 
 
+async def probe(target: Target, pids: Iterable[int], pidfile: str | None, mark: str,
+                timeout: float = PROBE_TIMEOUT_S) -> list[dict]:
+    """The restart guards' facts, as the agent's records (process_agent.py `probe`; guards.parse_probe reads them)."""
+    args = ["probe", "--mark", mark] + (["--pidfile", pidfile] if pidfile else []) + [str(int(pid)) for pid in pids]
+    return await _ask(target, args, ("process", "member", "pidfile"), timeout)
+
+
 async def stop_group(target: Target, ref: ProcessRef, grace_s: float = 2.0) -> str:
     """SIGTERM the group `ref` leads, SIGKILL what is left after `grace_s`: stopped, killed, gone or reused."""
     word = f"{ref.pid}:{ref.start_ticks}"
@@ -210,8 +218,8 @@ async def stop_group(target: Target, ref: ProcessRef, grace_s: float = 2.0) -> s
     return _safe(_field(record, "said", target))
 
 
-async def _ask(target: Target, args: list[str], event: str, timeout: float) -> list[dict]:
-    """Run the agent to its end; its result lines (`event`), checked."""
+async def _ask(target: Target, args: list[str], events: str | tuple[str, ...], timeout: float) -> list[dict]:
+    """Run the agent to its end; its result lines (each one of `events`), checked."""
     channel: Channel | None = None
     output = bytearray()
     try:
@@ -237,7 +245,7 @@ async def _ask(target: Target, args: list[str], event: str, timeout: float) -> l
         del lines[0]  # a login banner
     if not lines:
         raise TargetError(f"{target.label}: the process agent sent no hello")
-    return [_record(line, target, event) for line in lines[1:]]
+    return [_record(line, target, events) for line in lines[1:]]
 
 
 def _is_hello(line: bytes, target: Target) -> bool:
@@ -253,13 +261,14 @@ def _is_hello(line: bytes, target: Target) -> bool:
     return True
 
 
-def _record(line: bytes, target: Target, event: str) -> dict:
+def _record(line: bytes, target: Target, events: str | tuple[str, ...]) -> dict:
     try:
         obj = json.loads(line)
     except ValueError:
         raise TargetError(f"{target.label}: the process agent sent {_safe(line.decode('utf-8', 'replace'))!r}") from None
-    if not isinstance(obj, dict) or obj.get("ev") != event:
-        raise TargetError(f"{target.label}: the process agent sent {_safe(str(obj))!r}, not a {event} line")
+    wanted = (events,) if isinstance(events, str) else events
+    if not isinstance(obj, dict) or obj.get("ev") not in wanted:
+        raise TargetError(f"{target.label}: the process agent sent {_safe(str(obj))!r}, not a {' or '.join(wanted)} line")
     return obj
 
 
