@@ -1,7 +1,8 @@
 """Stall diagnosis: what was observed in, one verdict out. Pure: no I/O, no clock.
 
 `console.evidence.gather` collects an `Evidence` from a target; `diagnose` names what is
-wrong, shows the observations that say so, and the next step with its console key.
+wrong, shows the observations that say so, the next step, and the action that takes it (its `step`,
+one of NEXT_STEPS; the console binds each to a key).
 
 Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
 growth for longer than the silence limit, or no throughput line for longer than the limit
@@ -26,22 +27,22 @@ A log that showed a framework starting a progress display drawn only on a termin
 by its silence: the run's own processes tell, and the verdict names the framework and the
 setting that puts progress into the log, never "log progresses".
 
-| verdict             | when                                                                             | key |
-| ------------------- | -------------------------------------------------------------------------------- | --- |
-| unknown             | no process reading and no log reading at all                                     | —   |
-| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | w/R |
-| diverged            | a NaN/Inf loss line since the launch                                             | l   |
-| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
-| gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
-| dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | l   |
-| hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | R |
-| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | — |
-| buffered            | alive, busy, silent, stdout a regular file without -u                            | R   |
-| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | p |
-| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
-| slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
-| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | — |
-| unknown             | otherwise (no log to judge progress by)                                          | l   |
+| verdict             | when                                                                             | step           |
+| ------------------- | -------------------------------------------------------------------------------- | -------------- |
+| unknown             | no process reading and no log reading at all                                     | —              |
+| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | warmup/restart |
+| diverged            | a NaN/Inf loss line since the launch                                             | log            |
+| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | restart        |
+| gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —              |
+| dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | log            |
+| hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | restart        |
+| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | —              |
+| buffered            | alive, busy, silent, stdout a regular file without -u                            | restart        |
+| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | dump           |
+| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | dump           |
+| slow                | throughput now < `metrics.slow_fraction` × baseline                              | dump           |
+| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | —              |
+| unknown             | otherwise (no log to judge progress by)                                          | log            |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
 """
@@ -70,6 +71,9 @@ VERDICTS = (
     "gpu_contexts_unseen",
     "unknown",
 )
+
+#: What a verdict's next step may be: dump the stacks, read the log at the problem, restart, warm up.
+NEXT_STEPS = ("dump", "log", "restart", "warmup")
 
 #: Notification order, quietest first.
 _SEVERITY = {
@@ -220,8 +224,8 @@ class Verdict:
     summary: str
     evidence: list[str]
     next_step: str
-    key: str | None = None
-    """The console key that takes the next step: p dump, R restart, l log, w warmup."""
+    step: str | None = None
+    """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -712,16 +716,16 @@ class _Diagnosis:
                     f"a Triton kernel asked for more shared memory than the GPU has (OutOfResources); {state}",
                     self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
                     "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart (R)",
-                    "R",
+                    "restart",
                 )
-            key = "w" if self.has_warmup else "R"
-            step = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
+            step = "warmup" if self.has_warmup else "restart"
+            advice = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
             return Verdict(
                 "oom",
                 f"CUDA out of memory; {state}",
                 self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
-                step if self.has_warmup else "lower the batch or sequence length, then restart (R)",
-                key,
+                advice if self.has_warmup else "lower the batch or sequence length, then restart (R)",
+                step,
             )
 
         nans = self._of_kind(LineKind.NAN)
@@ -731,7 +735,7 @@ class _Diagnosis:
                 "the loss went NaN/Inf",
                 self._problem_lines(nans) + self._process_lines() + self._log_lines(),
                 "read the log around the first NaN (l); lower the learning rate or restore a checkpoint",
-                "l",
+                "log",
             )
 
         if not self.alive:
@@ -753,7 +757,7 @@ class _Diagnosis:
                 f"throughput below {self.slow_fraction:.0%} of baseline",
                 self._throughput_line() + self._process_lines() + self._gpu_lines(),
                 "dump the stacks (p) to see where time goes; check GPU clocks and other jobs on the GPUs",
-                "p",
+                "dump",
             )
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
@@ -776,7 +780,7 @@ class _Diagnosis:
             "the run is alive but its progress cannot be judged",
             self._process_lines() + self._log_lines() + self._gpu_lines(),
             "configure the run's log (--log) so progress can be judged, or read it (l)",
-            "l",
+            "log",
         )
 
     def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
@@ -801,7 +805,7 @@ class _Diagnosis:
                 f"{gone} and the log is {what}",
                 self._process_lines() + self._log_lines() + self._problem_lines(list(ev.problems)),
                 "check the launch command, its working directory and the log path, then restart (R)",
-                "R",
+                "restart",
             )
         if ev.gpu_contexts_unseen:
             return Verdict(
@@ -822,7 +826,7 @@ class _Diagnosis:
             + self._log_lines()
             + self._gpu_lines(),
             "read the end of the log (l) for the cause, then restart (R)",
-            "l",
+            "log",
         )
 
     def _nccl_lines(self) -> list[str]:
@@ -866,7 +870,7 @@ class _Diagnosis:
             + self._stack_lines(),
             "fix what killed the thread (its traceback is in the log, l), then restart (R): "
             "what waits on that thread will wait forever",
-            "R",
+            "restart",
         )
 
     def _stalled(self) -> Verdict:
@@ -884,7 +888,7 @@ class _Diagnosis:
                 "the run is busy but its log is silent: stdout is block-buffered into a file",
                 self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
                 "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
-                "R",
+                "restart",
             )
         if not busy and (self._cpu_known() or ev.gpus):
             return Verdict(
@@ -900,7 +904,7 @@ class _Diagnosis:
                 + self._stack_lines()
                 + self._problem_lines(list(ev.problems)),
                 "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective)",
-                "p",
+                "dump",
             )
         return Verdict(
             "unknown",
@@ -913,7 +917,7 @@ class _Diagnosis:
             + self._rank_lines()
             + self._stack_lines(),
             "dump the stacks (p) to see what it is busy with",
-            "p",
+            "dump",
         )
 
 

@@ -97,14 +97,14 @@ def test_every_verdict_has_a_severity_and_worse_orders_them():
 def test_healthy_when_the_log_progresses():
     verdict = diagnose(HEALTHY, CONFIG)
     assert verdict.name == "healthy"
-    assert verdict.key is None
+    assert verdict.step is None
     assert any("100% of baseline" in line for line in verdict.evidence)
 
 
 def test_hung_by_delta_although_ps_says_busy():
     verdict = diagnose(HUNG, CONFIG)
     assert verdict.name == "hung"
-    assert verdict.key == "p"
+    assert verdict.step == "dump"
     assert any(
         line.startswith("pid 447 CPU 0.0% over 1.5 s (ps would say 52.5%: lifetime average)")
         for line in verdict.evidence
@@ -192,7 +192,7 @@ def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
     )
     verdict = diagnose(busy, CONFIG)
     assert verdict.name == "buffered"
-    assert verdict.key == "R"
+    assert verdict.step == "restart"
     assert "pid 447 stdout → /workspace/train.log, not unbuffered" in verdict.evidence
     assert "pid 447 busy threads: python3 97%" in verdict.evidence
 
@@ -208,7 +208,7 @@ def test_busy_and_silent_with_unbuffered_stdout_is_not_called_buffered():
     spinning = replace(HUNG, processes=(proc(cpu=99.0, stdout="/workspace/train.log", unbuffered=True),))
     verdict = diagnose(spinning, CONFIG)
     assert verdict.name == "unknown"
-    assert verdict.key == "p"
+    assert verdict.step == "dump"
 
 
 # -- progress drawn only on a terminal ----------------------------------------------------------
@@ -222,7 +222,7 @@ TERMINAL_ONLY = replace(
 def test_a_run_whose_progress_goes_only_to_a_terminal_is_still_hung_when_idle_and_its_stacks_wait():
     stacks = (StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← fit (train.py:40)", main=True),)
     verdict = diagnose(replace(TERMINAL_ONLY, stacks=stacks), CONFIG)
-    assert (verdict.name, verdict.key) == ("hung", "p")
+    assert (verdict.name, verdict.step) == ("hung", "dump")
     assert verdict.summary == "the main thread waits on queue in fit (train.py:40); quiet 5 min 12 s"
     assert f"no progress reaches the log: {LIGHTNING_RICH.advice}" in verdict.evidence
 
@@ -270,7 +270,7 @@ def test_zombies_are_not_alive():
 def test_launch_failed_when_nothing_alive_and_no_log_since_launch(change):
     verdict = diagnose(replace(HEALTHY, processes=(), **change), CONFIG)
     assert verdict.name == "launch_failed"
-    assert verdict.key == "R"
+    assert verdict.step == "restart"
 
 
 def test_oom_when_dead_even_if_the_line_is_old():
@@ -290,8 +290,8 @@ def test_oom_while_alive_only_when_recent():
 def test_oom_points_at_warmup_when_one_is_configured():
     config = replace(CONFIG, warmup=WarmupConfig(command="python3 warmup.py --gpu {gpu}"))
     dead_oom = replace(HEALTHY, processes=(), problems=(ProblemLine(LineKind.OOM, OOM_TEXT),))
-    assert diagnose(dead_oom, config).key == "w"
-    assert diagnose(dead_oom, CONFIG).key == "R"
+    assert diagnose(dead_oom, config).step == "warmup"
+    assert diagnose(dead_oom, CONFIG).step == "restart"
 
 
 def test_diverged_on_nan_loss():

@@ -213,7 +213,7 @@ def test_a_busy_run_whose_progress_goes_only_to_a_terminal_is_never_stalled_by_i
         evidence = with_dumps(evidence, [(p, sampled(capture.dump(p.pid))) for p in dump_order(last.processes)])
     assert evidence.terminal_only_progress is LIGHTNING_RICH and evidence.log_silent_s > 30
     verdict = diagnose(evidence, config)
-    assert (verdict.name, verdict.key) == ("healthy", None)
+    assert (verdict.name, verdict.step) == ("healthy", None)
     assert verdict.summary == "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy"
     assert "log progresses" not in verdict.summary and "TQDMProgressBar" in verdict.next_step
 
