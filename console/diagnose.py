@@ -57,7 +57,7 @@ from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
 from console.observe.progress import TerminalOnlyProgress
 from console.state import RATE_UNITS
-from console.units import format_indices, spread
+from console.units import format_duration, format_indices, spread
 
 VERDICTS = (
     "healthy",
@@ -338,7 +338,7 @@ def rhythm_text(interval_s: float | None) -> str:
     """'usually writes every 0.3 s', or that no rhythm is known yet."""
     if interval_s is None:
         return "its rhythm not learned yet"
-    return f"usually writes every {_seconds(interval_s)}"
+    return f"usually writes every {format_duration(interval_s, tenths=True)}"
 
 
 #: Write boundaries a tail needs before it says anything about the log's rhythm.
@@ -455,7 +455,7 @@ class _Diagnosis:
 
     def _quiet_text(self) -> str:
         ev = self.ev
-        return f"quiet {_seconds(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
+        return f"quiet {format_duration(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
 
     def _recent(self, line: ProblemLine) -> bool:
         return line.age_s is None or line.age_s <= self._log_limit()
@@ -641,16 +641,16 @@ class _Diagnosis:
             else:
                 how = "from its rhythm"
             lines.append(
-                f"log silent {_seconds(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
-                f"(a stall after {_seconds(self._log_limit())}, {how})"
+                f"log silent {format_duration(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
+                f"(a stall after {format_duration(self._log_limit())}, {how})"
             )
         elif ev.log_write_interval_s is not None:
             lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
         if ev.terminal_only_progress is not None:
             lines.append(f"no progress reaches the log: {ev.terminal_only_progress.advice}")
         if ev.rate_silent_s is not None:
-            usual = f"usually every {_seconds(ev.rate_interval_s)}" if ev.rate_interval_s else "usual interval not learned yet"
-            lines.append(f"last throughput line {_seconds(ev.rate_silent_s)} ago ({usual})")
+            usual = f"usually every {format_duration(ev.rate_interval_s, tenths=True)}" if ev.rate_interval_s else "usual interval not learned yet"
+            lines.append(f"last throughput line {format_duration(ev.rate_silent_s)} ago ({usual})")
         return lines
 
     def _stdout_lines(self) -> list[str]:
@@ -665,7 +665,7 @@ class _Diagnosis:
     def _problem_lines(self, lines: list[ProblemLine]) -> list[str]:
         out = []
         for line in lines[-_QUOTED_LINES:]:
-            age = "" if line.age_s is None else f" ({line.age_s:.0f} s ago)"
+            age = "" if line.age_s is None else f" ({format_duration(line.age_s)} ago)"
             out.append(f"{line.kind.value}{age}: {_clip(line.text, _QUOTE_CHARS)}")
         return out
 
@@ -846,7 +846,7 @@ class _Diagnosis:
 
     def _dead_thread_lines(self, dead) -> list[str]:
         return [
-            f'thread "{t.name}" died{"" if t.age_s is None else f" {_seconds(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {format_duration(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
             + (" (the log went on for a while after)" if t.progress_after else "")
             for t in dead
         ]
@@ -893,7 +893,7 @@ class _Diagnosis:
         if not busy and (self._cpu_known() or ev.gpus):
             return Verdict(
                 "hung",
-                f"{self._hung_summary()}; quiet {_seconds(ev.log_silent_s or 0.0)}",
+                f"{self._hung_summary()}; quiet {format_duration(ev.log_silent_s or 0.0)}",
                 self._nccl_lines()
                 + self._dead_thread_lines(self.ev.dead_threads)
                 + self._rank_lines()
@@ -959,16 +959,6 @@ def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
     return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
-
-
-def _seconds(value: float) -> str:
-    """A duration for a sentence: '0.3 s', '12 s', '4 min 10 s'."""
-    if value < 10:
-        return f"{value:.1f} s".replace(".0 s", " s")
-    if value < 120:
-        return f"{value:.0f} s"
-    minutes, seconds = divmod(int(round(value)), 60)
-    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
 
 
 def _clip(text: str, limit: int) -> str:
