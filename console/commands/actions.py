@@ -165,8 +165,11 @@ async def _mutating(
         await target.close()
 
 
-def _ask(action: str, args: argparse.Namespace) -> int | None:
-    """None to go ahead, else the exit code of a refusal."""
+def _ask(action: str, args: argparse.Namespace, heading: str, plan: list[str]) -> int | None:
+    """Show the plan under its heading and ask: None to go ahead, else the exit code of a refusal."""
+    _say(heading, sys.stdout)
+    for line in plan:
+        _say(f"  {line}", sys.stdout)
     answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
     if answer is None:
         _say(f"{action}: not confirmed: no terminal to ask on; pass --yes to {action} without asking", sys.stderr)
@@ -186,10 +189,7 @@ def restart(config: Config, args: argparse.Namespace) -> int:
         plan = await plan_restart(
             target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
         )
-        _say(f"restart on {target.label}:", sys.stdout)
-        for line in plan.describe():
-            _say(f"  {line}", sys.stdout)
-        refused = _ask("restart", args)
+        refused = _ask("restart", args, f"restart on {target.label}:", plan.describe())
         if refused is not None:
             return refused
         events = execute_restart(
@@ -207,10 +207,7 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
 
     async def plan_and_run(target: Target) -> int:
         plan = plan_warmup(config)
-        _say(f"on {target.label}:", sys.stdout)
-        for line in plan.describe():
-            _say(f"  {line}", sys.stdout)
-        refused = _ask("warmup", args)
+        refused = _ask("warmup", args, f"on {target.label}:", plan.describe())
         if refused is not None:
             return refused
         steps = await _print_events(execute_warmup(target, config, plan, audit=not _no_audit(args)), sys.stdout)
