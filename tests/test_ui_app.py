@@ -495,6 +495,19 @@ async def test_gpu_and_pid_placeholders_come_from_the_selection():
         assert app.screen.lines[-1] == "  $ echo gpu=3 pid=4191"
 
 
+async def test_a_custom_action_on_a_comma_is_bound():
+    """',' separates Textual's keys in a binding: a custom action on it is bound by the key's name, not broken."""
+    from console.config import CustomAction
+
+    show = CustomAction(name="show", key=",", command="echo comma", confirm=True)
+    app = make_app(target=LocalTarget(), config=dataclasses.replace(make_config(), actions=(show,)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("comma")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.lines[-1] == "  $ echo comma"
+
+
 async def test_the_command_column_shows_the_script_and_its_arguments():
     from console.observe.roles import script_and_args
 
