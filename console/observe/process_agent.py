@@ -17,6 +17,8 @@ console/observe/protocol.py; then one JSON line per result, every key always pre
         "start_ticks", "pidfile_error"} once ARGV runs, writes the pidfile by rename, exits.
     info   PID...
         {"ev": "process", "pid", "state", "pgid", "start_ticks"} for each PID that exists.
+    descendants PID
+        {"ev": "descendant", "pid"} for every descendant of PID, parents first.
     signal --signal NAME DEST...      DEST = PID:START_TICKS or PID:START_TICKS:group
         Sends NAME to the process (or to its process group) only while PID still has that
         start time: {"ev": "signalled", "pid", "said"} with said = sent, gone or reused.
@@ -228,6 +230,27 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
+def descendants(args: argparse.Namespace) -> int:
+    todo = [args.pid]
+    while todo:
+        children = []
+        for pid in todo:
+            try:
+                tasks = os.listdir("/proc/%d/task" % pid)
+            except OSError:
+                continue  # ended meanwhile
+            for task in tasks:
+                try:
+                    with open("/proc/%d/task/%s/children" % (pid, task)) as listed:
+                        children += [int(word) for word in listed.read().split()]
+                except OSError:
+                    pass
+        for child in children:
+            write_line({"ev": "descendant", "pid": child})
+        todo = children
+    return 0
+
+
 def parse_dest(text: str) -> Tuple[int, int, bool]:
     words = text.split(":")
     if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "group"):
@@ -387,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("argv", nargs="+", metavar="ARGV")
     command = commands.add_parser("info", allow_abbrev=False)
     command.add_argument("pids", nargs="+", type=int, metavar="PID")
+    command = commands.add_parser("descendants", allow_abbrev=False)
+    command.add_argument("pid", type=int, metavar="PID")
     command = commands.add_parser("signal", allow_abbrev=False)
     command.add_argument("--signal", required=True, type=signal_number, help="TERM, KILL, INT, ...")
     command.add_argument("dests", nargs="+", type=parse_dest, metavar="DEST")
@@ -400,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"start": start, "launch": launch, "info": info, "signal": send_signals, "stop": stop, "probe": probe}
+COMMANDS = {"start": start, "launch": launch, "info": info, "signal": send_signals, "stop": stop, "probe": probe,
+            "descendants": descendants}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

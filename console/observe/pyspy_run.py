@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json, parse_dump_text
-from console.observe.remote_process import SignalTarget, StartedProcess, send_signal, start
+from console.observe.remote_process import SignalTarget, StartedProcess, descendants, send_signal, start
 from console.observe.textsafe import sanitize
 from console.remote.target import Target, TargetError
 
@@ -120,10 +120,9 @@ async def dump_tree(
     pids = [pid]
     if children:
         try:
-            listed = await target.run(descendants_script(pid), timeout)
+            pids += [found for found in await descendants(target, pid, timeout) if found != pid]
         except TargetError as exc:
             raise DumpError("unreachable", str(exc)) from None
-        pids += [int(word) for word in listed.stdout.split() if word.isdigit() and int(word) != pid]
     results = await asyncio.gather(*(dump(target, p, **options) for p in pids), return_exceptions=True)
     out: list[ProcessDump] = []
     for found, result in zip(pids, results):
@@ -134,15 +133,6 @@ async def dump_tree(
         elif result.code not in ("no_such_process", "unsupported_python"):
             raise result
     return out
-
-
-def descendants_script(pid: int) -> str:
-    """Bash that prints every descendant PID of `pid` (from /proc/*/task/*/children), parents first."""
-    return (
-        f"todo={int(pid)}; while [ -n \"$todo\" ]; do next=; for p in $todo; do "
-        "for c in $(cat /proc/$p/task/*/children 2>/dev/null); do echo $c; next=\"$next $c\"; done; "
-        "done; todo=$next; done"
-    )
 
 
 async def _kill(target: Target, spy: StartedProcess) -> None:

@@ -9,6 +9,7 @@ time it had when it was planned or started (`ProcessRef`); a reused PID is repor
     start(...)       attached: its output streams back on the channel, `.ref` is known first
     launch(...)      detached: appended to a log, PID to a pidfile; returns its ref
     read_processes   PID → state, group, start time, for the PIDs that exist
+    descendants      a process's descendants, parents first
     send_signal      a signal to each ref (or its group) that is still itself
     stop_group       SIGTERM the group a started process leads, SIGKILL what is left
     probe            what the restart's guards must know (its own ancestry, groups, the pidfile)
@@ -191,6 +192,11 @@ async def read_processes(target: Target, pids: Iterable[int], timeout: float = P
             _int(record, "start_ticks", target),
         )
     return found
+
+
+async def descendants(target: Target, pid: int, timeout: float = PROBE_TIMEOUT_S) -> list[int]:
+    """Every descendant PID of `pid`, parents first (none when it is gone)."""
+    return [_int(record, "pid", target) for record in await _ask(target, ["descendants", str(int(pid))], "descendant", timeout)]
 
 
 async def send_signal(
