@@ -267,3 +267,14 @@ async def test_proxy_jump_from_ssh_config(sshd: SshServer, targets, tmp_path: Pa
     assert result.stdout == "jumped\n"
     # Two new server-side connections: one to the jump host, one tunnelled through it.
     assert len(set(sshd.connection_pids()) - before) == 2
+
+
+def test_aes_gcm_is_preferred_unless_the_ssh_config_chose_the_ciphers():
+    from asyncssh.encryption import get_default_encryption_algs
+
+    from console.remote.ssh import _ciphers
+
+    preferred = _ciphers(get_default_encryption_algs())
+    assert preferred[:2] == ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com"]
+    assert sorted(preferred) == sorted(name.decode() for name in get_default_encryption_algs())
+    assert _ciphers([b"chacha20-poly1305@openssh.com", b"aes256-ctr"]) == ["chacha20-poly1305@openssh.com", "aes256-ctr"]
