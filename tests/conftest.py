@@ -9,7 +9,39 @@ from collections.abc import Iterator
 import pytest
 
 from console import user_patterns
+from console.observe.agent import in_pid_namespace
 from tests.sshd import PidNamespace, SshServer, start_sshd
+
+#: The project's rule: tests signal processes only inside a PID namespace of their own, where no
+#: PID can name a process of the machine's (scripts/test runs pytest as the child of tests/pid1.py,
+#: PID 1 there). Outside one, every signal the test process sends to another process is refused.
+OWN_PID_NAMESPACE = in_pid_namespace() and 1 in (os.getpid(), os.getppid())
+OUTSIDE_PID_NAMESPACE = (
+    "tests signal processes only inside a PID namespace of their own: run scripts/test, "
+    "or put `unshare --pid --fork --mount-proc --kill-child` before pytest"
+)
+
+
+class SignalOutsidePidNamespace(Exception):
+    """A test signalled a process while pytest runs outside a PID namespace of its own."""
+
+
+def _refused_outside_a_pid_namespace(send):
+    def refuse(pid: int, sig: int) -> None:
+        if sig != 0 and pid != os.getpid():  # signal 0 only probes; a process may signal itself
+            raise SignalOutsidePidNamespace(f"{send.__name__}({pid}, {sig}) refused: {OUTSIDE_PID_NAMESPACE}")
+        send(pid, sig)
+
+    return refuse
+
+
+if not OWN_PID_NAMESPACE:
+    os.kill = _refused_outside_a_pid_namespace(os.kill)
+    os.killpg = _refused_outside_a_pid_namespace(os.killpg)
+
+
+def pytest_report_header() -> str:
+    return "PID namespace: its own" if OWN_PID_NAMESPACE else f"PID namespace: the machine's; {OUTSIDE_PID_NAMESPACE}"
 
 # Tests kill login shells (fault injection, timeouts); one killed inside `pyenv rehash` leaves
 # a lock that makes every later login shell of this user wait 60 s. Bound the wait for the
