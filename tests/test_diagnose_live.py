@@ -1,6 +1,9 @@
 """`pulse check --json` on real process trees, locally and over the real sshd: a torchrun-like
 job whose rank 1 never reaches the all-reduce, and a DataLoader-like run whose workers hang
-while an unrelated process keeps the (stand-in) GPU busy."""
+while an unrelated process keeps the (stand-in) GPU busy.
+
+The tests run in a PID namespace of their own (scripts/test), so the agent's view is a container's:
+the stand-in GPU lists host PIDs, as the driver does there."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.real_captures import HOST_PID_OFFSET
 from tests.test_check import CAPTURED_GPU_FIELDS, H200, PROCS, Run, check, write_nvidia_smi  # noqa: F401  (fixture)
 from tests.test_restart import procs  # noqa: F401  (fixture)
 
@@ -19,10 +23,12 @@ PMON_HEADER = (
 
 
 def shared_gpu_stand_in(folder: Path, run_pid: int, other_pid: int) -> Path:
-    """An nvidia-smi for one H200 at 95 % in use, all of it by `other_pid`; the run's pid holds memory, idle."""
+    """An nvidia-smi for one H200 at 95 % in use, all of it by `other_pid`; the run's pid holds memory, idle.
+    It lists both by their host PIDs, which the tests' PID namespace does not share (the driver knows no other)."""
     gpu = dict(zip(CAPTURED_GPU_FIELDS, (H200 / "smi_query_gpu_busy.txt").read_text().strip().split(", ")))
     gpu["utilization.gpu"] = "95"
     uuid_ = gpu["uuid"]
+    run_pid, other_pid = run_pid + HOST_PID_OFFSET, other_pid + HOST_PID_OFFSET
     apps = [
         {"gpu_uuid": uuid_, "pid": str(other_pid), "used_memory": "30512", "process_name": "python3"},
         {"gpu_uuid": uuid_, "pid": str(run_pid), "used_memory": "21610", "process_name": "python3"},
@@ -69,10 +75,11 @@ def test_a_dataloader_hang_on_a_gpu_busy_with_another_job_is_hung(procs, tmp_pat
     status, report, _ = check(*run.flags, nvidia_smi=smi)
     assert (status, report["verdict"]) == (1, "hung"), report["summary"]
     labels = sorted(p["label"] for p in report["processes"])
-    assert labels == ["main · GPU 0", f"worker of pid {main}", f"worker of pid {main}"]
+    assert labels == ["main", f"worker of pid {main}", f"worker of pid {main}"]  # no GPU: its host PID is unknown here
     assert other.pid not in [p["pid"] for p in report["processes"]]
     evidence = "\n".join(report["evidence"])
-    assert f"GPU 0 95%, none of it from the run: pid {other.pid} 95% is not the run's" in evidence
+    host_pids = sorted(pid + HOST_PID_OFFSET for pid in (main, other.pid))
+    assert f"GPU memory held by pid {host_pids[0]}, {host_pids[1]}: this PID namespace cannot see them (host PIDs)" in evidence
     assert report["gpus"][0]["utilization_pct"] == 95.0
     assert report["summary"].startswith("the main thread waits on its DataLoader workers (loader_hang.py:")
     assert f"2 DataLoader workers of main (pid {main}) blocked in Dataset.__getitem__ (loader_hang.py:" in evidence
