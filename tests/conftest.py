@@ -26,9 +26,11 @@ class SignalOutsidePidNamespace(Exception):
     """A test signalled a process while pytest runs outside a PID namespace of its own."""
 
 
-def _refused_outside_a_pid_namespace(send):
+def refused_outside_a_pid_namespace(send):
+    """`send` (os.kill, os.killpg) refusing every signal to another process; signal 0 only probes."""
+
     def refuse(pid: int, sig: int) -> None:
-        if sig != 0 and pid != os.getpid():  # signal 0 only probes; a process may signal itself
+        if sig != 0 and pid != os.getpid():
             raise SignalOutsidePidNamespace(f"{send.__name__}({pid}, {sig}) refused: {OUTSIDE_PID_NAMESPACE}")
         send(pid, sig)
 
@@ -36,12 +38,13 @@ def _refused_outside_a_pid_namespace(send):
 
 
 if not OWN_PID_NAMESPACE:
-    os.kill = _refused_outside_a_pid_namespace(os.kill)
-    os.killpg = _refused_outside_a_pid_namespace(os.killpg)
+    os.kill = refused_outside_a_pid_namespace(os.kill)
+    os.killpg = refused_outside_a_pid_namespace(os.killpg)
 
 
 def pytest_report_header() -> str:
-    return "PID namespace: its own" if OWN_PID_NAMESPACE else f"PID namespace: the machine's; {OUTSIDE_PID_NAMESPACE}"
+    return "PID namespace: its own" if OWN_PID_NAMESPACE else f"PID namespace: not its own; {OUTSIDE_PID_NAMESPACE}"
+
 
 # Tests kill login shells (fault injection, timeouts); one killed inside `pyenv rehash` leaves
 # a lock that makes every later login shell of this user wait 60 s. Bound the wait for the
