@@ -13,37 +13,19 @@ from console.observe.agent import in_pid_namespace
 from tests.sshd import PidNamespace, SshServer, start_sshd
 
 #: The project's rule: tests signal processes only inside a PID namespace of their own, where no
-#: PID can name a process of the machine's (scripts/test runs pytest as the child of tests/pid1.py,
-#: PID 1 there). Outside one, every signal the test process sends to another process is refused.
+#: PID can name a process of the machine's and whatever they leave dies with it. scripts/test runs
+#: pytest there as the child of tests/pid1.py, PID 1; anywhere else the session is refused up front
+#: (refused later, at a signal, the processes a test started would outlive it).
 OWN_PID_NAMESPACE = in_pid_namespace() and 1 in (os.getpid(), os.getppid())
 OUTSIDE_PID_NAMESPACE = (
-    "tests signal processes only inside a PID namespace of their own: run scripts/test, "
-    "or put `unshare --pid --fork --mount-proc --kill-child` before pytest"
+    "the tests signal the processes they start, so they run only in a PID namespace of their own: "
+    "run scripts/test, or put `unshare --pid --fork --mount-proc --kill-child python3 tests/pid1.py` before pytest"
 )
 
 
-class SignalOutsidePidNamespace(Exception):
-    """A test signalled a process while pytest runs outside a PID namespace of its own."""
-
-
-def refused_outside_a_pid_namespace(send):
-    """`send` (os.kill, os.killpg) refusing every signal to another process; signal 0 only probes."""
-
-    def refuse(pid: int, sig: int) -> None:
-        if sig != 0 and pid != os.getpid():
-            raise SignalOutsidePidNamespace(f"{send.__name__}({pid}, {sig}) refused: {OUTSIDE_PID_NAMESPACE}")
-        send(pid, sig)
-
-    return refuse
-
-
-if not OWN_PID_NAMESPACE:
-    os.kill = refused_outside_a_pid_namespace(os.kill)
-    os.killpg = refused_outside_a_pid_namespace(os.killpg)
-
-
-def pytest_report_header() -> str:
-    return "PID namespace: its own" if OWN_PID_NAMESPACE else f"PID namespace: not its own; {OUTSIDE_PID_NAMESPACE}"
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not OWN_PID_NAMESPACE:
+        pytest.exit(OUTSIDE_PID_NAMESPACE, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 # Tests kill login shells (fault injection, timeouts); one killed inside `pyenv rehash` leaves

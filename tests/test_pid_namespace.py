@@ -1,5 +1,5 @@
 """The tests' PID namespace (scripts/test): pytest runs in one of its own, whose init (tests/pid1.py)
-reaps orphans and passes SIGTERM on; outside one, conftest refuses every signal to another process."""
+reaps orphans and passes SIGTERM on; a session outside one is refused before any test runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import conftest
-from tests.test_restart import children, procs, wait_for  # noqa: F401  (procs is a fixture)
+from tests.test_restart import children, wait_for
 
 PID1 = Path(__file__).resolve().parent / "pid1.py"
 IN_A_NEW_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, str(PID1)]
@@ -38,13 +38,14 @@ def test_the_tests_run_in_a_pid_namespace_of_their_own():
     assert conftest.OWN_PID_NAMESPACE, conftest.OUTSIDE_PID_NAMESPACE
 
 
-def test_outside_a_pid_namespace_a_signal_to_another_process_is_refused_and_it_lives(procs):
-    sleeper = procs.start(["sleep", "60"])
-    kill = conftest.refused_outside_a_pid_namespace(os.kill)
-    with pytest.raises(conftest.SignalOutsidePidNamespace, match=rf"kill\({sleeper.pid}, 15\) refused: .*scripts/test"):
-        kill(sleeper.pid, signal.SIGTERM)
-    kill(sleeper.pid, 0)  # a probe sends nothing
-    assert sleeper.poll() is None
+def test_a_session_outside_a_pid_namespace_of_its_own_is_refused_before_any_test():
+    """A pytest started here shares this session's namespace, whose PID 1 is not its parent."""
+    this_test = f"{__file__}::test_the_tests_run_in_a_pid_namespace_of_their_own"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", this_test],
+                          cwd=PID1.parents[1], capture_output=True, text=True, timeout=60)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout
+    assert f"Exit: {conftest.OUTSIDE_PID_NAMESPACE}" in done.stdout
+    assert "passed" not in done.stdout and "failed" not in done.stdout
 
 
 def test_the_init_reaps_the_orphans_the_tests_leave():
