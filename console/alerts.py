@@ -26,7 +26,7 @@ The alert object:
 
     {"event": "worse" | "recovered", "time": Unix seconds, "host": …, "container": … | null,
      "run": …, "verdict": …, "previous": … | null, "summary": …, "evidence": [lines],
-     "next_step": …, "key": … | null}
+     "next_step": …, "step": "dump" | "log" | "restart" | "warmup" | null}
 """
 
 from __future__ import annotations

@@ -119,6 +119,8 @@ class CustomAction:
     description: str = ""
     mutating: bool = True
     """Changes something unless the config says `mutating = false`: refused under --read-only."""
+    key_source: str = ""
+    """Where the config sets `key`, as an error about it starts: 'pulse.toml:3: actions[0].key'."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,14 +211,17 @@ class _Reader:
     def __init__(self, source: str, lines: dict[str, int], problems: list[str]) -> None:
         self.source, self.lines, self.problems = source, lines, problems
 
-    def problem(self, path: str, message: str) -> None:
+    def where(self, path: str) -> str:
+        """'file:line: path', the line of `path` or of the nearest table above it that has one."""
         parts = path.split(".")
         line = None
         while parts and line is None:
             line = self.lines.get(".".join(parts))
             parts.pop()
-        where = f"{self.source}:{line}" if line else self.source
-        self.problems.append(f"{where}: {path}: {message}")
+        return f"{self.source}:{line}: {path}" if line else f"{self.source}: {path}"
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(f"{self.where(path)}: {message}")
 
     def table(self, data: dict, path: str, allowed: tuple[str, ...]) -> dict:
         value = data.get(path.rsplit(".", 1)[-1], {}) if "." not in path else data
@@ -485,14 +490,12 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                 r.problem(f"{path}.{field_name}", "is required")
         if key and len(key) != 1:
             r.problem(f"{path}.key", "must be a single character")
-        elif key and key in _RESERVED_KEYS:
-            r.problem(f"{path}.key", f"{key!r} is taken by a built-in key")
         dangerous, mutating = r.get(a, f"{path}.dangerous", bool, False), r.get(a, f"{path}.mutating", bool, True)
         if dangerous and not mutating:
             r.problem(f"{path}.mutating", "a dangerous action changes something: drop mutating = false or dangerous")
-        if name and key and command and len(key) == 1 and key not in _RESERVED_KEYS:
+        if name and key and command and len(key) == 1:
             actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True), dangerous,
-                                        r.get(a, f"{path}.description", str, ""), mutating))
+                                        r.get(a, f"{path}.description", str, ""), mutating, r.where(f"{path}.key")))
 
     audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
     alerts = _alerts(r, data)
@@ -521,10 +524,6 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
         timeout_s=float(r.get(a, "alerts.timeout_s", number, 10.0, _positive)),
         retries=r.get(a, "alerts.retries", int, 2, lambda v: None if 0 <= v <= 10 else "must be 0-10"),
     )
-
-
-#: Keys the console binds itself; custom actions may not take them.
-_RESERVED_KEYS = frozenset("?qtfnNdpRwlhkv/\\[]:#")
 
 
 def load_config(path: str | Path) -> Config:

@@ -1,7 +1,8 @@
 """Stall diagnosis: what was observed in, one verdict out. Pure: no I/O, no clock.
 
 `console.evidence.gather` collects an `Evidence` from a target; `diagnose` names what is
-wrong, shows the observations that say so, and the next step with its console key.
+wrong, shows the observations that say so, the next step, and the action that takes it (its `step`,
+one of NEXT_STEPS; the console binds each to a key).
 
 Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
 growth for longer than the silence limit, or no throughput line for longer than the limit
@@ -27,22 +28,22 @@ A log that showed a framework starting a progress display drawn only on a termin
 by its silence: the run's own processes tell, and the verdict names the framework and the
 setting that puts progress into the log, never "log progresses".
 
-| verdict             | when                                                                             | key |
-| ------------------- | -------------------------------------------------------------------------------- | --- |
-| unknown             | no process reading and no log reading at all                                     | —   |
-| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | w/R |
-| diverged            | a NaN/Inf loss line since the launch                                             | l   |
-| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | R   |
-| gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —   |
-| dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | l   |
-| hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | R |
-| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | — |
-| buffered            | alive, busy, silent, stdout a regular file without -u                            | R   |
-| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | p |
-| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | p   |
-| slow                | throughput now < `metrics.slow_fraction` × baseline                              | p   |
-| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | — |
-| unknown             | otherwise (no log to judge progress by)                                          | l   |
+| verdict             | when                                                                             | step           |
+| ------------------- | -------------------------------------------------------------------------------- | -------------- |
+| unknown             | no process reading and no log reading at all                                     | —              |
+| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | warmup/restart |
+| diverged            | a NaN/Inf loss line since the launch                                             | log            |
+| launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | restart        |
+| gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —              |
+| dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | log            |
+| hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | restart        |
+| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | —              |
+| buffered            | alive, busy, silent, stdout a regular file without -u                            | restart        |
+| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | dump           |
+| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | dump           |
+| slow                | throughput now < `metrics.slow_fraction` × baseline                              | dump           |
+| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | —              |
+| unknown             | otherwise (no log to judge progress by)                                          | log            |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
 """
@@ -57,7 +58,7 @@ from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
 from console.observe.progress import TerminalOnlyProgress
 from console.state import RATE_UNITS
-from console.units import format_indices, spread
+from console.units import format_duration, format_indices, spread
 
 VERDICTS = (
     "healthy",
@@ -71,6 +72,9 @@ VERDICTS = (
     "gpu_contexts_unseen",
     "unknown",
 )
+
+#: What a verdict's next step may be: dump the stacks, read the log at the problem, restart, warm up.
+NEXT_STEPS = ("dump", "log", "restart", "warmup")
 
 #: Notification order, quietest first.
 _SEVERITY = {
@@ -221,8 +225,8 @@ class Verdict:
     summary: str
     evidence: list[str]
     next_step: str
-    key: str | None = None
-    """The console key that takes the next step: p dump, R restart, l log, w warmup."""
+    step: str | None = None
+    """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +339,7 @@ def rhythm_text(interval_s: float | None) -> str:
     """'usually writes every 0.3 s', or that no rhythm is known yet."""
     if interval_s is None:
         return "its rhythm not learned yet"
-    return f"usually writes every {_seconds(interval_s)}"
+    return f"usually writes every {format_duration(interval_s, tenths=True)}"
 
 
 #: Write boundaries a tail needs before it says anything about the log's rhythm.
@@ -454,7 +458,7 @@ class _Diagnosis:
 
     def _quiet_text(self) -> str:
         ev = self.ev
-        return f"quiet {_seconds(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
+        return f"quiet {format_duration(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
 
     def _recent(self, line: ProblemLine) -> bool:
         return line.age_s is None or line.age_s <= self._log_limit()
@@ -640,16 +644,16 @@ class _Diagnosis:
             else:
                 how = "from its rhythm"
             lines.append(
-                f"log silent {_seconds(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
-                f"(a stall after {_seconds(self._log_limit())}, {how})"
+                f"log silent {format_duration(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
+                f"(a stall after {format_duration(self._log_limit())}, {how})"
             )
         elif ev.log_write_interval_s is not None:
             lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
         if ev.terminal_only_progress is not None:
             lines.append(f"no progress reaches the log: {ev.terminal_only_progress.advice}")
         if ev.rate_silent_s is not None:
-            usual = f"usually every {_seconds(ev.rate_interval_s)}" if ev.rate_interval_s else "usual interval not learned yet"
-            lines.append(f"last throughput line {_seconds(ev.rate_silent_s)} ago ({usual})")
+            usual = f"usually every {format_duration(ev.rate_interval_s, tenths=True)}" if ev.rate_interval_s else "usual interval not learned yet"
+            lines.append(f"last throughput line {format_duration(ev.rate_silent_s)} ago ({usual})")
         return lines
 
     def _stdout_lines(self) -> list[str]:
@@ -664,7 +668,7 @@ class _Diagnosis:
     def _problem_lines(self, lines: list[ProblemLine]) -> list[str]:
         out = []
         for line in lines[-_QUOTED_LINES:]:
-            age = "" if line.age_s is None else f" ({line.age_s:.0f} s ago)"
+            age = "" if line.age_s is None else f" ({format_duration(line.age_s)} ago)"
             out.append(f"{line.kind.value}{age}: {_clip(line.text, _QUOTE_CHARS)}")
         return out
 
@@ -715,16 +719,16 @@ class _Diagnosis:
                     f"a Triton kernel asked for more shared memory than the GPU has (OutOfResources); {state}",
                     self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
                     "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart (R)",
-                    "R",
+                    "restart",
                 )
-            key = "w" if self.has_warmup else "R"
-            step = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
+            step = "warmup" if self.has_warmup else "restart"
+            advice = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
             return Verdict(
                 "oom",
                 f"CUDA out of memory; {state}",
                 self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
-                step if self.has_warmup else "lower the batch or sequence length, then restart (R)",
-                key,
+                advice if self.has_warmup else "lower the batch or sequence length, then restart (R)",
+                step,
             )
 
         nans = self._of_kind(LineKind.NAN)
@@ -734,7 +738,7 @@ class _Diagnosis:
                 "the loss went NaN/Inf",
                 self._problem_lines(nans) + self._process_lines() + self._log_lines(),
                 "read the log around the first NaN (l); lower the learning rate or restore a checkpoint",
-                "l",
+                "log",
             )
 
         if not self.alive:
@@ -756,7 +760,7 @@ class _Diagnosis:
                 f"throughput below {self.slow_fraction:.0%} of baseline",
                 self._throughput_line() + self._process_lines() + self._gpu_lines(),
                 "dump the stacks (p) to see where time goes; check GPU clocks and other jobs on the GPUs",
-                "p",
+                "dump",
             )
 
         if ev.log_path is not None and ev.log_exists and self._progressing():
@@ -779,7 +783,7 @@ class _Diagnosis:
             "the run is alive but its progress cannot be judged",
             self._process_lines() + self._log_lines() + self._gpu_lines(),
             "configure the run's log (--log) so progress can be judged, or read it (l)",
-            "l",
+            "log",
         )
 
     def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
@@ -804,7 +808,7 @@ class _Diagnosis:
                 f"{gone} and the log is {what}",
                 self._process_lines() + self._log_lines() + self._problem_lines(list(ev.problems)),
                 "check the launch command, its working directory and the log path, then restart (R)",
-                "R",
+                "restart",
             )
         if ev.gpu_contexts_unseen:
             return Verdict(
@@ -825,7 +829,7 @@ class _Diagnosis:
             + self._log_lines()
             + self._gpu_lines(),
             "read the end of the log (l) for the cause, then restart (R)",
-            "l",
+            "log",
         )
 
     def _nccl_lines(self) -> list[str]:
@@ -845,7 +849,7 @@ class _Diagnosis:
 
     def _dead_thread_lines(self, dead) -> list[str]:
         return [
-            f'thread "{t.name}" died{"" if t.age_s is None else f" {_seconds(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {format_duration(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
             + (" (the log went on for a while after)" if t.progress_after else "")
             for t in dead
         ]
@@ -869,7 +873,7 @@ class _Diagnosis:
             + self._stack_lines(),
             "fix what killed the thread (its traceback is in the log, l), then restart (R): "
             "what waits on that thread will wait forever",
-            "R",
+            "restart",
         )
 
     def _stalled(self) -> Verdict:
@@ -887,12 +891,12 @@ class _Diagnosis:
                 "the run is busy but its log is silent: stdout is block-buffered into a file",
                 self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
                 "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
-                "R",
+                "restart",
             )
         if not busy and (self._cpu_known() or ev.gpus):
             return Verdict(
                 "hung",
-                f"{self._hung_summary()}; quiet {_seconds(ev.log_silent_s or 0.0)}",
+                f"{self._hung_summary()}; quiet {format_duration(ev.log_silent_s or 0.0)}",
                 self._nccl_lines()
                 + self._dead_thread_lines(self.ev.dead_threads)
                 + self._rank_lines()
@@ -903,7 +907,7 @@ class _Diagnosis:
                 + self._stack_lines()
                 + self._problem_lines(list(ev.problems)),
                 "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective)",
-                "p",
+                "dump",
             )
         return Verdict(
             "unknown",
@@ -916,7 +920,7 @@ class _Diagnosis:
             + self._rank_lines()
             + self._stack_lines(),
             "dump the stacks (p) to see what it is busy with",
-            "p",
+            "dump",
         )
 
 
@@ -958,16 +962,6 @@ def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
     return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
-
-
-def _seconds(value: float) -> str:
-    """A duration for a sentence: '0.3 s', '12 s', '4 min 10 s'."""
-    if value < 10:
-        return f"{value:.1f} s".replace(".0 s", " s")
-    if value < 120:
-        return f"{value:.0f} s"
-    minutes, seconds = divmod(int(round(value)), 60)
-    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
 
 
 def _clip(text: str, limit: int) -> str:

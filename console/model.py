@@ -131,6 +131,50 @@ class GpuReading:
     """(pid, SM %) of each process using it, from NVML process samples or `nvidia-smi pmon`;
     None when not read (only a diagnosis reads it, never the 1 Hz loop). Host PIDs."""
 
+    @property
+    def memory_pct(self) -> float | None:
+        """Memory used as a percentage of the total; None when either is unknown."""
+        used, total = self.memory_used_mib, self.memory_total_mib
+        return used * 100 / total if used is not None and total else None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRole:
+    """The GPUs of one role (a line of the compact GPU pane), with each figure over those read without a fault."""
+
+    role: str
+    """The config's role name; '' for GPUs it gives none."""
+    gpus: tuple[GpuReading, ...]
+
+    @property
+    def faults(self) -> tuple[GpuReading, ...]:
+        return tuple(gpu for gpu in self.gpus if gpu.error)
+
+    @property
+    def readable(self) -> tuple[GpuReading, ...]:
+        return tuple(gpu for gpu in self.gpus if not gpu.error)
+
+    def figures(self, name: str) -> list[float]:
+        """One field of each readable GPU that has it ('utilization_pct', 'memory_pct', ...)."""
+        return [value for value in (getattr(gpu, name) for gpu in self.readable) if value is not None]
+
+    @property
+    def memory_used_gib(self) -> list[float]:
+        return [mib / 1024 for mib in self.figures("memory_used_mib")]
+
+    @property
+    def memory_total_mib(self) -> int | None:
+        """The largest total among them (a role's GPUs are normally alike); None when none is known."""
+        return max((total for total in self.figures("memory_total_mib") if total), default=None)
+
+
+def gpus_by_role(gpus: tuple[GpuReading, ...], roles: dict[int, str]) -> list[GpuRole]:
+    """The GPUs grouped by their role, each role where its first GPU comes in index order."""
+    groups: dict[str, list[GpuReading]] = {}
+    for gpu in gpus:
+        groups.setdefault(roles.get(gpu.index, ""), []).append(gpu)
+    return [GpuRole(role, tuple(members)) for role, members in groups.items()]
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadCpu:

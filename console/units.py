@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 
-def format_duration(seconds: float, *, compact: bool = False) -> str:
-    """`2d 4h`, `5h 12m`, `7m 03s`, `42s` (largest two units); `compact` drops the space: `7m03s`."""
+def format_duration(seconds: float, *, compact: bool = False, tenths: bool = False) -> str:
+    """`2d 4h`, `5h 12m`, `7m 03s`, `42s` (largest two units); `compact` drops the space: `7m03s`;
+    `tenths` keeps them below 10 s, `0.3s`, where they are the fact (a run that writes every 0.3 s)."""
+    if tenths and 0 < seconds < 10:
+        return f"{seconds:.1f}".removesuffix(".0") + "s"
     s = int(max(seconds, 0))
     days, s = divmod(s, 86400)
     hours, s = divmod(s, 3600)

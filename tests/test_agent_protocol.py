@@ -18,14 +18,18 @@ from pathlib import Path
 import pytest
 
 from console.config import Config, GpuConfig, RunConfig
-from console.observe import agent, follow, follow_agent, sampler
+from console.observe import agent, follow, follow_agent, process_agent, remote_process, sampler
 from console.observe.follow import FRAME_FIELDS, FollowProtocolError, LogFollower, check_frame
 from console.observe.protocol import ProtocolError, check_hello
 from console.observe.sampler import SampleError, parse_sample, sample_once
 from console.remote.target import LocalTarget, TargetError
 from tests.test_agent import agent_argv, run_agent
 
-AGENTS = {"pulse-agent": Path(agent.__file__), "pulse-follow": Path(follow_agent.__file__)}
+AGENTS = {
+    "pulse-agent": Path(agent.__file__),
+    "pulse-follow": Path(follow_agent.__file__),
+    "pulse-process": Path(process_agent.__file__),
+}
 #: The oldest Python the agents claim to run on (their docstrings say so).
 OLDEST_PYTHON = "3.8"
 WAIT_S = 60.0
@@ -90,6 +94,7 @@ def test_each_agent_says_hello_first_with_its_python(tmp_path: Path) -> None:
     for program, protocol, argv in (
         (agent.PROGRAM, agent.PROTOCOL, agent_argv(count=1)),
         (follow_agent.PROGRAM, follow_agent.PROTOCOL, follow_argv(tmp_path / "train.log")),
+        (process_agent.PROGRAM, process_agent.PROTOCOL, [sys.executable, str(AGENTS["pulse-process"]), "info", "1"]),
     ):
         hello = check_hello(first_line(argv), program, protocol)
         assert (hello.program, hello.protocol, hello.python, hello.pynvml) == (program, protocol, this_python, None)
@@ -123,6 +128,14 @@ async def test_the_sampler_refuses_an_agent_of_another_version(monkeypatch, tmp_
     with pytest.raises(TargetError) as caught:
         await sample_once(LocalTarget(), config, 0.1)
     assert str(caught.value).startswith(f"local: pulse-agent (Python {sys.version_info[0]}.")
+    assert "\n" not in str(caught.value)
+
+
+async def test_a_process_agent_of_another_version_is_refused_before_it_starts_anything(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(remote_process, "AGENT_SOURCE", speaking(remote_process.AGENT_SOURCE, process_agent.PROTOCOL + 1))
+    with pytest.raises(TargetError) as caught:
+        await remote_process.read_processes(LocalTarget(), [1])
+    assert str(caught.value).startswith(f"local: pulse-process (Python {sys.version_info[0]}.")
     assert "\n" not in str(caught.value)
 
 

@@ -1,6 +1,7 @@
 """Config loading: valid files, every problem reported as file:line: key: message, flags over files."""
 
 import argparse
+import json
 
 import pytest
 
@@ -72,7 +73,6 @@ def test_empty_config_is_local_defaults():
         ("[target]\ncontainer = { kind = 'docker' }\n", "bad.toml:2: target.container.id: is required"),
         ("[gpus]\nroles = { a = [0], b = [0] }\n", "bad.toml:2: gpus.roles.b: GPU 0 already has role 'a'"),
         ("[warmup]\ncommand = 'w {gpu}'\n", "bad.toml:2: warmup.command: needs warmup.gpus and warmup.seq_lens"),
-        ("[[actions]]\nname = 'x'\nkey = 'q'\ncommand = 'y'\n", "bad.toml:3: actions[0].key: 'q' is taken by a built-in key"),
         ("[metrics]\npatterns = { loss = 'L=([0-9.]+)' }\n", "bad.toml:2: metrics.patterns.loss: metric pattern"),
         ("[run\n", "bad.toml:1: invalid TOML"),
     ],
@@ -124,14 +124,26 @@ def test_bad_flag_regex_is_one_line():
 
 
 def test_a_custom_action_cannot_take_a_key_the_console_binds():
-    """config.py cannot import the UI's action table, so this holds its reserved keys to it."""
+    """Every printable key the action table binds is refused, naming file, line and key; every other is free."""
     import string
 
     from textual.keys import _character_to_key
 
-    from console.config import _RESERVED_KEYS
-    from console.ui.keymap import ACTIONS
+    from console.ui.keymap import ACTIONS, taken_keys
 
     bound = {key for spec in ACTIONS for key in spec.keys.split(",")}
-    taken = {c for c in string.printable.strip() if _character_to_key(c) in bound}
-    assert taken == set(_RESERVED_KEYS)
+    for c in string.printable.strip():
+        toml = f"[[actions]]\nname = 'x'\n\nkey = {json.dumps(c)}\ncommand = 'y'\n"
+        expected = [f"bad.toml:4: actions[0].key: {c!r} is taken by a built-in key"] if _character_to_key(c) in bound else []
+        assert taken_keys(parse_config(toml, "bad.toml")) == expected, c
+    assert {"?", "q", "R", "/", "\\", "#"} <= {c for c in string.printable if _character_to_key(c) in bound}
+
+
+def test_the_console_refuses_a_custom_action_on_its_key_in_one_line(tmp_path, capsys):
+    """`pulse CONFIG` stops before connecting anywhere: exit 2, one line naming the file, the line and the key."""
+    from console.cli import main
+
+    path = tmp_path / "run.toml"
+    path.write_text("[run]\nmatch = 'train\\\\.py'\n\n[[actions]]\nname = 'x'\nkey = 'q'\ncommand = 'y'\n")
+    assert main([str(path)]) == 2
+    assert capsys.readouterr().err == f"{path}:6: actions[0].key: 'q' is taken by a built-in key\n"

@@ -97,19 +97,19 @@ def test_every_verdict_has_a_severity_and_worse_orders_them():
 def test_healthy_when_the_log_progresses():
     verdict = diagnose(HEALTHY, CONFIG)
     assert verdict.name == "healthy"
-    assert verdict.key is None
+    assert verdict.step is None
     assert any("100% of baseline" in line for line in verdict.evidence)
 
 
 def test_hung_by_delta_although_ps_says_busy():
     verdict = diagnose(HUNG, CONFIG)
     assert verdict.name == "hung"
-    assert verdict.key == "p"
+    assert verdict.step == "dump"
     assert any(
         line.startswith("pid 447 CPU 0.0% over 1.5 s (ps would say 52.5%: lifetime average)")
         for line in verdict.evidence
     )
-    assert "log silent 5 min 12 s, its rhythm not learned yet (a stall after 5 min, set by [stall] log_silent_s)" in verdict.evidence
+    assert "log silent 5m 12s, its rhythm not learned yet (a stall after 5m 00s, set by [stall] log_silent_s)" in verdict.evidence
 
 
 def test_hung_quotes_the_waiting_threads():
@@ -118,7 +118,7 @@ def test_hung_quotes_the_waiting_threads():
     )
     verdict = diagnose(replace(HUNG, stacks=stacks), CONFIG)
     assert verdict.name == "hung"
-    assert verdict.summary == "the main thread waits on queue in pack_hidden (hung.py:9); quiet 5 min 12 s"
+    assert verdict.summary == "the main thread waits on queue in pack_hidden (hung.py:9); quiet 5m 12s"
     assert 'thread "MainThread" waiting on queue: Queue.get (queue.py:171) ← pack_hidden (hung.py:9)' in verdict.evidence
 
 
@@ -126,7 +126,7 @@ def test_silence_under_the_threshold_is_not_a_stall():
     quiet = replace(HUNG, log_silent_s=200.0, rate_silent_s=200.0)
     verdict = diagnose(quiet, CONFIG)
     assert verdict.name == "healthy"
-    assert verdict.summary == "its log is quiet 3 min 20 s, its rhythm not learned yet; the run is alive"
+    assert verdict.summary == "its log is quiet 3m 20s, its rhythm not learned yet; the run is alive"
 
 
 # -- silence against the run's own rhythm ------------------------------------------------------
@@ -138,17 +138,17 @@ def test_a_run_that_wrote_every_second_stalls_after_twenty_seconds_of_silence():
     every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0)
     quiet = diagnose(replace(every_second, log_silent_s=12.0, rate_silent_s=12.0), RHYTHM)
     assert quiet.name == "healthy"
-    assert quiet.summary == "its log is quiet 12 s, usually writes every 1 s; the run is alive"
+    assert quiet.summary == "its log is quiet 12s, usually writes every 1s; the run is alive"
     stalled = diagnose(replace(every_second, log_silent_s=21.0, rate_silent_s=21.0), RHYTHM)
     assert stalled.name == "hung"
-    assert stalled.summary.endswith("; quiet 21 s")
-    assert "log silent 21 s, usually writes every 1 s (a stall after 20 s, from its rhythm)" in stalled.evidence
+    assert stalled.summary.endswith("; quiet 21s")
+    assert "log silent 21s, usually writes every 1s (a stall after 20s, from its rhythm)" in stalled.evidence
 
 
 def test_a_fast_writer_is_quiet_after_a_few_of_its_intervals_and_progressing_before():
     fast = replace(HEALTHY, log_growth=0, log_write_interval_s=0.3)
     assert diagnose(replace(fast, log_silent_s=0.6), RHYTHM).summary == "the run is alive and its log progresses"
-    assert diagnose(replace(fast, log_silent_s=3.0), RHYTHM).summary.startswith("its log is quiet 3 s, usually writes every 0.3 s")
+    assert diagnose(replace(fast, log_silent_s=3.0), RHYTHM).summary.startswith("its log is quiet 3s, usually writes every 0.3s")
 
 
 def test_a_run_that_logs_rarely_is_judged_by_its_own_rhythm():
@@ -170,7 +170,7 @@ def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
     warnings_only = replace(HUNG, log_growth=500, log_silent_s=0.0, rate_silent_s=900.0)
     verdict = diagnose(warnings_only, CONFIG)
     assert verdict.name == "hung"
-    assert "last throughput line 15 min ago (usually every 1 s)" in verdict.evidence
+    assert "last throughput line 15m 00s ago (usually every 1s)" in verdict.evidence
 
 
 def test_a_run_that_reports_rarely_is_not_silent_between_reports():
@@ -192,7 +192,7 @@ def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
     )
     verdict = diagnose(busy, CONFIG)
     assert verdict.name == "buffered"
-    assert verdict.key == "R"
+    assert verdict.step == "restart"
     assert "pid 447 stdout → /workspace/train.log, not unbuffered" in verdict.evidence
     assert "pid 447 busy threads: python3 97%" in verdict.evidence
 
@@ -208,12 +208,12 @@ def test_busy_and_silent_with_unbuffered_stdout_is_not_called_buffered():
     spinning = replace(HUNG, processes=(proc(cpu=99.0, stdout="/workspace/train.log", unbuffered=True),))
     verdict = diagnose(spinning, CONFIG)
     assert verdict.name == "unknown"
-    assert verdict.key == "p"
+    assert verdict.step == "dump"
 
 
 # -- progress drawn only on a terminal ----------------------------------------------------------
 
-#: Silent 5 min 12 s past the limit, no throughput ever logged: the log showed Lightning's RichProgressBar starting.
+#: Silent 5m 12s past the limit, no throughput ever logged: the log showed Lightning's RichProgressBar starting.
 TERMINAL_ONLY = replace(
     HUNG, rate_metric=None, rate_now=None, rate_silent_s=None, rate_interval_s=None, terminal_only_progress=LIGHTNING_RICH
 )
@@ -222,8 +222,8 @@ TERMINAL_ONLY = replace(
 def test_a_run_whose_progress_goes_only_to_a_terminal_is_still_hung_when_idle_and_its_stacks_wait():
     stacks = (StackSummary(447, 447, "MainThread", True, "queue", "Queue.get (queue.py:171) ← fit (train.py:40)", main=True),)
     verdict = diagnose(replace(TERMINAL_ONLY, stacks=stacks), CONFIG)
-    assert (verdict.name, verdict.key) == ("hung", "p")
-    assert verdict.summary == "the main thread waits on queue in fit (train.py:40); quiet 5 min 12 s"
+    assert (verdict.name, verdict.step) == ("hung", "dump")
+    assert verdict.summary == "the main thread waits on queue in fit (train.py:40); quiet 5m 12s"
     assert f"no progress reaches the log: {LIGHTNING_RICH.advice}" in verdict.evidence
 
 
@@ -242,7 +242,7 @@ def test_an_idle_run_whose_progress_goes_only_to_a_terminal_is_not_said_to_progr
     assert verdict.name == "healthy"
     assert verdict.summary == (
         "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; "
-        "the run is alive but not busy; quiet 3 min 20 s, its rhythm not learned yet"
+        "the run is alive but not busy; quiet 3m 20s, its rhythm not learned yet"
     )
 
 
@@ -270,14 +270,14 @@ def test_zombies_are_not_alive():
 def test_launch_failed_when_nothing_alive_and_no_log_since_launch(change):
     verdict = diagnose(replace(HEALTHY, processes=(), **change), CONFIG)
     assert verdict.name == "launch_failed"
-    assert verdict.key == "R"
+    assert verdict.step == "restart"
 
 
 def test_oom_when_dead_even_if_the_line_is_old():
     problems = (ProblemLine(LineKind.OOM, OOM_TEXT, age_s=5000.0),)
     verdict = diagnose(replace(HEALTHY, processes=(), problems=problems), CONFIG)
     assert verdict.name == "oom"
-    assert verdict.evidence[0].startswith("oom (5000 s ago): torch.OutOfMemoryError")
+    assert verdict.evidence[0].startswith("oom (1h 23m ago): torch.OutOfMemoryError")
 
 
 def test_oom_while_alive_only_when_recent():
@@ -290,8 +290,8 @@ def test_oom_while_alive_only_when_recent():
 def test_oom_points_at_warmup_when_one_is_configured():
     config = replace(CONFIG, warmup=WarmupConfig(command="python3 warmup.py --gpu {gpu}"))
     dead_oom = replace(HEALTHY, processes=(), problems=(ProblemLine(LineKind.OOM, OOM_TEXT),))
-    assert diagnose(dead_oom, config).key == "w"
-    assert diagnose(dead_oom, CONFIG).key == "R"
+    assert diagnose(dead_oom, config).step == "warmup"
+    assert diagnose(dead_oom, CONFIG).step == "restart"
 
 
 def test_diverged_on_nan_loss():
@@ -349,7 +349,7 @@ def test_a_dead_thread_in_an_idle_live_process_is_hung_not_oom():
     verdict = diagnose(idle, CONFIG)
     assert verdict.name == "hung"
     assert verdict.summary == 'thread "TargetForwardLoop" died of torch.OutOfMemoryError; the process lives on'
-    assert verdict.evidence[0] == f'thread "TargetForwardLoop" died 4 s ago: {DIED.exception}'
+    assert verdict.evidence[0] == f'thread "TargetForwardLoop" died 4s ago: {DIED.exception}'
 
 
 def test_a_dead_thread_does_not_stop_a_busy_run_that_still_logs():

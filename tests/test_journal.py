@@ -70,8 +70,8 @@ def test_a_run_state_becomes_rows_of_every_kind(journal, clock):
     state.add_lines([line(3 + i, text, clock.now + 2) for i, text in enumerate(hung)])
     state.add_lines([line(100 + i, text, clock.now + 3) for i, text in enumerate(oom)])  # a second problem, later
     recorder.observe()
-    recorder.verdict(Verdict("oom", "the run ran out of GPU memory", ["GPU 0: CUDA out of memory"], "warm up one GPU at a time", "w"))
-    recorder.verdict(Verdict("oom", "the run ran out of GPU memory", [], "", "w"))  # unchanged: not journaled again
+    recorder.verdict(Verdict("oom", "the run ran out of GPU memory", ["GPU 0: CUDA out of memory"], "warm up one GPU at a time", "warmup"))
+    recorder.verdict(Verdict("oom", "the run ran out of GPU memory", [], "", "warmup"))  # unchanged: not journaled again
     clock.now += 30
     state.set_connection(ConnectionState(ConnectionStatus.RECONNECTING, "Connection lost"))
     recorder.observe()
@@ -126,7 +126,7 @@ def test_minutes_hold_min_median_max_and_a_reopened_state_gets_them_back(tmp_pat
         journal.add_values("tokens_per_s", [(start + minute * 60 + s, 1000.0 * (minute + 1) + s) for s in range(0, 60, 10)])
         clock.now = start + minute * 60 + 59
         journal.flush()
-    journal.add("verdict", "slow: 60% of baseline", {"verdict": "slow", "summary": "60% of baseline", "evidence": ["x"], "next_step": "p", "key": "p"})
+    journal.add("verdict", "slow: 60% of baseline", {"verdict": "slow", "summary": "60% of baseline", "evidence": ["x"], "next_step": "p", "step": "dump"})
     journal.close()
 
     reopened = Journal(tmp_path / "run.sqlite3", clock=clock)

@@ -57,6 +57,20 @@ async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(
         await pilot.press("q")
 
 
+async def test_a_journal_from_before_steps_restores_its_verdicts_key_as_a_step(tmp_path):
+    """Journals written while a verdict carried its console key ("key": "R") reopen with that key's step."""
+    path = tmp_path / "run.sqlite3"
+    journal = Journal(path)
+    journal.take_lease()
+    old = {"verdict": "buffered", "summary": "stdout is block-buffered", "evidence": [], "next_step": "restart (R)", "key": "R"}
+    journal.add("verdict", "buffered: stdout is block-buffered", old)
+    journal.close()
+    app = console(make_config(), RunState(), path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert (app.verdict.name, app.verdict.step) == ("buffered", "restart")
+        await pilot.press("q")
+
+
 async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_there(tmp_path):
     from textual.widgets import OptionList
 

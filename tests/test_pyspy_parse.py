@@ -18,6 +18,7 @@ from console.observe.pyspy import (
     ThreadStack,
     classify_error,
     classify_wait,
+    dump_lines,
     group_identical,
     is_user_frame,
     parse_dump_json,
@@ -92,6 +93,24 @@ def test_h200_json_dump() -> None:
     ]
     assert [is_user_frame(frame) for frame in thread.frames] == [False, False, True, True]
     assert classify_wait(thread) == "queue get"
+
+
+def test_one_rendering_folds_identical_stacks_and_marks_the_runs_frames() -> None:
+    """A real HF worker hang (tests/data/real/hf_worker_hang): two identical feeder threads print once,
+    counted and named; `pulse dump` prints these lines and the console's dump screen styles the same ones."""
+    (dump,) = parse_dump_json((Path(__file__).parent / "data/real/hf_worker_hang/pyspy/598.json").read_text())
+    lines = dump_lines(dump)
+    assert lines[0].text == "Process 598" and lines[0].kind == "process"
+    headings = [line.text for line in lines if line.kind == "thread"]
+    assert len(headings) == len(group_identical(dump.threads)) == len(dump.threads) - 1
+    assert headings[0] == (
+        '  Thread 1721 "QueueFeederThread": idle, lock/condition wait  [x2 identical stacks; also QueueFeederThread]'
+    )
+    assert '  Thread 598 "MainThread": idle, queue get' in headings
+    assert [line.text for line in lines if line.kind == "user"] == [
+        "      > <module> (/work/main/.gpucap/scripts/gpu/hf_trainer.py:75)"
+    ]
+    assert all(line.text.startswith("        ") for line in lines if line.kind == "library")
 
 
 def test_h200_missing_pid_error() -> None:

@@ -26,7 +26,7 @@ EXPECTED = {
     "hf_ddp_worker_hang": (
         "hung",
         [
-            "rank 1 waits on its DataLoader workers (hf_trainer.py:78); rank 0 cannot finish its step; quiet 40 s",
+            "rank 1 waits on its DataLoader workers (hf_trainer.py:78); rank 0 cannot finish its step; quiet 40s",
             "rank 1 is the straggler",
             "2 DataLoader workers of rank 1 (pid 673) blocked on lock/condition wait in Event.wait (threading.py:655) "
             "← RandomTokens.__getitem__ (hf_trainer.py:42) (pids 721, 723)",
@@ -38,12 +38,12 @@ EXPECTED = {
     "hf_worker_hang": (
         "hung",
         [
-            "the main thread waits on its DataLoader workers (hf_trainer.py:75); quiet 46 s",
+            "the main thread waits on its DataLoader workers (hf_trainer.py:75); quiet 45s",
             "2 DataLoader workers of main (pid 598) blocked on lock/condition wait in Event.wait (threading.py:655) "
             "← RandomTokens.__getitem__ (hf_trainer.py:39) (pids 1716, 1717)",
             {"nvidia-smi": "GPU 1 100%, none of it from the run: pid 590 98% is not the run's",
              "nvml": "GPU 1 99%, none of it from the run: pid 590 99% is not the run's"},
-            "log silent 46 s, usually writes every 0.1 s (a stall after 10 s, from its rhythm)",
+            "log silent 45s, usually writes every 0.1s (a stall after 10s, from its rhythm)",
         ],
     ),
     # RichProgressBar draws nothing into a file: silent 69 s, and busy training (its stacks run Trainer.fit).
@@ -61,15 +61,15 @@ EXPECTED = {
     "pipeline_producer_dies": (
         "hung",
         [
-            'thread "producer" died of RuntimeError, then the run stopped; quiet 60 s',
-            'thread "producer" died 60 s ago: RuntimeError: producer lost its data source: shard stream closed',
+            'thread "producer" died of RuntimeError, then the run stopped; quiet 59s',
+            'thread "producer" died 1m 00s ago: RuntimeError: producer lost its data source: shard stream closed',
         ],
     ),
     "thread_oom": (
         "hung",
         [
             'thread "TargetForwardLoop" died of torch.OutOfMemoryError; the process lives on',
-            'thread "TargetForwardLoop" died 64 s ago: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB.',
+            'thread "TargetForwardLoop" died 1m 03s ago: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB.',
             "the main thread waits on queue get in <module> (thread_oom.py:36)",
         ],
     ),
@@ -77,15 +77,15 @@ EXPECTED = {
     "torchrun_hang": (
         "hung",
         [
-            "rank 0 waits in a CUDA synchronize; rank 1 is not in it, in read_batch (ddp_allreduce.py:32); quiet 60 s",
+            "rank 0 waits in a CUDA synchronize; rank 1 is not in it, in read_batch (ddp_allreduce.py:32); quiet 1m 00s",
             "rank 0 (pid 1217) waits in a CUDA synchronize, spinning at 100% CPU",
             "rank 1 is the straggler",
             {"nvidia-smi": "GPU 0 100%, 82% SM from the run: pid 1210 16% is not the run's",
              "nvml": "GPU 0 100%, 60% SM from the run: pid 1210 40% is not the run's"},
         ],
     ),
-    "torchrun_watchdog": ("hung", ["rank 1 is the straggler", "log silent 12 s, usually writes every 0.5 s"]),
-    "torchrun_watchdog_postmortem": ("hung", ["rank 1 is the straggler", "log silent 12 s, usually writes every 0.1 s"]),
+    "torchrun_watchdog": ("hung", ["rank 1 is the straggler", "log silent 12s, usually writes every 0.5s"]),
+    "torchrun_watchdog_postmortem": ("hung", ["rank 1 is the straggler", "log silent 12s, usually writes every 0.1s"]),
     # Triton's OutOfResources is a resource exhaustion (the classifier's OOM kind), named as Triton's.
     "triton_oom": ("oom", ["a Triton kernel asked for more shared memory than the GPU has (OutOfResources); the run is dead"]),
     "triton_oom_thread": (
@@ -192,7 +192,7 @@ def test_the_header_stops_saying_healthy_within_30_s_of_silence_for_a_run_that_w
     assert first_not_healthy <= 30
     assert all(v.name == "healthy" for s, v in verdicts.items() if s < first_not_healthy)
     assert "log progresses" not in verdicts[first_not_healthy - 1].summary  # quiet before the stall
-    assert verdicts[first_not_healthy].summary.endswith("quiet 21 s, usually writes every 1 s")
+    assert verdicts[first_not_healthy].summary.endswith("quiet 21s, usually writes every 1s")
 
 
 def _main_thread_sampled_idle(dump):
@@ -228,7 +228,7 @@ def test_a_busy_run_whose_progress_goes_only_to_a_terminal_is_never_stalled_by_i
         evidence = with_dumps(evidence, [(p, sampled(capture.dump(p.pid))) for p in dump_order(last.processes)])
     assert evidence.terminal_only_progress is LIGHTNING_RICH and evidence.log_silent_s > 30
     verdict = diagnose(evidence, config)
-    assert (verdict.name, verdict.key) == ("healthy", None)
+    assert (verdict.name, verdict.step) == ("healthy", None)
     assert verdict.summary == "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; the run is busy"
     assert "log progresses" not in verdict.summary and "TQDMProgressBar" in verdict.next_step
 

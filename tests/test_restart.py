@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus
-from console.actions.restart import execute_restart, is_simple_command, launch_script, plan_restart
+from console.actions.restart import execute_restart, is_simple_command, launch_argv, launch_env, plan_restart
+from console.observe.remote_process import launch
 from console.config import Config, GpuConfig, RunConfig
 from console.remote.connect import make_target
-from console.remote.target import LocalTarget
+from console.remote.target import LocalTarget, TargetError
 
 PROCS = Path(__file__).resolve().parent / "procs"
 HEALTHY = PROCS / "healthy.py"
@@ -125,22 +128,26 @@ def run_config(tmp_path: Path, tag: str, **run) -> Config:
 # -- pure parts ------------------------------------------------------------------------------
 
 
-def test_launch_script_is_separate_lines_and_quoted():
-    script = launch_script(
-        "python3 -u train.py --name 'a b'",
-        cwd="/work dir",
-        env={"NCCL_DEBUG": "INFO; rm -rf ~"},
-        log="~/logs/run $(x).log",
-        pidfile="/tmp/run.pid",
-    )
-    assert script.splitlines() == [
-        "cd '/work dir' || exit 1",
-        "mkdir -p -- \"$(dirname -- \"$HOME\"/'logs/run $(x).log')\" || exit 1",
-        "setsid nohup env PYTHONUNBUFFERED=1 'NCCL_DEBUG=INFO; rm -rf ~' bash -c "
-        "'exec python3 -u train.py --name '\"'\"'a b'\"'\"'' </dev/null >>\"$HOME\"/'logs/run $(x).log' 2>&1 &",
-        "echo $! > /tmp/run.pid.pulse-new && mv -f -- /tmp/run.pid.pulse-new /tmp/run.pid",
-        "echo $!",
-    ]
+async def test_a_launch_runs_exactly_as_written_with_its_folder_environment_log_and_pidfile(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    folder = tmp_path / "work dir"
+    folder.mkdir()
+    shows = "import json, os, sys; print(json.dumps([sys.argv[1:], os.getcwd(), os.environ['NCCL_DEBUG'], os.environ['PYTHONUNBUFFERED']]))"
+    command = f"{sys.executable} -c {shlex.quote(shows)} --name 'a b' '$(touch x)'"
+    assert launch_argv(command) == ("bash", "-c", f"exec {command}")  # a simple command: the PID is the run's
+    launched = await launch(LocalTarget(), list(launch_argv(command)), cwd=str(folder),
+                            env=launch_env({"NCCL_DEBUG": "INFO; rm -rf ~"}), log="~/logs/run $(x).log",
+                            pidfile="run.pid")
+    log = tmp_path / "logs" / "run $(x).log"
+    wait_for(lambda: log.exists() and log.read_text().endswith("\n"), "the launched program's output")
+    assert json.loads(log.read_text()) == [["--name", "a b", "$(touch x)"], str(folder), "INFO; rm -rf ~", "1"]
+    assert (folder / "run.pid").read_text() == f"{launched.ref.pid}\n" and launched.pidfile_error is None
+    assert not (folder / "x").exists() and not (tmp_path / "x").exists()
+
+
+async def test_a_launch_that_cannot_start_says_why(tmp_path):
+    with pytest.raises(TargetError, match=r"cannot cd .*nowhere: No such file or directory"):
+        await launch(LocalTarget(), ["true"], cwd=str(tmp_path / "nowhere"), log="run.log")
 
 
 def test_only_a_simple_launch_is_execed():
@@ -264,7 +271,7 @@ async def test_reused_pid_is_not_signalled(procs, tmp_path):
     forged = dataclasses.replace(
         plan,
         processes=tuple(dataclasses.replace(p, start_ticks=p.start_ticks + 1) for p in plan.processes),
-        signals=tuple(dataclasses.replace(s, start_ticks=s.start_ticks + 1) for s in plan.signals),
+        signals=tuple(dataclasses.replace(s, ref=dataclasses.replace(s.ref, start_ticks=s.ref.start_ticks + 1)) for s in plan.signals),
     )
     events = [e async for e in execute_restart(target, config, forged, **FAST)]
     new = final(events, "launch").data.get("pid")

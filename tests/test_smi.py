@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from console.model import GpuProcess, GpuReading
+from console.model import GpuProcess, GpuReading, gpus_by_role
 from console.observe.smi import (
     APP_QUERY_ARGS,
     APP_QUERY_FIELDS,
@@ -65,6 +65,26 @@ def test_not_available_is_none_and_faults_set_error() -> None:
     assert ok == GpuReading(0, "GPU-a", "NVIDIA H200", None, 143771, None, None, None, 700.0)
     assert broken.index == 1 and broken.memory_used_mib is None and broken.power_w is None
     assert broken.error == "[GPU requires reset], [Unknown Error]"
+
+
+def test_a_roles_figures_leave_out_faults_and_unknowns() -> None:
+    """The compact GPU pane's line per role: ranges over the GPUs read without a fault, the faulted ones named."""
+    text = (
+        "0, GPU-a, NVIDIA H200, 80123, 143771, 97, 61, 688.10, 700.00\n"
+        "1, GPU-b, NVIDIA H200, [N/A], 143771, [Not Supported], 58, 640.00, 700.00\n"
+        "2, GPU-c, NVIDIA H200, [GPU requires reset], [GPU requires reset], [GPU requires reset], "
+        "[Unknown Error], [Unknown Error], [Unknown Error]\n"
+        "3, GPU-d, NVIDIA H200, 21619, 143771, 0, 38, 122.83, 700.00\n"
+    )
+    gpus = tuple(parse_gpu_csv(text))
+    target, drafter = gpus_by_role(gpus, {0: "target", 1: "target", 2: "target", 3: "drafter"})
+    assert (target.role, [g.index for g in target.gpus], drafter.role) == ("target", [0, 1, 2], "drafter")
+    assert [g.index for g in target.faults] == [2] and [g.index for g in target.readable] == [0, 1]
+    assert target.memory_used_gib == [80123 / 1024] and target.memory_total_mib == 143771
+    assert target.figures("memory_pct") == [80123 * 100 / 143771]
+    assert (target.figures("utilization_pct"), target.figures("temperature_c")) == ([97.0], [61.0, 58.0])
+    (unnamed,) = gpus_by_role(gpus[1:2], {})
+    assert (unnamed.role, unnamed.memory_used_gib, unnamed.memory_total_mib) == ("", [], 143771)
 
 
 def test_bad_rows_are_skipped_and_reported_when_asked() -> None:

@@ -58,7 +58,7 @@ async def test_p_dumps_the_main_process_groups_stacks_and_saves(hung_process, tm
         text = dump_text(app.screen.dump).plain
         assert f"Process {hung_process.pid}" in text
         assert "queue get" in text and "pack_hidden" in text
-        assert "▶ pack_hidden" in text  # the run's own frame set apart
+        assert "> pack_hidden" in text  # the run's own frame set apart
         path = save_dump(app.screen.dump, tmp_path)
         assert path.name.startswith(f"pulse-dump-{hung_process.pid}-") and "pack_hidden" in path.read_text()
 

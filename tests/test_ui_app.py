@@ -495,6 +495,19 @@ async def test_gpu_and_pid_placeholders_come_from_the_selection():
         assert app.screen.lines[-1] == "  $ echo gpu=3 pid=4191"
 
 
+async def test_a_custom_action_on_a_comma_is_bound():
+    """',' separates Textual's keys in a binding: a custom action on it is bound by the key's name, not broken."""
+    from console.config import CustomAction
+
+    show = CustomAction(name="show", key=",", command="echo comma", confirm=True)
+    app = make_app(target=LocalTarget(), config=dataclasses.replace(make_config(), actions=(show,)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("comma")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.lines[-1] == "  $ echo comma"
+
+
 async def test_the_command_column_shows_the_script_and_its_arguments():
     from console.observe.roles import script_and_args
 
@@ -537,24 +550,28 @@ async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
         assert str(table.get_cell("4190", "command")).startswith("train_dflash_pipeline.py")
 
 
-def test_every_key_a_verdict_names_is_bound():
-    """The rule table's key column and every "(x)" in a verdict's next step name a key of the action table."""
+def test_every_step_and_key_a_verdict_names_is_bound():
+    """The rule table's step column names NEXT_STEPS, each has a key, and every "(x)" in a verdict's next step
+    is a key of the action table."""
     import re
 
     import console.diagnose as diagnose_module
-    from console.diagnose import diagnose
+    from console.diagnose import NEXT_STEPS, diagnose
     from console.evidence import from_samples
-    from console.ui.keymap import ACTIONS
+    from console.ui.keymap import ACTIONS, STEP_KEYS
     from tests.snapshot_apps.scenarios import SCENARIOS, build_state
 
     bound = {key for spec in ACTIONS for key in spec.key_display.split()}
-    table_keys = set(re.findall(r"\|\s+([A-Za-z/]+)\s+\|\n", diagnose_module.__doc__))
-    named = {key for cell in table_keys - {"key"} for key in cell.split("/")}  # "key": the header
+    table_steps = set(re.findall(r"\|\s+([a-z/]+)\s+\|\n", diagnose_module.__doc__))
+    steps = {step for cell in table_steps - {"step"} for step in cell.split("/")}  # "step": the header
+    assert steps == set(NEXT_STEPS) == set(STEP_KEYS)
+    named = set(STEP_KEYS.values())
     config = make_config()
     for scenario in SCENARIOS:
         state = build_state(scenario)
         verdict = diagnose(from_samples(state.samples[0], state.samples[-1], config, state, timed=False), config)
-        named |= set(re.findall(r"\(([A-Za-z])\)", verdict.next_step)) | ({verdict.key} if verdict.key else set())
+        assert verdict.step is None or verdict.step in NEXT_STEPS
+        named |= set(re.findall(r"\(([A-Za-z])\)", verdict.next_step))
     assert named >= {"p", "l", "R", "w"}
     assert named <= bound, named - bound
 
@@ -568,7 +585,7 @@ async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
         diagnosed(app)
         verdict = app.verdict
         text = verdict_text(verdict, None).plain
-        assert verdict.key == "l" and text.count("(l)") == 1 and "(key" not in text
+        assert verdict.step == "log" and text.count("(l)") == 1 and "(key" not in text
         assert text.index("Next step") < text.index("Evidence")
         await app.push_screen(DiagnosisScreen(verdict))
         await pilot.press("l")
@@ -584,7 +601,7 @@ async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
     app = make_app("buffered", read_only=True, target=LocalTarget())
     async with app.run_test(size=SIZE) as pilot:
         diagnosed(app)
-        assert app.verdict.key == "R"
+        assert app.verdict.step == "restart"
         await app.push_screen(DiagnosisScreen(app.verdict))
         await pilot.press("R")
         await app.workers.wait_for_complete()

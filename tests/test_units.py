@@ -21,6 +21,12 @@ def test_format_duration_shows_the_two_largest_units(seconds, spaced, compact):
     assert format_duration(seconds, compact=True) == compact
 
 
+@pytest.mark.parametrize(("seconds", "text"), [(0.3, "0.3s"), (0.25, "0.2s"), (1.0, "1s"), (2.96, "3s"), (9.9, "9.9s"), (12.4, "12s"), (0, "0s")])
+def test_tenths_below_ten_seconds_where_they_are_the_fact(seconds, text):
+    """A run's rhythm (it writes every 0.3 s) keeps its tenths; whole seconds and longer spans read as everywhere."""
+    assert format_duration(seconds, tenths=True) == text
+
+
 def test_memory_and_index_ranges_read_one_way():
     from console.units import format_gib, format_indices, spread
 

@@ -32,6 +32,7 @@ from console.actions.audit import (
 from console.config import Config, CustomAction
 from console.model import ProcessReading
 from console.observe.lines import classify_line
+from console.observe.remote_process import start, stop_group
 from console.observe.textsafe import sanitize, split_lines
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
@@ -157,43 +158,11 @@ def shell_path(path: str) -> str:
     return quote(path)
 
 
-def env_assignments(env: Mapping[str, str]) -> str:
-    """`NAME=value` words for `env`, each quoted; ActionRefused on a name that is not a variable name."""
+def check_env_names(env: Mapping[str, str]) -> None:
+    """ActionRefused on a name that is not a variable name."""
     for name in env:
         if not _ENV_NAME.fullmatch(name):
             raise ActionRefused(f"environment: {name!r} is not a variable name; fix [run] env")
-    return " ".join(quote(f"{name}={value}") for name, value in env.items())
-
-
-#: The first line a grouped command prints: the PID (and process group) of what it started.
-_PID_MARK = "pulse-started-pid "
-
-
-def group_script(command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """A bash script that runs `command` as its own process group and prints its PID first.
-
-    `setsid` makes the command a process group of its own, so it can be stopped by that
-    group through a separate command (OpenSSH does not pass a closed channel's signal on).
-    """
-    lines = ["exec 2>&1"]
-    if cwd:
-        lines.append(f"cd {shell_path(cwd)} || exit 1")
-    env_part = f"env {env_assignments(env)} " if env else ""
-    lines.append(f"setsid {env_part}bash -c {quote(command)} </dev/null 2>&1 &")
-    lines.append(f'echo "{_PID_MARK}$!"')
-    lines.append("wait $!")
-    return "\n".join(lines)
-
-
-async def stop_group(target: Target, pgid: int, grace_s: float = 2.0) -> None:
-    """SIGTERM the process group `pgid`, then SIGKILL it if still there after `grace_s`."""
-    polls = max(1, int(grace_s / 0.1))
-    script = (
-        f"kill -TERM -- -{pgid} 2>/dev/null || exit 0\n"
-        f"for _ in $(seq {polls}); do kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.1; done\n"
-        f"kill -KILL -- -{pgid} 2>/dev/null; exit 0"
-    )
-    await target.run(script, timeout=grace_s + 10, login=False)
 
 
 async def stream_grouped(
@@ -211,41 +180,41 @@ async def stream_grouped(
     iterating, or the timeout passes, the group this call started, and only it, is stopped.
     The final StepEvent's data holds the `pid`.
     """
+    check_env_names(env or {})
     try:
-        channel = await target.open(group_script(command, cwd=cwd, env=env))
+        started = await start(target, ["bash", "-c", command], cwd=cwd, env=env, merge_stderr=True)
     except TargetError as exc:
         yield StepEvent(step, StepStatus.FAILED, str(exc))
         return
-    pid: int | None = None
+    pid = started.ref.pid
     status: int | None = None
     outcome = "cancelled"
     try:
-        channel.write_eof()
         pending = b""
         try:
             async with asyncio.timeout(timeout_s):
-                while chunk := await channel.read():
+                while chunk := await started.read():
                     lines, pending = split_lines(pending + chunk)
                     for raw in lines:
-                        if pid is None and raw.startswith(_PID_MARK.encode()):
-                            pid = int(raw[len(_PID_MARK) :])
-                            continue
                         text, _ = sanitize(raw)
                         yield OutputLine(step, text, classify_line(text).kind)
                 if pending:
                     text, _ = sanitize(pending)
                     yield OutputLine(step, text, classify_line(text).kind)
-                status = await channel.wait()
+                status = await started.wait()
                 outcome = "ended"
         except TimeoutError:
             outcome = "timed out"
     finally:
-        if outcome != "ended" and pid is not None:
+        if outcome != "ended":
             try:
-                await asyncio.shield(stop_group(target, pid))
+                await asyncio.shield(stop_group(target, started.ref))
             except (TargetError, OSError):
                 pass  # the link is gone: nothing more this side can do
-        channel.close()
+        started.close()
+    for said in started.stderr.splitlines():  # the agent's own word: the command could not start
+        text, _ = sanitize(said)
+        yield OutputLine(step, text, classify_line(text).kind)
     data = {"pid": pid, "exit_status": status}
     if outcome == "timed out":
         yield StepEvent(step, StepStatus.FAILED, f"timed out after {timeout_s:g} s; stopped", data)

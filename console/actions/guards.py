@@ -1,7 +1,7 @@
 """The restart plan's guards: what on the target must never be signalled, and how the run is told apart.
 
-The plan asks the target itself (one bash script, `probe_target`) for the facts the guards need:
-the probing shell's ancestry (locally Pulse and its ancestors; over SSH the session's shell
+The plan asks the target itself (the process agent's `probe`, through `probe_target`) for the facts
+the guards need: the probing agent's ancestry (locally Pulse and its ancestors; over SSH the session's shell
 chain and sshd), each candidate process's group, session, start time and command line, the
 members of the candidates' process groups, and the pidfile, read bounded. Everything here
 but `probe_target` is pure.
@@ -15,44 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from console.actions.custom import shell_path
 from console.model import ProcessReading
 from console.observe.agent import PULSE_PROGRAM_MARK, SHELLS
 from console.observe.textsafe import sanitize
-from console.remote.shell import quote
+from console.observe.remote_process import probe as probe_processes
 from console.remote.target import Target, TargetError
-
-#: Bash functions the plan runs on the target (see `probe_target`). `who KIND PID…` prints
-#: `KIND PID STATE PPID PGID SID START PULSE COMM ARGV` (argv words joined by \x01, at most
-#: 512 bytes, newlines made '?'); `chain` lists the probing shell and its ancestors;
-#: `members PGID…` prints `member PID PGID` for every process in those groups; `pidfile PATH`
-#: reads a regular file of at most 64 bytes and never opens anything else.
-_PLAN_FUNCTIONS = r"""
-who() { local kind=$1 pid line f comm argv mark; shift; for pid in "$@"; do
-  { read -r line < /proc/$pid/stat; } 2>/dev/null || continue
-  read -r -a f <<< "${line##*) }"
-  comm=${line#*(}; comm=${comm%)*}
-  argv=$(head -c 512 /proc/$pid/cmdline 2>/dev/null | tr '\000\n\r' '\001??')
-  mark=-; grep -qaF -- "$MARK" /proc/$pid/cmdline 2>/dev/null && mark=pulse
-  echo "$kind $pid ${f[0]} ${f[1]} ${f[2]} ${f[3]} ${f[19]} $mark ${comm//[^[:alnum:]._-]/_} $argv"
-done; }
-chain() { local pid=$$ line f; while [ "${pid:-0}" -gt 0 ] 2>/dev/null; do echo "$pid"
-  { read -r line < /proc/$pid/stat; } 2>/dev/null || break
-  read -r -a f <<< "${line##*) }"; pid=${f[1]}
-done; }
-members() { local g line f stat; declare -A want; for g in "$@"; do want[$g]=1; done
-  for stat in /proc/[0-9]*/stat; do { read -r line < "$stat"; } 2>/dev/null || continue
-    read -r -a f <<< "${line##*) }"; [ -n "${want[${f[2]}]}" ] && echo "member ${line%% *} ${f[2]}"
-  done; return 0; }
-pidfile() { local text size
-  if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "pidfile missing"; return; fi
-  if [ ! -f "$1" ]; then echo "pidfile notregular"; return; fi
-  size=$(stat -L -c %s -- "$1"); [ "${size:-0}" -gt 64 ] && { echo "pidfile toolarge $size"; return; }
-  text=$(timeout 5 head -c 64 -- "$1" | tr -c '[:print:]' ' ')
-  echo "pidfile text $text"
-  [[ $text =~ ^\ *([0-9]{1,9})\ *$ ]] && who named "${BASH_REMATCH[1]}"
-  return 0; }
-"""
 
 #: Names sshd goes by: the listener, and the per-session processes of newer OpenSSH.
 _SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
@@ -95,33 +62,29 @@ class Probe:
     """The running process the pidfile names."""
 
 
-def parse_probe(text: str) -> Probe:
-    """A Probe from the _PLAN_FUNCTIONS output; lines of any other shape are ignored."""
+def parse_probe(records: list[dict]) -> Probe:
+    """A Probe from the process agent's `probe` records; a record of another shape is a TargetError."""
     own, procs, members, named = [], {}, {}, None
     pidfile, pidfile_text = None, ""
-    for line in text.splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind == "pidfile":
-            pidfile, _, pidfile_text = rest.partition(" ")
-            continue
-        words = rest.split(" ", 8)
-        try:
-            if kind == "member" and len(words) == 2:
-                members.setdefault(int(words[1]), []).append(int(words[0]))
-                continue
-            if len(words) < 8:
-                continue
-            pid, ppid, pgid, sid, start = (int(words[i]) for i in (0, 2, 3, 4, 5))
-        except ValueError:
-            continue
-        argv = tuple(words[8].rstrip("\x01").split("\x01")) if len(words) > 8 and words[8] else ()
-        facts = ProcFacts(pid, words[1], ppid, pgid, sid, start, words[6] == "pulse", words[7], argv)
-        if kind == "self":
-            own.append(facts)
-        elif kind == "proc":
-            procs[pid] = facts
-        elif kind == "named":
-            named = facts
+    try:
+        for record in records:
+            if record["ev"] == "pidfile":
+                pidfile, pidfile_text = str(record["status"]), str(record["text"])
+            elif record["ev"] == "member":
+                members.setdefault(int(record["pgid"]), []).append(int(record["pid"]))
+            else:
+                facts = ProcFacts(int(record["pid"]), str(record["state"]), int(record["ppid"]), int(record["pgid"]),
+                                  int(record["sid"]), int(record["start_ticks"]), record["pulse"] is True,
+                                  str(record["comm"]), tuple(map(str, record["argv"])))
+                kind = record["kind"]
+                if kind == "self":
+                    own.append(facts)
+                elif kind == "proc":
+                    procs[facts.pid] = facts
+                elif kind == "named":
+                    named = facts
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TargetError(f"the plan's probe answered a record it cannot read ({exc!r}): {sanitize(str(record), 120)[0]}") from None
     return Probe(tuple(own), procs, {g: tuple(m) for g, m in members.items()}, pidfile, pidfile_text, named)
 
 
@@ -165,18 +128,10 @@ def matches_empty(pattern: str) -> bool:
 
 
 async def probe_target(target: Target, pids: list[int], pidfile: str | None) -> Probe:
-    """The probing shell's ancestry, the facts of `pids`, their groups' members and the pidfile."""
-    calls = [f"MARK={quote(PULSE_PROGRAM_MARK)}", "who self $(chain)"]
-    if pids:
-        words = " ".join(map(str, pids))
-        calls += [f"who proc {words}", f"members {words}"]  # members reads every /proc/PID/stat: only when needed
-    if pidfile:
-        calls.append(f"pidfile {shell_path(pidfile)}")
-    result = await target.run(_PLAN_FUNCTIONS + "\n".join(calls), PROBE_TIMEOUT_S, login=False)
-    probe = parse_probe(result.stdout)
+    """The probing agent's ancestry, the facts of `pids`, their groups' members and the pidfile."""
+    probe = parse_probe(await probe_processes(target, pids, pidfile, PULSE_PROGRAM_MARK, PROBE_TIMEOUT_S))
     if not probe.own or (pidfile and probe.pidfile is None):
-        said = (result.stderr or result.stdout).strip().splitlines()
-        raise TargetError(f"the plan's probe gave no answer: {said[-1] if said else f'exit {result.exit_status}'}")
+        raise TargetError("the plan's probe gave no answer about itself or the pidfile")
     return probe
 
 

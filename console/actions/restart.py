@@ -44,7 +44,7 @@ from console.actions.audit import (
     checked_seconds,
     refuse_if_read_only,
 )
-from console.actions.custom import env_assignments, fill_placeholders, shell_path
+from console.actions.custom import check_env_names, fill_placeholders, shell_path
 from console.actions.guards import (
     PROBE_TIMEOUT_S,
     choose_tree,
@@ -58,26 +58,17 @@ from console.actions.guards import (
 )
 from console.config import Config
 from console.model import ProcessReading, Sample
+from console.observe.remote_process import (
+    AgentRefused,
+    ProcessRef,
+    SignalTarget,
+    launch,
+    read_processes,
+    send_signal,
+)
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize
-from console.remote.shell import quote
 from console.remote.target import Target, TargetError
-
-#: Bash functions the stop runs on the target. `info` prints `PID STATE PGID START_TICKS`
-#: for each PID that exists; `sig` signals DEST only if PID still has the planned start time.
-_PROC_FUNCTIONS = r"""
-info() { local pid line f; for pid in "$@"; do
-  { read -r line < /proc/$pid/stat; } 2>/dev/null || continue
-  read -r -a f <<< "${line##*) }"
-  echo "$pid ${f[0]} ${f[2]} ${f[19]}"
-done; }
-sig() { local line f
-  { read -r line < /proc/$2/stat; } 2>/dev/null || { echo "$2 gone"; return; }
-  read -r -a f <<< "${line##*) }"
-  [ "${f[19]}" = "$3" ] || { echo "$2 reused"; return; }
-  if kill -$1 -- $4 2>/dev/null; then echo "$2 sent"; else echo "$2 gone"; fi
-}
-"""
 
 @dataclass(frozen=True, slots=True)
 class PlannedProcess:
@@ -92,14 +83,9 @@ class PlannedProcess:
     gpu_mib: int | None
     """GPU memory the driver lists for this PID (None when it lists none)."""
 
-
-@dataclass(frozen=True, slots=True)
-class SignalTarget:
-    """Where one signal goes: `dest` is `-PGID` for a whole group or `PID`, checked against `pid`'s start."""
-
-    pid: int
-    start_ticks: int
-    dest: str
+    @property
+    def ref(self) -> ProcessRef:
+        return ProcessRef(self.pid, self.start_ticks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +101,8 @@ class RestartPlan:
     env: dict[str, str]
     log: str
     pidfile: str | None
-    launch_script: str
-    """The exact bash script the launch step runs."""
+    launch_argv: tuple[str, ...]
+    """The exact program the launch step starts (in a new session, through the process agent)."""
     grace_s: float
     gpus_read: bool = True
     """False when the target gave no GPU readings: memory release cannot be checked."""
@@ -143,7 +129,7 @@ class RestartPlan:
             "env": self.env,
             "log": self.log,
             "pidfile": self.pidfile,
-            "launch_script": self.launch_script,
+            "launch_argv": list(self.launch_argv),
             "grace_s": self.grace_s,
             "gpus_read": self.gpus_read,
             "notes": list(self.notes),
@@ -219,26 +205,14 @@ def exec_body(launch: str) -> str:
     return f"{launch[:assignments.end()]}exec {command}" if command else launch
 
 
-def launch_script(launch: str, *, cwd: str | None, env: dict[str, str], log: str, pidfile: str | None) -> str:
-    """The launch as bash: new session, unbuffered, appended to `log`, PID to `pidfile` and stdout.
+def launch_argv(launch: str) -> tuple[str, ...]:
+    """The launch as the program the process agent starts: bash running it (see exec_body)."""
+    return ("bash", "-c", exec_body(launch))
 
-    Each line is its own command: `cd X && setsid … &` would put the whole `&&` list in a
-    background subshell, and `$!` would then be that subshell, not the run. The pidfile is
-    written beside it and renamed into place: a FIFO put there since the plan never blocks it.
-    """
-    body = exec_body(launch)
-    env_words = env_assignments({"PYTHONUNBUFFERED": "1", **env})
-    log_word = shell_path(log)
-    lines = []
-    if cwd:
-        lines.append(f"cd {shell_path(cwd)} || exit 1")
-    lines.append(f'mkdir -p -- "$(dirname -- {log_word})" || exit 1')
-    lines.append(f"setsid nohup env {env_words} bash -c {quote(body)} </dev/null >>{log_word} 2>&1 &")
-    if pidfile:
-        written = shell_path(pidfile + ".pulse-new")
-        lines.append(f"echo $! > {written} && mv -f -- {written} {shell_path(pidfile)}")
-    lines.append("echo $!")
-    return "\n".join(lines)
+
+def launch_env(env: dict[str, str]) -> dict[str, str]:
+    """The launch's environment additions: unbuffered Python output first, so the log shows progress."""
+    return {"PYTHONUNBUFFERED": "1", **env}
 
 
 def signal_targets(
@@ -260,23 +234,10 @@ def signal_targets(
     for p in planned.values():
         if p.pgid in whole:
             if p.pid == p.pgid:
-                targets.append(SignalTarget(p.pid, p.start_ticks, f"-{p.pgid}"))
+                targets.append(SignalTarget(p.ref, group=True))
         else:
-            targets.append(SignalTarget(p.pid, p.start_ticks, str(p.pid)))
+            targets.append(SignalTarget(p.ref))
     return targets
-
-
-async def read_proc_info(target: Target, pids: list[int]) -> dict[int, tuple[str, int, int]]:
-    """PID → (state, pgid, start_ticks) for those of `pids` that exist now."""
-    if not pids:
-        return {}
-    result = await target.run(_PROC_FUNCTIONS + "info " + " ".join(map(str, pids)), PROBE_TIMEOUT_S, login=False)
-    found = {}
-    for line in result.stdout.splitlines():
-        words = line.split()
-        if len(words) == 4 and words[0].isdigit():
-            found[int(words[0])] = (words[1], int(words[2]), int(words[3]))
-    return found
 
 
 def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
@@ -373,7 +334,7 @@ async def plan_restart(
     log = fill_placeholders(run.log, {"started": timestamp(sample.time or time.time())})
     if re.search(r"[*?\[]", log):
         raise ActionRefused(f"{config.source}: [run] log {run.log!r} is a glob; use {{started}} to name each run's log")
-    script = launch_script(run.launch, cwd=run.cwd, env=dict(run.env), log=log, pidfile=run.pidfile)
+    check_env_names(run.env)
     plan = RestartPlan(
         processes=tuple(processes),
         signals=tuple(signal_targets(processes, probe.group_members, {p.pgid for p in probe.own})),
@@ -383,7 +344,7 @@ async def plan_restart(
         env=dict(run.env),
         log=log,
         pidfile=run.pidfile,
-        launch_script=script,
+        launch_argv=launch_argv(run.launch),
         grace_s=run.grace_s,
         gpus_read=bool(sample.gpus),
         notes=tuple(notes),
@@ -406,19 +367,10 @@ class _Timing:
     launch_timeout_s: float
 
 
-async def send_signals(target: Target, signal_name: str, signals: list[SignalTarget]) -> dict[int, str]:
-    """Signal each target only while it is still the process planned (same start time): PID → what the target said."""
-    if not signals:
-        return {}
-    calls = "\n".join(f"sig {signal_name} {s.pid} {s.start_ticks} {s.dest}" for s in signals)
-    result = await target.run(_PROC_FUNCTIONS + calls, PROBE_TIMEOUT_S, login=False)
-    return {int(pid): said for pid, said in (line.split() for line in result.stdout.splitlines() if line.strip())}
-
-
 async def _alive(target: Target, plan: RestartPlan) -> dict[int, str]:
     """Planned PIDs that still are the planned process → their state (Z included)."""
-    info = await read_proc_info(target, [p.pid for p in plan.processes])
-    return {p.pid: info[p.pid][0] for p in plan.processes if p.pid in info and info[p.pid][2] == p.start_ticks}
+    info = await read_processes(target, [p.pid for p in plan.processes])
+    return {p.pid: info[p.pid].state for p in plan.processes if p.pid in info and info[p.pid].start_ticks == p.start_ticks}
 
 
 async def _wait_gone(target: Target, plan: RestartPlan, seconds: float, poll_s: float) -> dict[int, str]:
@@ -437,7 +389,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
         yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop")
         return
     yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + " ".join(s.dest for s in plan.signals))
-    said = await send_signals(target, "TERM", list(plan.signals))
+    said = await send_signal(target, "TERM", plan.signals)
     for pid, what in said.items():
         if what == "reused":
             yield StepEvent(step, StepStatus.WARNING, f"PID {pid} is now another process: not signalled", {"pid": pid})
@@ -449,7 +401,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
             step, StepStatus.RUNNING, f"still running after {t.grace_s:g} s: SIGKILL to {' '.join(map(str, survivors))}"
         )
         by_pid = {p.pid: p for p in plan.processes}
-        await send_signals(target, "KILL", [SignalTarget(pid, by_pid[pid].start_ticks, str(pid)) for pid in survivors])
+        await send_signal(target, "KILL", [SignalTarget(by_pid[pid].ref) for pid in survivors])
         killed = len(survivors)
         left = await _wait_gone(target, plan, t.kill_wait_s, t.poll_s)
     for pid, state in sorted(left.items()):
@@ -600,10 +552,10 @@ async def _verify(
     try:
         size_at_launch = await _log_size(target, plan.log)
         await asyncio.sleep(t.verify_after_s)
-        info = await read_proc_info(target, [pid])
+        info = await read_processes(target, [pid])
         size_now = await _log_size(target, plan.log)
         grew = size_now is not None and size_now > (size_at_launch or 0)
-        gone = info.get(pid, ("gone",))[0] in ("gone", "Z", "X")
+        gone = pid not in info or info[pid].state in ("Z", "X")
         old = {p.pid for p in plan.processes}
         # A launch that daemonizes: its first PID exits, the run lives on in new processes.
         daemons = [p for p in await _run_processes(target, config) if p.pid not in old and p.pid != pid] if gone else []
@@ -660,22 +612,21 @@ async def _restart(
 
     yield StepEvent("launch", StepStatus.RUNNING, plan.launch)
     try:
-        # The bound covers opening the channel too: a link that hangs must not hang the restart.
-        async with asyncio.timeout(t.launch_timeout_s):
-            result = await target.run(plan.launch_script, t.launch_timeout_s)
-    except (TargetError, asyncio.TimeoutError) as exc:
-        why = str(exc) or f"no answer in {t.launch_timeout_s:g} s"
-        yield StepEvent("launch", StepStatus.FAILED, f"launch state unknown ({why}); not retrying")
+        launched = await launch(target, list(plan.launch_argv), log=plan.log, pidfile=plan.pidfile, cwd=plan.cwd,
+                                env=launch_env(plan.env), timeout=t.launch_timeout_s)
+    except AgentRefused as exc:
+        yield StepEvent("launch", StepStatus.FAILED, str(exc))
+        return
+    except TargetError as exc:
+        yield StepEvent("launch", StepStatus.FAILED, f"launch state unknown ({exc}); not retrying")
         yield await _after_unknown_launch(target, config, plan)
         return
-    words = result.stdout.split()
-    if not result.ok or not words or not words[-1].isdigit():
-        said = (result.stderr or result.stdout).strip().splitlines()
-        yield StepEvent("launch", StepStatus.FAILED, f"exit {result.exit_status}: {said[-1] if said else 'no output'}")
-        return
-    pid = int(words[-1])
+    pid = launched.ref.pid
     yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", {"pid": pid, "log": plan.log,
                                                                             "pidfile": plan.pidfile})
+    if launched.pidfile_error:
+        yield StepEvent("launch", StepStatus.WARNING, f"pidfile not written: {launched.pidfile_error}",
+                        {"pidfile": plan.pidfile})
     async for event in _verify(target, config, plan, pid, t):
         yield event
 

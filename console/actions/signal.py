@@ -1,8 +1,8 @@
 """Send one chosen signal to one process of the run: planned, confirmed, audited, refused read-only.
 
 The plan records the process's start time (field 22 of /proc/PID/stat); the signal goes
-only if the PID still names that process when it is sent, through the same checked `sig`
-the restart uses, so a PID reused since the plan is never hit.
+only if the PID still names that process when it is sent (remote_process.send_signal, as for
+the restart), so a PID reused since the plan is never hit.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from console.actions.audit import ActionRefused, AuditLog, OutputLine, StepEvent, StepStatus, audited, refuse_if_read_only
 from console.actions.guards import probe_target, protected_reason
-from console.actions.restart import SignalTarget, send_signals
 from console.config import Config
+from console.observe.remote_process import ProcessRef, SignalTarget, send_signal
 from console.remote.target import Target
 
 #: The signals offered, in the order of the chooser, with what each usually does to a training run.
@@ -69,7 +69,7 @@ async def plan_signal(target: Target, pid: int, signal: str, command: str, *, re
 async def _signal(target: Target, plan: SignalPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
     step = f"SIG{plan.signal}"
     yield StepEvent(step, StepStatus.RUNNING, f"pid {plan.pid}")
-    said = (await send_signals(target, plan.signal, [SignalTarget(plan.pid, plan.start_ticks, str(plan.pid))])).get(plan.pid, "")
+    said = (await send_signal(target, plan.signal, [SignalTarget(ProcessRef(plan.pid, plan.start_ticks))])).get(plan.pid, "")
     if said == "sent":
         yield StepEvent(step, StepStatus.OK, f"sent to pid {plan.pid}")
     else:

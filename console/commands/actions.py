@@ -39,14 +39,13 @@ from console.observe.pyspy import (
     ProcessDump,
     ThreadStack,
     classify_wait,
-    frame_text,
+    dump_lines,
     group_identical,
     is_user_frame,
     stack_signature,
 )
 from console.observe.pyspy_run import DumpError, dump_tree
 from console.observe.sampler import sample_once
-from console.observe.textsafe import sanitize
 from console.remote.connect import make_target
 from console.remote.target import Target, TargetError
 
@@ -166,8 +165,11 @@ async def _mutating(
         await target.close()
 
 
-def _ask(action: str, args: argparse.Namespace) -> int | None:
-    """None to go ahead, else the exit code of a refusal."""
+def _ask(action: str, args: argparse.Namespace, heading: str, plan: list[str]) -> int | None:
+    """Show the plan under its heading and ask: None to go ahead, else the exit code of a refusal."""
+    _say(heading, sys.stdout)
+    for line in plan:
+        _say(f"  {line}", sys.stdout)
     answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
     if answer is None:
         _say(f"{action}: not confirmed: no terminal to ask on; pass --yes to {action} without asking", sys.stderr)
@@ -187,10 +189,7 @@ def restart(config: Config, args: argparse.Namespace) -> int:
         plan = await plan_restart(
             target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
         )
-        _say(f"restart on {target.label}:", sys.stdout)
-        for line in plan.describe():
-            _say(f"  {line}", sys.stdout)
-        refused = _ask("restart", args)
+        refused = _ask("restart", args, f"restart on {target.label}:", plan.describe())
         if refused is not None:
             return refused
         events = execute_restart(
@@ -208,10 +207,7 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
 
     async def plan_and_run(target: Target) -> int:
         plan = plan_warmup(config)
-        _say(f"on {target.label}:", sys.stdout)
-        for line in plan.describe():
-            _say(f"  {line}", sys.stdout)
-        refused = _ask("warmup", args)
+        refused = _ask("warmup", args, f"on {target.label}:", plan.describe())
         if refused is not None:
             return refused
         steps = await _print_events(execute_warmup(target, config, plan, audit=not _no_audit(args)), sys.stdout)
@@ -225,43 +221,8 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
 # -- dump ------------------------------------------------------------------------------------
 
 
-def _clean(text: str) -> str:
-    return sanitize(text)[0]
-
-
-def _frame_line(frame, user: bool) -> str:
-    return f"{'>' if user else ' '} {_clean(frame_text(frame, full_path=True))}"
-
-
-def format_dump(dump: ProcessDump) -> list[str]:
-    """A process's threads as text: identical stacks once with a count, user frames marked `>`."""
-    version = f" (Python {dump.python_version})" if dump.python_version else ""
-    command = f": {_clean(dump.command)}" if dump.command else ""
-    lines = [f"Process {dump.pid}{command}{version}"]
-    for count, thread in group_identical(dump.threads):
-        lines.append("")
-        lines.append("  " + _thread_heading(count, thread, dump.threads))
-        for frame in thread.frames:
-            lines.append("      " + _frame_line(frame, is_user_frame(frame)))
-            for local in frame.locals:
-                lines.append(f"            {_clean(local.name)} = {_clean(local.repr)}")
-    return lines
-
-
 def _same_stack(a: ThreadStack, b: ThreadStack) -> bool:
     return stack_signature(a) == stack_signature(b)
-
-
-def _thread_heading(count: int, thread: ThreadStack, threads: tuple[ThreadStack, ...]) -> str:
-    name = f' "{_clean(thread.name)}"' if thread.name else ""
-    gil = ", holds the GIL" if thread.owns_gil else ""
-    state = "active" if thread.active else "idle"
-    heading = f"Thread {thread.thread_id}{name}: {state}{gil}, {classify_wait(thread)}"
-    if count > 1:
-        others = [t for t in threads if t is not thread and _same_stack(t, thread)]
-        names = ", ".join(_clean(t.name) if t.name else str(t.thread_id) for t in others)
-        heading += f"  [x{count} identical stacks; also {names}]"
-    return heading
 
 
 def dump_json(dump: ProcessDump) -> dict:
@@ -329,8 +290,8 @@ def print_dumps(dumps: list[ProcessDump], out: TextIO) -> None:
     for i, one in enumerate(dumps):
         if i:
             _say("", out)
-        for line in format_dump(one):
-            _say(line, out)
+        for line in dump_lines(one):
+            _say(line.text, out)
 
 
 async def _dump(config: Config, args: argparse.Namespace) -> int:

@@ -14,8 +14,8 @@ With `--json` one object is printed (keys always present; null where nothing is 
     evidence       [string]: the observations behind it, e.g.
                    "pid 447 CPU 0.0% over 1.5 s, state S, 18 threads: python3 -u hung.py",
                    "log silent 312 s (threshold 300 s)"
-    next_step      string: what to do; `key` the console key that does it (p dump,
-                   R restart, l log, w warmup) or null
+    next_step      string: what to do; `step` the action that does it: dump | log |
+                   restart | warmup (the console's p, l, R, w) or null
     target         string: where the run was looked at ("local", "pulse-test/pct 200", ...)
     gpu_source     "nvml" | "nvidia-smi" | "none";  gpu_error: string or null
     gpus           [{index, name, uuid, memory_used_mib, memory_total_mib, utilization_pct,
@@ -174,7 +174,7 @@ def report_json(label: str, ev: Evidence, verdict: Verdict) -> dict:
         "summary": verdict.summary,
         "evidence": verdict.evidence,
         "next_step": verdict.next_step,
-        "key": verdict.key,
+        "step": verdict.step,
         "target": label,
         "gpu_source": ev.gpu_source,
         "gpu_error": ev.gpu_error,

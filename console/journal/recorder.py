@@ -33,7 +33,7 @@ def verdict_data(verdict) -> dict:
         "summary": verdict.summary,
         "evidence": list(verdict.evidence[:EVIDENCE_LINES]),
         "next_step": verdict.next_step,
-        "key": verdict.key,
+        "step": verdict.step,
     }
 
 

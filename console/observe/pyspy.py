@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from console.observe.textsafe import strip_escape_sequences
+from console.observe.textsafe import sanitize, strip_escape_sequences
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +355,50 @@ def group_identical(threads: Sequence[ThreadStack]) -> list[tuple[int, ThreadSta
         else:
             groups[key] = [1, thread]
     return sorted(((count, thread) for count, thread in groups.values()), key=lambda group: -group[0])
+
+
+@dataclass(frozen=True, slots=True)
+class DumpLine:
+    """One line of a grouped dump, with what it shows so a screen can style it."""
+
+    text: str
+    kind: str
+    """'process', 'thread', 'user' (a frame of the run's own code), 'library' (any other frame), 'local', 'gap'."""
+
+
+def dump_lines(dump: ProcessDump) -> list[DumpLine]:
+    """The one rendering of a process's dump, for `pulse dump` and the console's dump screen alike:
+    identical stacks once with a count, the run's own frames marked `>`, text sanitized (it is the target's)."""
+    version = f" (Python {dump.python_version})" if dump.python_version else ""
+    command = f": {_clean(dump.command)}" if dump.command else ""
+    lines = [DumpLine(f"Process {dump.pid}{command}{version}", "process")]
+    for count, thread in group_identical(dump.threads):
+        lines.append(DumpLine("", "gap"))
+        lines.append(DumpLine("  " + _thread_heading(count, thread, dump.threads), "thread"))
+        for frame in thread.frames:
+            user = is_user_frame(frame)
+            label = _clean(frame_text(frame, full_path=True))
+            lines.append(DumpLine(f"      {'>' if user else ' '} {label}", "user" if user else "library"))
+            lines += [DumpLine(f"            {_clean(v.name)} = {_clean(v.repr)}", "local") for v in frame.locals]
+    return lines
+
+
+def _clean(text: str) -> str:
+    return sanitize(text)[0]
+
+
+def _thread_heading(count: int, thread: ThreadStack, threads: Sequence[ThreadStack]) -> str:
+    """'Thread 8 "Helper-1": idle, lock/condition wait  [x3 identical stacks; also Helper-2, Helper-3]'."""
+    name = f' "{_clean(thread.name)}"' if thread.name else ""
+    gil = ", holds the GIL" if thread.owns_gil else ""
+    state = "active" if thread.active else "idle"
+    heading = f"Thread {thread.thread_id}{name}: {state}{gil}, {classify_wait(thread)}"
+    if count > 1:
+        signature = stack_signature(thread)
+        others = [t for t in threads if t is not thread and stack_signature(t) == signature]
+        names = ", ".join(_clean(t.name) if t.name else str(t.thread_id) for t in others)
+        heading += f"  [x{count} identical stacks; also {names}]"
+    return heading
 
 
 # -- failures ------------------------------------------------------------------------

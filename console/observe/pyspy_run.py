@@ -1,25 +1,23 @@
 """Run py-spy on a target and read its dump (non-mutating: py-spy only pauses the process briefly).
 
-The remote shell prints its own PID and then `exec`s py-spy, so py-spy runs under a PID
-this side knows. If py-spy does not finish in time (ptrace stuck on a process in state D,
-a wedged interpreter) that PID is killed through a separate command: closing an SSH channel
-does not stop the remote command (see design.md), so nothing is left behind. Failures
-become `DumpError(code, message)` with py-spy's one line of advice (pyspy.classify_error).
+py-spy is started through the process agent (remote_process.start), so its PID and start
+time are known before it runs. If it does not finish in time (ptrace stuck on a process in
+state D, a wedged interpreter) that process, and only while it is still that process, is
+killed through a separate command: closing an SSH channel does not stop the remote command
+(see design.md), so nothing is left behind. Failures become `DumpError(code, message)` with
+py-spy's one line of advice (pyspy.classify_error).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json, parse_dump_text
+from console.observe.remote_process import SignalTarget, StartedProcess, descendants, send_signal, start
 from console.observe.textsafe import sanitize
-from console.remote.shell import quote
-from console.remote.target import Channel, Target, TargetError
+from console.remote.target import Target, TargetError
 
-#: Printed by the remote shell before it becomes py-spy: what follows it on the line is its PID.
-PID_MARK = "pulse-pyspy-pid"
-#: After a timeout, how long to wait for the PID line still (a slow login shell) and for the kill.
+#: After a timeout, how long the kill of the py-spy still may take.
 KILL_GRACE_S = 3.0
 
 
@@ -33,11 +31,11 @@ class DumpError(Exception):
         self.message = message
 
 
-def dump_script(
+def dump_argv(
     py_spy: str, pid: int, *, native: bool = False, locals: bool = False, nonblocking: bool = False, json_output: bool = True
-) -> str:
-    """The bash line that announces its PID and becomes `py-spy dump --pid PID [options]`."""
-    words = [quote(py_spy), "dump", "--pid", str(int(pid))]
+) -> list[str]:
+    """`py-spy dump --pid PID [options]`."""
+    words = [py_spy, "dump", "--pid", str(int(pid))]
     if native:
         words.append("--native")
     if locals:
@@ -46,13 +44,7 @@ def dump_script(
         words.append("--nonblocking")
     if json_output:
         words.append("--json")
-    return f"echo {PID_MARK} $$; exec " + " ".join(words)
-
-
-def kill_script(spy_pid: int, py_spy: str) -> str:
-    """SIGKILL `spy_pid` only while it still is the py-spy we started (its comm is py-spy's file name)."""
-    comm = os.path.basename(py_spy)[:15]  # the kernel keeps 15 characters of a command's name
-    return f'[ "$(cat /proc/{int(spy_pid)}/comm 2>/dev/null)" = {quote(comm)} ] && kill -9 {int(spy_pid)}; true'
+    return words
 
 
 async def dump(
@@ -67,25 +59,35 @@ async def dump(
     json_output: bool = True,
 ) -> ProcessDump:
     """The threads of process `pid` on `target` (PID as seen there, inside its container)."""
-    script = dump_script(py_spy, pid, native=native, locals=locals, nonblocking=nonblocking, json_output=json_output)
-    run = _SpyRun(target, script)
+    argv = dump_argv(py_spy, pid, native=native, locals=locals, nonblocking=nonblocking, json_output=json_output)
+    spy: StartedProcess | None = None
+    output = bytearray()
+    status: int | None = None
+    ended = False
     try:
         async with asyncio.timeout(timeout):
-            status = await run.collect()
+            spy = await start(target, argv)
+            while chunk := await spy.read():
+                output += chunk
+            status = await spy.wait()
+            ended = True
     except asyncio.TimeoutError:
-        await run.stop(py_spy)
         advice = classify_error("timed out", 124)[1]
         raise DumpError("timeout", f"py-spy on pid {pid} ran over {timeout:g} s and was killed: {advice}") from None
     except TargetError as exc:
         raise DumpError("unreachable", str(exc)) from None
     finally:
-        run.close()
+        if spy is not None:
+            if not ended:  # timed out or cancelled: a py-spy left attached would keep the run paused
+                await asyncio.shield(_kill(target, spy))
+            spy.close()
+    stderr = spy.stderr
     if status != 0:
-        code, advice = classify_error(run.stderr, 137 if status is None else status)
+        code, advice = classify_error(stderr, 137 if status is None else status)
         raise DumpError(code, f"py-spy on pid {pid}: {_clean(advice)}")
     parse = parse_dump_json if json_output else parse_dump_text
     try:
-        dumps = parse(run.output)
+        dumps = parse(output.decode("utf-8", "replace"))
     except ValueError as exc:
         raise DumpError("unreadable", f"py-spy on pid {pid} printed something unexpected: {_clean(str(exc))}") from None
     for found in dumps:
@@ -118,10 +120,9 @@ async def dump_tree(
     pids = [pid]
     if children:
         try:
-            listed = await target.run(descendants_script(pid), timeout)
+            pids += [found for found in await descendants(target, pid, timeout) if found != pid]
         except TargetError as exc:
             raise DumpError("unreachable", str(exc)) from None
-        pids += [int(word) for word in listed.stdout.split() if word.isdigit() and int(word) != pid]
     results = await asyncio.gather(*(dump(target, p, **options) for p in pids), return_exceptions=True)
     out: list[ProcessDump] = []
     for found, result in zip(pids, results):
@@ -134,83 +135,13 @@ async def dump_tree(
     return out
 
 
-def descendants_script(pid: int) -> str:
-    """Bash that prints every descendant PID of `pid` (from /proc/*/task/*/children), parents first."""
-    return (
-        f"todo={int(pid)}; while [ -n \"$todo\" ]; do next=; for p in $todo; do "
-        "for c in $(cat /proc/$p/task/*/children 2>/dev/null); do echo $c; next=\"$next $c\"; done; "
-        "done; todo=$next; done"
-    )
-
-
-class _SpyRun:
-    """One remote `py-spy dump`: its channel, the PID it announced, its output."""
-
-    def __init__(self, target: Target, script: str) -> None:
-        self.target = target
-        self.script = script
-        self.channel: Channel | None = None
-        self.spy_pid: int | None = None
-        self._buffer = bytearray()
-        self._pid_seen = asyncio.Event()
-        self.output = ""
-
-    @property
-    def stderr(self) -> str:
-        return getattr(self.channel, "stderr", "") if self.channel is not None else ""
-
-    async def collect(self) -> int | None:
-        self.channel = await self.target.open(self.script)
-        self.channel.write_eof()
-        while chunk := await self.channel.read():
-            self._buffer += chunk
-            self._find_pid()
-        status = await self.channel.wait()
-        self.output = self._buffer.decode("utf-8", "replace")
-        return status
-
-    def _find_pid(self) -> None:
-        if self.spy_pid is not None:
-            return
-        mark = PID_MARK.encode() + b" "
-        start = self._buffer.find(mark)
-        end = self._buffer.find(b"\n", start)
-        if start < 0 or end < 0:
-            return
-        word = self._buffer[start + len(mark) : end].strip()
-        if word.isdigit():
-            self.spy_pid = int(word)
-            self._pid_seen.set()
-        del self._buffer[: end + 1]  # what a login shell printed before the mark is not py-spy's
-
-    async def stop(self, py_spy: str) -> None:
-        """Kill the py-spy this run started, by its PID (waiting briefly for the PID if it has not come)."""
-        if self.channel is None:
-            return
-        if self.spy_pid is None:
-            reader = asyncio.ensure_future(self._read_for_pid())
-            try:
-                async with asyncio.timeout(KILL_GRACE_S):
-                    await self._pid_seen.wait()
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                reader.cancel()
-        if self.spy_pid is not None:
-            try:
-                await self.target.run(kill_script(self.spy_pid, py_spy), KILL_GRACE_S)
-            except TargetError:
-                pass  # the link is gone too; closing the channel is all that is left
-
-    async def _read_for_pid(self) -> None:
-        assert self.channel is not None
-        while self.spy_pid is None and (chunk := await self.channel.read()):
-            self._buffer += chunk
-            self._find_pid()
-
-    def close(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
+async def _kill(target: Target, spy: StartedProcess) -> None:
+    """SIGKILL the py-spy this dump started, while it is still that process."""
+    try:
+        async with asyncio.timeout(KILL_GRACE_S):
+            await send_signal(target, "KILL", [SignalTarget(spy.ref)], timeout=KILL_GRACE_S)
+    except (TargetError, asyncio.TimeoutError):
+        pass  # the link is gone too; closing the channel is all that is left
 
 
 def _clean(text: str) -> str:

@@ -9,7 +9,8 @@ demo's stand-in all ask for exactly the same columns.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from console.model import GpuProcess, GpuReading
 
@@ -45,6 +46,9 @@ _NOT_AVAILABLE = frozenset({"[N/A]", "N/A", "[Not Supported]", "Not Supported", 
 _UNITS = (" MiB", " MB", " GiB", " %", " W", " MHz", " C")
 
 
+T = TypeVar("T")
+
+
 class ParseError(ValueError):
     """nvidia-smi printed something that is not the CSV asked for; the message is one line."""
 
@@ -58,19 +62,7 @@ def parse_gpu_csv(
     A row that cannot be read raises ParseError, or, when `errors` is a list, is
     skipped and described there so the other GPUs still show.
     """
-    columns, rows = _table(text, fields, _HEADER_ALIASES, "index")
-    for required in ("index", "uuid"):
-        if required not in columns:
-            raise ParseError(f"nvidia-smi --query-gpu output has no {required} column; ask for {','.join(GPU_QUERY_FIELDS)}")
-    readings = []
-    for number, cells in rows:
-        try:
-            readings.append(_gpu_reading(dict(zip(columns, _split(cells, columns, number))), number))
-        except ParseError as exc:
-            if errors is None:
-                raise
-            errors.append(str(exc))
-    return readings
+    return _read_rows(text, fields, _HEADER_ALIASES, ("index", "uuid"), "--query-gpu", GPU_QUERY_FIELDS, _gpu_row, errors)
 
 
 def parse_apps_csv(
@@ -80,29 +72,53 @@ def parse_apps_csv(
 
     PIDs are the driver's, i.e. the host's PID namespace. Bad rows as in parse_gpu_csv.
     """
-    columns, rows = _table(text, fields, _APP_HEADER_ALIASES, "gpu_uuid")
-    for required in ("gpu_uuid", "pid"):
-        if required not in columns:
-            raise ParseError(f"nvidia-smi --query-compute-apps output has no {required} column; ask for {','.join(APP_QUERY_FIELDS)}")
+    return _read_rows(
+        text, fields, _APP_HEADER_ALIASES, ("gpu_uuid", "pid"), "--query-compute-apps", APP_QUERY_FIELDS, _app_row, errors
+    )
+
+
+def _read_rows(
+    text: str,
+    fields: Sequence[str],
+    aliases: dict[str, str],
+    required: tuple[str, ...],
+    query: str,
+    asked: Sequence[str],
+    read: Callable[[dict[str, str], int, str], T],
+    errors: list[str] | None,
+) -> list[T]:
+    """Each row of a `nvidia-smi --query-*` table as `read(row, line number, line)` makes it; a row it
+    refuses (ParseError) raises, or, when `errors` is a list, is described there and skipped."""
+    columns, rows = _table(text, fields, aliases, required[0])
+    for name in required:
+        if name not in columns:
+            raise ParseError(f"nvidia-smi {query} output has no {name} column; ask for {','.join(asked)}")
     found = []
     for number, cells in rows:
         try:
-            row = dict(zip(columns, _split(cells, columns, number)))
-            pid = _integer(row["pid"], "pid", number)
-            if pid is None:
-                raise ParseError(f"nvidia-smi line {number}: no pid in {cells!r}")
-            name = row.get("process_name")
-            process = GpuProcess(
-                pid=pid,
-                used_mib=_integer(row.get("used_memory"), "used_memory", number),
-                name=None if name is None or name in _NOT_AVAILABLE else name,
-            )
-            found.append((row["gpu_uuid"], process))
+            found.append(read(dict(zip(columns, _split(cells, columns, number))), number, cells))
         except ParseError as exc:
             if errors is None:
                 raise
             errors.append(str(exc))
     return found
+
+
+def _gpu_row(row: dict[str, str], number: int, cells: str) -> GpuReading:
+    return _gpu_reading(row, number)
+
+
+def _app_row(row: dict[str, str], number: int, cells: str) -> tuple[str, GpuProcess]:
+    pid = _integer(row["pid"], "pid", number)
+    if pid is None:
+        raise ParseError(f"nvidia-smi line {number}: no pid in {cells!r}")
+    name = row.get("process_name")
+    process = GpuProcess(
+        pid=pid,
+        used_mib=_integer(row.get("used_memory"), "used_memory", number),
+        name=None if name is None or name in _NOT_AVAILABLE else name,
+    )
+    return row["gpu_uuid"], process
 
 
 def parse_pmon(text: str) -> dict[int, tuple[tuple[int, float], ...]]:

@@ -15,7 +15,7 @@ def make_target(cfg: TargetConfig) -> Target:
     if cfg.hosts or cfg.slurm_job:
         raise TargetError("this names a fleet (--hosts / --slurm-job), not one machine: use the fleet version")
     if cfg.host is None:
-        return LocalTarget(cfg.container)
+        return LocalTarget(cfg.container, cfg.python)
     from console.remote.ssh import SshTarget  # asyncssh loads only when a remote host is named
 
     return SshTarget(cfg)

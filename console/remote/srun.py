@@ -21,7 +21,7 @@ class SrunTarget(Target):
     """
 
     def __init__(self, control: Target, step: Callable[[str], str], label: str, container: Container | None) -> None:
-        super().__init__(container)
+        super().__init__(container, control.python)
         self.control = control
         self.step = step
         self.label = label

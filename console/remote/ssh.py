@@ -486,7 +486,7 @@ class SshTarget(Target):
         creates; a target that joins an existing connection shares that connection's settings."""
         if not cfg.host:
             raise ValueError("SshTarget needs a host")
-        super().__init__(cfg.container)
+        super().__init__(cfg.container, cfg.python)
         self.cfg = cfg
         self.max_channels = max_channels
         self.open_timeout = open_timeout

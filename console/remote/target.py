@@ -65,9 +65,12 @@ class Target(ABC):
 
     label: str
     container: Container | None
+    python: str
+    """The Python that runs Pulse's agents there."""
 
-    def __init__(self, container: Container | None = None) -> None:
+    def __init__(self, container: Container | None = None, python: str = "python3") -> None:
         self.container = container
+        self.python = python
         self.state = ConnectionState(ConnectionStatus.CONNECTING)
         self._listeners: list[StateListener] = []
 
@@ -201,8 +204,8 @@ def end_process_group(process: asyncio.subprocess.Process, grace_s: float = _KIL
 class LocalTarget(Target):
     """This machine (or a container on it): commands run as child processes."""
 
-    def __init__(self, container: Container | None = None) -> None:
-        super().__init__(container)
+    def __init__(self, container: Container | None = None, python: str = "python3") -> None:
+        super().__init__(container, python)
         self.label = "local" if container is None else f"local/{container.describe()}"
         self._set_state(ConnectionState(ConnectionStatus.CONNECTED))
 

@@ -37,7 +37,7 @@ from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
 from console.ui.gpu_pane import GpuPane
-from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
+from console.ui.keymap import ACTIONS, STEP_KEYS, ActionSpec, bindings, wired_actions
 from console.ui.log_pane import LogPane
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
@@ -196,7 +196,9 @@ class PulseApp(ThemedApp):
 
             # The journal's last word until the first diagnosis: a reopened console is not blank.
             restored = self.watch.restored
-            self.verdict = Verdict(restored["verdict"], restored["summary"], restored["evidence"], restored["next_step"], restored["key"])
+            # A journal written before verdicts named their step kept its console key.
+            step = restored.get("step", {key: step for step, key in STEP_KEYS.items()}.get(restored.get("key")))
+            self.verdict = Verdict(restored["verdict"], restored["summary"], restored["evidence"], restored["next_step"], step)
 
     # -- layout ------------------------------------------------------------------
 

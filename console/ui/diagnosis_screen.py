@@ -8,7 +8,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from console.ui.keymap import ACTIONS
+from console.ui.keymap import STEP_ACTIONS, STEP_KEYS
 from console.ui.modal import FramedModal
 
 
@@ -19,10 +19,6 @@ def verdict_level(name: str) -> str:
     if not is_problem(name):
         return "ok"
     return "crit" if severity(name) >= severity("hung") else "warn"
-
-
-#: The keys a verdict may name for its next step, and the console action each runs.
-NEXT_STEP_ACTIONS = {spec.keys: spec.action for spec in ACTIONS if spec.action in ("dump", "problem_log", "restart", "warmup")}
 
 
 def verdict_text(verdict, evidence) -> Text:
@@ -62,7 +58,7 @@ class DiagnosisScreen(FramedModal[None]):
     """Shows one Verdict with its Evidence; Esc closes, the next step's key closes and takes it."""
 
     BINDINGS = [Binding("escape,q,d", "dismiss", "Close")] + [
-        Binding(key, f"next_step('{key}')", show=False) for key in NEXT_STEP_ACTIONS
+        Binding(key, f"next_step('{step}')", show=False) for step, key in STEP_KEYS.items()
     ]
 
     DEFAULT_CSS = """
@@ -81,10 +77,10 @@ class DiagnosisScreen(FramedModal[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="frame") as box:
             box.border_title = f"Diagnosis: {self.verdict.name}"
-            key = f" · {self.verdict.key} takes the next step" if self.verdict.key in NEXT_STEP_ACTIONS else ""
-            box.border_subtitle = f"Esc closes{key}"
+            key = STEP_KEYS.get(self.verdict.step)
+            box.border_subtitle = f"Esc closes · {key} takes the next step" if key else "Esc closes"
             yield Static(verdict_text(self.verdict, self.evidence))
 
-    async def action_next_step(self, key: str) -> None:
+    async def action_next_step(self, step: str) -> None:
         self.dismiss()
-        await self.app.take_action(NEXT_STEP_ACTIONS[key])  # a read-only refusal still says why
+        await self.app.take_action(STEP_ACTIONS[step])  # a read-only refusal still says why

@@ -15,39 +15,21 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from console.observe.pyspy import ProcessDump, classify_wait, frame_text, group_identical, is_user_frame
+from console.observe.pyspy import ProcessDump, dump_lines
 from console.paths import dumps_dir
 from console.ui.modal import FramedModal
 
 
+#: How each kind of dump line is drawn: the run's own frames stand out, the library's recede.
+_STYLES = {"process": "bold", "thread": "bold", "user": "bold", "library": "dim", "local": "dim"}
+
+
 def dump_text(dump: ProcessDump) -> Text:
-    """The dump grouped and styled: one block per distinct stack, innermost frame first."""
+    """The dump as `pulse dump` prints it (console.observe.pyspy.dump_lines), styled."""
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"Process {dump.pid}: ", "bold")
-    text.append(f"{dump.command}\n")
-    if dump.python_version:
-        text.append(f"Python {dump.python_version}\n", "dim")
-    groups = group_identical(dump.threads)
-    text.append(f"{len(dump.threads)} threads, {len(groups)} distinct stacks\n")
-    for count, thread in groups:
-        text.append("\n")
-        name = thread.name or "(unnamed)"
-        text.append(f"×{count} " if count > 1 else "   ", "bold reverse" if count > 1 else "")
-        text.append(f"{name}", "bold")
-        text.append(f"  tid {thread.thread_id}  ", "dim")
-        wait = classify_wait(thread)
-        text.append(wait, "bold" if wait not in ("running", "unknown") else "dim")
-        if thread.owns_gil:
-            text.append("  holds the GIL", "bold")
-        text.append("\n")
-        for frame in thread.frames:
-            if is_user_frame(frame):
-                text.append("  ▶ ", "bold")
-                text.append(frame_text(frame, full_path=True) + "\n", "bold")
-            else:
-                text.append("    " + frame_text(frame, full_path=True) + "\n", "dim")
-            for variable in frame.locals:
-                text.append(f"        {variable.name} = {variable.repr}\n", "dim")
+    for line in dump_lines(dump):
+        text.append(line.text + "\n", _STYLES.get(line.kind, ""))
+    text.rstrip()
     return text
 
 
@@ -83,7 +65,7 @@ class DumpScreen(FramedModal[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="frame") as box:
             box.border_title = f"py-spy dump · pid {self.dump.pid}"
-            box.border_subtitle = "s save · c copy · Esc close · ▶ your code"
+            box.border_subtitle = "s save · c copy · Esc close · > your code"
             yield Static(dump_text(self.dump))
 
     def action_save(self) -> None:

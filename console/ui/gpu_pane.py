@@ -14,7 +14,7 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.model import GpuReading
+from console.model import GpuReading, GpuRole, gpus_by_role
 from console.ui.styles import background_style, text_style
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
@@ -125,10 +125,7 @@ class GpuPane(ScrollView, can_focus=True):
         """The GPUs of each row: one each, or in compact form those of each role (in index order)."""
         if not self.compact:
             return [(gpu,) for gpu in self.gpus]
-        groups: dict[str, list[GpuReading]] = {}
-        for gpu in self.gpus:
-            groups.setdefault(self.roles.get(gpu.index, ""), []).append(gpu)
-        return [tuple(members) for members in groups.values()]
+        return [group.gpus for group in gpus_by_role(self.gpus, self.roles)]
 
     def selected_gpus(self) -> tuple[int, ...]:
         """Indices of the GPUs on the cursor's row (empty before the first reading)."""
@@ -175,7 +172,10 @@ class GpuPane(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         if index not in self._cache:
             row = rows[index]
-            text = self.role_line(row, width) if self.compact else self.gpu_line(row[0], width)
+            if self.compact:
+                text = self.role_line(GpuRole(self.roles.get(row[0].index, ""), row), width)
+            else:
+                text = self.gpu_line(row[0], width)
             text.truncate(width)
             if index == self.cursor and self.has_focus:
                 text.stylize(self._style("cursor"))
@@ -224,8 +224,7 @@ class GpuPane(ScrollView, can_focus=True):
         mem_bar = max(bars * 3 // 5, 4)
         util_bar = max(bars - mem_bar, 4)
 
-        used, total = gpu.memory_used_mib, gpu.memory_total_mib
-        mem_pct = used * 100 / total if used is not None and total else None
+        used, total, mem_pct = gpu.memory_used_mib, gpu.memory_total_mib, gpu.memory_pct
         mem_style = self._level(mem_pct, t.memory_warn_pct, t.memory_crit_pct)
         self._bar(text, None if mem_pct is None else mem_pct / 100, mem_bar, mem_style)
         used_text = format_gib(used, unit=False) if used is not None else "?"
@@ -273,22 +272,17 @@ class GpuPane(ScrollView, can_focus=True):
                 text.append(" ")
 
 
-    def role_line(self, gpus: tuple[GpuReading, ...], width: int) -> Text:
+    def role_line(self, group: GpuRole, width: int) -> Text:
         """One role's GPUs as a line of ranges: which, memory, utilization, temperature, power, faults."""
         t = self.thresholds
-        role = self.roles.get(gpus[0].index, "") or "GPUs"
         role_width = max((len(name) for name in self.roles.values()), default=4)
         text = Text(no_wrap=True, end="")
-        text.append(f"{role:<{role_width}} ", self._style("role"))
-        text.append(f"{format_indices([gpu.index for gpu in gpus]):<5} ", "bold")
-        faults = [gpu for gpu in gpus if gpu.error]
-        readable = [gpu for gpu in gpus if not gpu.error]
-        used = [gpu.memory_used_mib for gpu in readable if gpu.memory_used_mib is not None]
-        totals = [gpu.memory_total_mib for gpu in readable if gpu.memory_total_mib]
-        pcts = [u * 100 / tot for u, tot in ((g.memory_used_mib, g.memory_total_mib) for g in readable) if u is not None and tot]
+        text.append(f"{group.role or 'GPUs':<{role_width}} ", self._style("role"))
+        text.append(f"{format_indices([gpu.index for gpu in group.gpus]):<5} ", "bold")
+        used, total, pcts = group.memory_used_gib, group.memory_total_mib, group.figures("memory_pct")
         top = max(pcts) if pcts else None
         mem_style = self._level(top, t.memory_warn_pct, t.memory_crit_pct)
-        memory = f"{spread([u / 1024 for u in used], '{:.1f}')}/{format_gib(max(totals))}" if used and totals else "? GiB"
+        memory = f"{spread(used, '{:.1f}')}/{format_gib(total)}" if used and total else "? GiB"
         # The bar gets what the figures leave (they need about 50 cells), and none below 3.
         bar = min(width - text.cell_len - len(memory) - 50, 12)
         if bar >= 3:
@@ -296,13 +290,12 @@ class GpuPane(ScrollView, can_focus=True):
             text.append(" ")
         text.append(memory)
         text.append(f" {spread(pcts, '{:.0f}')}%", mem_style)
-        utils = [gpu.utilization_pct for gpu in readable if gpu.utilization_pct is not None]
+        utils = group.figures("utilization_pct")
         idle = not utils or max(utils) < t.utilization_idle_pct
         text.append(f"  util {spread(utils, '{:.0f}')}%", self._style("dim") if idle else self._style("ok"))
-        temps = [gpu.temperature_c for gpu in readable if gpu.temperature_c is not None]
+        temps = group.figures("temperature_c")
         text.append(f"  {spread(temps, '{:.0f}')}°C", self._level(max(temps) if temps else None, t.temperature_warn_c, t.temperature_crit_c))
-        powers = [gpu.power_w for gpu in readable if gpu.power_w is not None]
-        text.append(f"  {spread(powers, '{:.0f}')}W")
-        if faults:
+        text.append(f"  {spread(group.figures('power_w'), '{:.0f}')}W")
+        if faults := group.faults:
             text.append(f"  {len(faults)} fault{'s' if len(faults) > 1 else ''}: GPU {format_indices([g.index for g in faults])}", self._style("error"))
         return text

@@ -151,13 +151,19 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ),
 )
 
+#: The action that takes each next step a verdict may name (console.diagnose.NEXT_STEPS)...
+STEP_ACTIONS = {"dump": "dump", "log": "problem_log", "restart": "restart", "warmup": "warmup"}
+#: ...and its key.
+STEP_KEYS = {step: next(spec.keys for spec in ACTIONS if spec.action == action) for step, action in STEP_ACTIONS.items()}
+
+
 def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
     """The table entry of a custom action from the config's [[actions]]."""
     from console.actions.custom import is_mutating  # imported when a config names custom actions
 
     return ActionSpec(
         f"custom({index})",
-        custom.key,
+        key_name(custom.key),
         custom.key,
         custom.name,
         custom.description or f"Run: {custom.command}",
@@ -165,6 +171,21 @@ def custom_spec(index: int, custom: CustomAction) -> ActionSpec:
         mutating=is_mutating(custom),
         needs_target=True,
     )
+
+
+def taken_keys(config: Config) -> list[str]:
+    """One error per custom action on a key the console binds itself: 'pulse.toml:3: actions[0].key: 'q' is taken …'."""
+    bound = {binding.key for binding in Binding.make_bindings((spec.keys, spec.action) for spec in ACTIONS)}
+    return [
+        f"{custom.key_source}: {custom.key!r} is taken by a built-in key"
+        for custom in config.actions
+        if key_name(custom.key) in bound
+    ]
+
+
+def key_name(character: str) -> str:
+    """Textual's name of the key that types `character`: '?' is question_mark; ',' must be named, it separates keys."""
+    return "comma" if character == "," else next(iter(Binding.make_bindings([(character, "")]))).key
 
 
 def is_wired(spec: ActionSpec, config: Config, *, has_target: bool) -> bool:

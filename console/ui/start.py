@@ -27,7 +27,16 @@ from console.state import RunState
 
 
 def run_console(config: Config, args: argparse.Namespace) -> int:
-    """Connect to the run's target, start the monitor, and run the console until quit (its exit status)."""
+    """Connect to the run's target, start the monitor, and run the console until quit (its exit status).
+
+    A custom action on a key the console binds itself is refused first, in one line, exit 2.
+    """
+    if config.actions:
+        from console.ui.keymap import taken_keys  # loads Textual's bindings: only a config with custom actions pays
+
+        if taken := taken_keys(config):
+            print("\n".join(taken), file=sys.stderr)
+            return 2
     return asyncio.run(_run_console(config, args))
 
 

@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from console.actions.custom import ActionContext, execute_custom, plan_custom
 from console.actions.audit import OutputLine
-from console.actions.restart import launch_script
+from console.actions.restart import launch_argv, launch_env
 from console.config import Config, CustomAction, RunConfig
 from console.observe.follow import LogFollower
+from console.observe.remote_process import launch as launch_process
 from console.remote.connect import make_target
 from console.model import Container
 from console.remote.shell import quote
@@ -179,9 +180,8 @@ def test_a_launch_command_runs_exactly_as_written_inside_docker(container_sshd: 
         out.unlink(missing_ok=True)
         launch = " ".join([PYTHON, "-c", quote(PRINT_ALL), *map(quote, args)])
         counted["values"] += len(args)
-        script = launch_script(launch, cwd=str(tmp_path), env={"ODD": "v'$(touch CANARY)"}, log=str(out), pidfile=None)
-        result = loop.run_until_complete(target.run(script, timeout=60))
-        assert result.ok, result.stderr
+        loop.run_until_complete(launch_process(target, list(launch_argv(launch)), log=str(out), cwd=str(tmp_path),
+                                               env=launch_env({"ODD": "v'$(touch CANARY)"}), timeout=60))
         loop.run_until_complete(until(lambda: out.exists() and out.read_text().endswith("\n"), "the launched program's output", 60))
         argv, parsed = json.loads(out.read_text().splitlines()[-1])
         assert argv == args

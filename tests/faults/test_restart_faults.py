@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from console.actions.audit import AuditLog, StepStatus
-from console.actions.restart import execute_restart, launch_script, plan_restart
+from console.actions.restart import execute_restart, plan_restart
 from console.remote.connect import make_target
 from tests.faults.helpers import until
 from tests.sshd import SshServer
@@ -76,11 +76,18 @@ async def test_a_drop_after_the_run_started_but_before_its_pid_came_back(own_ssh
     events = []
     try:
         plan = await plan_restart(target, config)
-        # The same launch, waiting on the FIFO before it reports the PID: the launch shell stops right
-        # after starting the run.
-        script = launch_script(plan.launch, cwd=plan.cwd, env=plan.env, log=plan.log, pidfile=None)
-        script = script.removesuffix("echo $!") + f"read -r _ < {hold}\necho $!"
-        plan = dataclasses.replace(plan, launch_script=script)
+        # The same launch, its report held on the FIFO: the process agent has started the run and
+        # said so, but its words stay on the target until the link is cut.
+        held_python = tmp_path / "held-python"
+        held_python.write_text(
+            "#!/bin/bash\n"
+            f'[ "$6" = launch ] || exec {sys.executable} "$@"\n'
+            f'said=$({sys.executable} "$@"); status=$?\n'
+            f"read -r _ < {hold}\n"
+            'printf "%s\\n" "$said"; exit $status\n'
+        )
+        held_python.chmod(0o755)
+        target.python = str(held_python)
 
         async def cut_once_the_run_started() -> None:
             await until(lambda: [pid for pid in _pids_with(tag) if pid != old_pid], "the new run to start")
@@ -94,7 +101,7 @@ async def test_a_drop_after_the_run_started_but_before_its_pid_came_back(own_ssh
     finally:
         await target.close()
         try:
-            os.close(os.open(hold, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked launch shell finish
+            os.close(os.open(hold, os.O_WRONLY | os.O_NONBLOCK))  # let the held report finish
         except OSError:
             pass  # nobody waits on it any more
     runs = [pid for pid in _pids_with(tag) if pid != old_pid]

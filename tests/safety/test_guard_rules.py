@@ -7,6 +7,7 @@ import pytest
 
 from console.actions.guards import ProcFacts, is_login_shell, matches_empty, parse_probe, protected_reason
 from console.actions.restart import PlannedProcess, signal_targets
+from console.remote.target import TargetError
 
 
 def facts(pid: int, *argv: str, comm: str = "python3", pulse: bool = False) -> ProcFacts:
@@ -69,17 +70,27 @@ def test_a_group_is_signalled_only_when_all_of_it_is_planned_and_pulse_is_outsid
     assert [s.dest for s in signal_targets([worker], {10: (10, 11)}, own_groups=set())] == ["11"]
 
 
-def test_probe_lines_of_any_other_shape_are_ignored():
-    probe = parse_probe(
-        "self 9 S 1 9 9 500 - bash bash\x01-c\x01x\n"
-        "proc 12 R 9 12 9 700 - python3 python3\x01train.py\x01\n"
-        "proc twelve R 9 12 9 700 - python3 forged\n"
-        "member 12 12\n"
-        "pidfile text 12\n"
-        "named 12 R 9 12 9 700 - python3 python3\x01train.py\n"
-        "garbage\n"
-    )
+def fact(kind: str, pid: int, argv: list[str]) -> dict:
+    return {"ev": "process", "kind": kind, "pid": pid, "state": "S", "ppid": 1, "pgid": pid, "sid": 9,
+            "start_ticks": 500 + pid, "pulse": False, "comm": argv[0], "argv": argv}
+
+
+def test_probe_records_are_read_by_kind():
+    probe = parse_probe([
+        fact("self", 9, ["bash", "-c", "x"]),
+        fact("proc", 12, ["python3", "train.py"]),
+        {"ev": "member", "pid": 12, "pgid": 12},
+        {"ev": "pidfile", "status": "text", "text": "12"},
+        fact("named", 12, ["python3", "train.py"]),
+    ])
     assert [p.pid for p in probe.own] == [9]
     assert list(probe.procs) == [12] and probe.procs[12].argv == ("python3", "train.py")
     assert probe.group_members == {12: (12,)}
     assert (probe.pidfile, probe.pidfile_text, probe.named.pid) == ("text", "12", 12)
+
+
+@pytest.mark.parametrize("broken", [{"ev": "member", "pid": 12}, {**fact("proc", 12, ["x"]), "pid": "twelve"},
+                                    {**fact("proc", 12, ["x"]), "argv": None}])
+def test_a_probe_record_of_another_shape_is_an_error_not_a_guess(broken):
+    with pytest.raises(TargetError, match="the plan's probe answered a record it cannot read"):
+        parse_probe([fact("self", 9, ["bash"]), broken])

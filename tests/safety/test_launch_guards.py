@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from console.actions.audit import ActionRefused
-from console.actions.restart import RestartPlan, execute_restart, launch_script, plan_restart
+from console.actions.restart import RestartPlan, execute_restart, launch_argv, plan_restart
+from console.observe.remote_process import launch
 from console.config import Config, RunConfig
 from console.remote.target import LocalTarget
 from tests.safety.namespace import HEALTHY, PROCS, Scene, alive, in_namespace, pids_with
@@ -49,19 +50,18 @@ def test_a_pidfile_that_is_not_a_small_regular_file_is_refused_before_any_stop(k
 def scene_fifo_at_launch(folder: str) -> dict:
     scene = Scene(folder)
     os.mkfifo(scene.pidfile)  # put there after the plan, before the launch writes the PID
-    script = launch_script(
-        f"{sys.executable} {HEALTHY} --tag {scene.tag}", cwd=folder, env={}, log=str(scene.old_log),
-        pidfile=str(scene.pidfile),
-    )
-    result = asyncio.run(LocalTarget().run(script, 20.0, login=False))
-    pid = int(result.stdout.split()[-1])
-    return {"rc": result.exit_status, "pid": pid, "pidfile": scene.pidfile.read_text(),
+    launched = asyncio.run(launch(
+        LocalTarget(), list(launch_argv(f"{sys.executable} {HEALTHY} --tag {scene.tag}")), cwd=folder,
+        log=str(scene.old_log), pidfile=str(scene.pidfile), timeout=20.0,
+    ))
+    pid = launched.ref.pid
+    return {"pidfile_error": launched.pidfile_error, "pid": pid, "pidfile": scene.pidfile.read_text(),
             "regular": scene.pidfile.is_file(), "alive": alive(pid)}
 
 
 def test_the_launch_never_blocks_on_a_fifo_in_the_pidfiles_place(tmp_path):
     seen = in_namespace(scene_fifo_at_launch, folder=str(tmp_path))
-    assert seen["rc"] == 0 and seen["alive"]
+    assert seen["pidfile_error"] is None and seen["alive"]
     assert seen["regular"] and seen["pidfile"] == f"{seen['pid']}\n"
 
 
@@ -185,7 +185,7 @@ async def test_a_configured_grace_that_never_ends_is_refused_by_the_plan(grace, 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
 def test_every_wait_of_the_restart_must_be_finite_and_not_negative(name, value, tmp_path):
     plan = RestartPlan(processes=(), signals=(), held_gpu_pids=(), launch="true", cwd=None, env={},
-                       log=str(tmp_path / "log"), pidfile=None, launch_script="true", grace_s=1.0)
+                       log=str(tmp_path / "log"), pidfile=None, launch_argv=("true",), grace_s=1.0)
     config = Config(audit_log=str(tmp_path / "audit.jsonl"))
     with pytest.raises(ActionRefused, match=r"must be a finite number of seconds ≥ 0, not "):
         execute_restart(LocalTarget(), config, plan, **{name: value})

@@ -1,0 +1,441 @@
+"""Pulse's process agent: start a process on the target, read processes, signal them by identity.
+
+console.observe.remote_process sends this file's text to the target through
+console.remote.program.open_program; there it runs under any Python 3.8+ with the standard
+library only. A process is named by its PID and its start time (field 22 of /proc/PID/stat,
+in clock ticks since boot): a PID alone may belong to another process by the time a signal
+is sent, the pair never does. Every command's first line is the hello of
+console/observe/protocol.py; then one JSON line per result, every key always present.
+
+    start  [--cwd DIR] [--env NAME=VALUE]... [--merge-stderr] -- ARGV...
+        Starts ARGV as the leader of a new session, prints
+        {"ev": "started", "pid", "start_ticks"} before it runs, then lets it write to this
+        program's stdout and stderr and exits with its status (128+N after signal N).
+    launch --log FILE [--pidfile FILE] [--cwd DIR] [--env NAME=VALUE]... -- ARGV...
+        Starts ARGV detached: a new session, SIGHUP ignored, stdin /dev/null, stdout and
+        stderr appended to FILE (its folder made). Prints {"ev": "launched", "pid",
+        "start_ticks", "pidfile_error"} once ARGV runs, writes the pidfile by rename, exits.
+    info   PID...
+        {"ev": "process", "pid", "state", "pgid", "start_ticks"} for each PID that exists.
+    descendants PID
+        {"ev": "descendant", "pid"} for every descendant of PID, parents first.
+    signal --signal NAME DEST...      DEST = PID:START_TICKS or PID:START_TICKS:group
+        Sends NAME to the process (or to its process group) only while PID still has that
+        start time: {"ev": "signalled", "pid", "said"} with said = sent, gone or reused.
+    probe  [--mark TEXT] [--pidfile FILE] PID...
+        For the restart's guards: {"ev": "process", "kind", "pid", "state", "ppid", "pgid",
+        "sid", "start_ticks", "pulse", "comm", "argv"} for this program and each ancestor
+        (kind self), each PID (proc) and the process the pidfile names (named); {"ev":
+        "member", "pid", "pgid"} for every process in a group that one of the PIDs leads;
+        {"ev": "pidfile", "status", "text"}: missing, notregular, toolarge (text: its size) or text.
+    stop   --grace S PID:START_TICKS
+        Ends the process group PID leads: SIGTERM, then SIGKILL to what is left after S
+        seconds. {"ev": "stopped", "pid", "said"}: stopped, killed, gone or reused.
+
+A failure to start (no such program, a missing --cwd) is one line on stderr and exit 127.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import stat
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+PROTOCOL = 1
+PROGRAM = "pulse-process"
+#: Exit status when ARGV could not be started (the shell's "command not found").
+CANNOT_START = 127
+STOP_POLL_S = 0.05
+#: A command line is read up to this many bytes: enough for the guards' names, bounded for the answer.
+ARGV_MAX_BYTES = 512
+#: How much of a command line is searched for the mark of a program Pulse runs.
+CMDLINE_READ_BYTES = 65536
+#: A pidfile holds a PID: a larger file is refused unread.
+PIDFILE_MAX_BYTES = 64
+
+Record = Dict[str, Any]
+
+
+def read_stat(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, List[str]]]:
+    """(comm, the fields after it) of /proc/PID/stat, or None when there is no such process."""
+    try:
+        with open("%s/%d/stat" % (proc_root, pid), "rb") as stat:
+            text = stat.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # comm sits in parentheses and may itself hold spaces and ')': the fields follow the last one.
+    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+
+
+def read_identity(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, int, int]]:
+    """(state, pgid, start_ticks) of `pid`, or None when there is no such process."""
+    found = read_stat(pid, proc_root)
+    if found is None:
+        return None
+    fields = found[1]
+    return fields[0], int(fields[2]), int(fields[19])
+
+
+def is_same(pid: int, start_ticks: int) -> Optional[bool]:
+    """True while `pid` is the process that started at `start_ticks`, False once reused, None when gone."""
+    found = read_identity(pid)
+    return None if found is None else found[2] == start_ticks
+
+
+def write_line(record: Record) -> None:
+    sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def hello() -> Record:
+    python = "%d.%d.%d" % sys.version_info[:3]
+    return {"ev": "hello", "program": PROGRAM, "protocol": PROTOCOL, "python": python, "pynvml": None}
+
+
+def environment(assignments: List[str]) -> Dict[str, str]:
+    env = dict(os.environ)
+    for assignment in assignments:
+        name, _, value = assignment.partition("=")
+        env[name] = value
+    return env
+
+
+def place(path: str, cwd: Optional[str]) -> str:
+    """`path` as the started process sees it: `~` is the target's home, a relative path is under --cwd."""
+    path = os.path.expanduser(path)
+    return os.path.join(os.path.expanduser(cwd), path) if cwd else path
+
+
+class Spawned:
+    """A child forked as a new session and held before exec until `release`."""
+
+    def __init__(self, pid: int, start_ticks: int, go_write: int, failed_read: int) -> None:
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.go_write = go_write
+        self.failed_read = failed_read
+
+    def release(self) -> Optional[str]:
+        """Let the child exec; the reason it could not start, or None once ARGV runs."""
+        os.close(self.go_write)
+        said = b""
+        while True:
+            chunk = os.read(self.failed_read, 4096)
+            if not chunk:
+                break
+            said += chunk
+        os.close(self.failed_read)
+        return said.decode("utf-8", "replace") or None
+
+
+def spawn(args: argparse.Namespace, log: Optional[str]) -> Spawned:
+    """Fork ARGV as a new session, held before exec.
+
+    The child waits for the go pipe to close so that its identity is printed before it can
+    write anything, and reports a failure to start through a close-on-exec pipe.
+    """
+    go_read, go_write = os.pipe()
+    failed_read, failed_write = os.pipe()
+    os.set_inheritable(failed_write, False)
+    pid = os.fork()
+    if pid == 0:
+        doing = "start"
+        try:
+            os.close(go_write)
+            os.close(failed_read)
+            os.setsid()
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            if args.cwd:
+                doing = "cd %s" % args.cwd
+                os.chdir(os.path.expanduser(args.cwd))
+            if log is not None:
+                doing = "open the log %s" % log
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)  # survives exec, as under nohup
+                folder = os.path.dirname(log)
+                if folder:
+                    os.makedirs(folder, exist_ok=True)
+                out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOCTTY, 0o644)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+            elif args.merge_stderr:
+                os.dup2(1, 2)
+            while os.read(go_read, 1):
+                pass
+            doing = "run %s" % args.argv[0]
+            os.execvpe(args.argv[0], args.argv, environment(args.env))
+        except BaseException as exc:  # anything at all: the child must never return into the agent
+            message = "cannot %s: %s" % (doing, getattr(exc, "strerror", None) or exc)
+            os.write(failed_write, message.encode("utf-8", "replace"))
+        os._exit(CANNOT_START)
+    os.close(go_read)
+    os.close(failed_write)
+    identity = read_identity(pid)
+    start_ticks = identity[2] if identity is not None else -1
+    return Spawned(pid, start_ticks, go_write, failed_read)
+
+
+def exit_status(status: int) -> int:
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def start(args: argparse.Namespace) -> int:
+    child = spawn(args, None)
+    write_line({"ev": "started", "pid": child.pid, "start_ticks": child.start_ticks})
+    failure = child.release()
+    _, status = os.waitpid(child.pid, 0)
+    if failure is not None:
+        sys.stderr.write("pulse-process: %s\n" % failure)
+        return CANNOT_START
+    return exit_status(status)
+
+
+def write_pidfile(path: str, pid: int) -> Optional[str]:
+    """Write `pid` beside `path` and rename it into place (whatever was there, a FIFO even, is
+    replaced, never opened); the error, or None."""
+    try:
+        fd, written = tempfile.mkstemp(prefix=".pulse-", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "w") as out:
+            out.write("%d\n" % pid)
+        os.replace(written, path)
+    except OSError as exc:
+        return "%s: %s" % (path, exc.strerror or exc)
+    return None
+
+
+def launch(args: argparse.Namespace) -> int:
+    log = place(args.log, args.cwd)
+    child = spawn(args, log)
+    failure = child.release()
+    if failure is not None:
+        os.waitpid(child.pid, 0)
+        sys.stderr.write("pulse-process: %s\n" % failure)
+        return CANNOT_START
+    pidfile_error = write_pidfile(place(args.pidfile, args.cwd), child.pid) if args.pidfile else None
+    write_line({"ev": "launched", "pid": child.pid, "start_ticks": child.start_ticks, "pidfile_error": pidfile_error})
+    return 0
+
+
+def info(args: argparse.Namespace) -> int:
+    for pid in args.pids:
+        found = read_identity(pid)
+        if found is not None:
+            state, pgid, start_ticks = found
+            write_line({"ev": "process", "pid": pid, "state": state, "pgid": pgid, "start_ticks": start_ticks})
+    return 0
+
+
+def descendants(args: argparse.Namespace) -> int:
+    todo = [args.pid]
+    while todo:
+        children = []
+        for pid in todo:
+            try:
+                tasks = os.listdir("/proc/%d/task" % pid)
+            except OSError:
+                continue  # ended meanwhile
+            for task in tasks:
+                try:
+                    with open("/proc/%d/task/%s/children" % (pid, task)) as listed:
+                        children += [int(word) for word in listed.read().split()]
+                except OSError:
+                    pass
+        for child in children:
+            write_line({"ev": "descendant", "pid": child})
+        todo = children
+    return 0
+
+
+def parse_dest(text: str) -> Tuple[int, int, bool]:
+    words = text.split(":")
+    if len(words) not in (2, 3) or (len(words) == 3 and words[2] != "group"):
+        raise argparse.ArgumentTypeError("expected PID:START_TICKS[:group], got %r" % text)
+    return int(words[0]), int(words[1]), len(words) == 3
+
+
+def send(number: int, pid: int, start_ticks: int, group: bool) -> str:
+    same = is_same(pid, start_ticks)
+    if same is None:
+        return "gone"
+    if not same:
+        return "reused"
+    try:
+        if group:
+            os.killpg(pid, number)
+        else:
+            os.kill(pid, number)
+    except ProcessLookupError:
+        return "gone"
+    return "sent"
+
+
+def signal_number(name: str) -> int:
+    try:
+        return signal.Signals["SIG" + name].value
+    except KeyError:
+        raise argparse.ArgumentTypeError("no signal SIG%s" % name) from None
+
+
+def send_signals(args: argparse.Namespace) -> int:
+    for pid, start_ticks, group in args.dests:
+        write_line({"ev": "signalled", "pid": pid, "said": send(args.signal, pid, start_ticks, group)})
+    return 0
+
+
+def group_running(pgid: int, proc_root: str = "/proc") -> bool:
+    """True while a process of group `pgid` runs (a zombie has ended: it only waits to be reaped)."""
+    for name in os.listdir(proc_root):
+        if name.isdigit():
+            found = read_identity(int(name), proc_root)
+            if found is not None and found[1] == pgid and found[0] != "Z":
+                return True
+    return False
+
+
+def signal_group(pgid: int, number: int) -> None:
+    try:
+        os.killpg(pgid, number)
+    except ProcessLookupError:
+        pass  # ended meanwhile
+
+
+def stop(args: argparse.Namespace) -> int:
+    pid, start_ticks, _ = args.dest
+    # The leader may have exited while its group lives on: a group id is never handed out
+    # again while the group has members, so the group is still the one started.
+    if is_same(pid, start_ticks) is False:
+        said = "reused"
+    elif not group_running(pid):
+        said = "gone"
+    else:
+        signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + args.grace
+        while group_running(pid) and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_S)
+        said = "stopped"
+        if group_running(pid):
+            signal_group(pid, signal.SIGKILL)
+            said = "killed"
+    write_line({"ev": "stopped", "pid": pid, "said": said})
+    return 0
+
+
+def describe(kind: str, pid: int, mark: bytes) -> Optional[Record]:
+    """What the restart's guards need of `pid`: its place (parent, group, session), start, names,
+    and whether its command line carries `mark` (a program Pulse runs); None when it is gone."""
+    found = read_stat(pid)
+    if found is None:
+        return None
+    comm, fields = found
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as cmdline:
+            words = cmdline.read(CMDLINE_READ_BYTES)
+    except OSError:
+        words = b""
+    argv = [word.decode("utf-8", "replace") for word in words[:ARGV_MAX_BYTES].split(b"\0")]
+    while argv and not argv[-1]:
+        argv.pop()
+    return {"ev": "process", "kind": kind, "pid": pid, "state": fields[0], "ppid": int(fields[1]),
+            "pgid": int(fields[2]), "sid": int(fields[3]), "start_ticks": int(fields[19]),
+            "pulse": bool(mark) and mark in words, "comm": comm, "argv": argv}
+
+
+def read_pidfile(path: str) -> Tuple[str, str]:
+    """(missing | notregular | toolarge | text, its size or text): never opens anything but a small regular file."""
+    path = os.path.expanduser(path)
+    if not os.path.lexists(path):
+        return "missing", ""
+    if not os.path.isfile(path):
+        return "notregular", ""
+    size = os.stat(path).st_size
+    if size > PIDFILE_MAX_BYTES:
+        return "toolarge", str(size)
+    # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    return "text", "".join(c if c.isprintable() else " " for c in data.decode("ascii", "replace"))
+
+
+def probe(args: argparse.Namespace) -> int:
+    mark = args.mark.encode()
+    pid = os.getpid()  # exec'd by the probing shell: this is that shell, then its ancestors
+    while pid > 0:
+        found = describe("self", pid, mark)
+        if found is None:
+            break
+        write_line(found)
+        pid = found["ppid"]
+    for pid in args.pids:
+        found = describe("proc", pid, mark)
+        if found is not None:
+            write_line(found)
+    wanted = set(args.pids)
+    if wanted:
+        for name in os.listdir("/proc"):
+            identity = read_identity(int(name)) if name.isdigit() else None
+            if identity is not None and identity[1] in wanted:
+                write_line({"ev": "member", "pid": int(name), "pgid": identity[1]})
+    if args.pidfile:
+        status, text = read_pidfile(args.pidfile)
+        write_line({"ev": "pidfile", "status": status, "text": text})
+        number = text.strip()
+        if status == "text" and number.isdigit() and len(number) <= 9:
+            found = describe("named", int(number), mark)
+            if found is not None:
+                write_line(found)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROGRAM, description="Start and signal processes by identity.",
+                                     allow_abbrev=False)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("start", "launch"):
+        command = commands.add_parser(name, allow_abbrev=False)
+        command.add_argument("--cwd", default=None, help="the folder ARGV starts in")
+        command.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+        if name == "start":
+            command.add_argument("--merge-stderr", action="store_true", help="ARGV's stderr goes to stdout")
+        else:
+            command.add_argument("--log", required=True, help="file that ARGV's output is appended to")
+            command.add_argument("--pidfile", default=None, help="file to hold ARGV's PID")
+        command.add_argument("argv", nargs="+", metavar="ARGV")
+    command = commands.add_parser("info", allow_abbrev=False)
+    command.add_argument("pids", nargs="+", type=int, metavar="PID")
+    command = commands.add_parser("descendants", allow_abbrev=False)
+    command.add_argument("pid", type=int, metavar="PID")
+    command = commands.add_parser("signal", allow_abbrev=False)
+    command.add_argument("--signal", required=True, type=signal_number, help="TERM, KILL, INT, ...")
+    command.add_argument("dests", nargs="+", type=parse_dest, metavar="DEST")
+    command = commands.add_parser("probe", allow_abbrev=False)
+    command.add_argument("--mark", default="", help="text in the command line of every program Pulse runs")
+    command.add_argument("--pidfile", default=None, help="a pidfile to read, bounded")
+    command.add_argument("pids", nargs="*", type=int, metavar="PID")
+    command = commands.add_parser("stop", allow_abbrev=False)
+    command.add_argument("--grace", type=float, required=True, help="seconds between SIGTERM and SIGKILL")
+    command.add_argument("dest", type=parse_dest, metavar="PID:START_TICKS")
+    return parser
+
+
+COMMANDS = {"start": start, "launch": launch, "info": info, "signal": send_signals, "stop": stop, "probe": probe,
+            "descendants": descendants}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("start", "launch") and args.argv[0] == "--":
+        del args.argv[0]
+    write_line(hello())
+    return COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""The one way Pulse runs a process on a target and signals it later: by identity, never by PID alone.
+
+Every start, read and signal goes through the process agent (process_agent.py, sent as
+source like the other agents). A started process is a new session, so it and its children
+can be ended as a group through a separate command: OpenSSH does not pass a closed
+channel's signal on (see design.md). A signal goes only while the PID still has the start
+time it had when it was planned or started (`ProcessRef`); a reused PID is reported, not hit.
+
+    start(...)       attached: its output streams back on the channel, `.ref` is known first
+    launch(...)      detached: appended to a log, PID to a pidfile; returns its ref
+    read_processes   PID → state, group, start time, for the PIDs that exist
+    descendants      a process's descendants, parents first
+    send_signal      a signal to each ref (or its group) that is still itself
+    stop_group       SIGTERM the group a started process leads, SIGKILL what is left
+    probe            what the restart's guards must know (its own ancestry, groups, the pidfile)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from console.observe import process_agent
+from console.observe.protocol import ProtocolError, check_hello, field
+from console.observe.textsafe import sanitize
+from console.remote.program import open_program, reap
+from console.remote.target import Channel, Target, TargetError
+
+AGENT_SOURCE = Path(process_agent.__file__).read_text()
+AGENT_NAME = "pulse-process"
+#: How long a read or a signal may take, login shell and interpreter start included.
+PROBE_TIMEOUT_S = 15.0
+#: Once a group is signalled, how long a stop waits for the agent beyond the grace it was given.
+STOP_MARGIN_S = 10.0
+
+
+class AgentRefused(TargetError):
+    """The process agent ran and said no (a program that cannot start, a folder that is not there):
+    unlike a lost link, what happened is known."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRef:
+    """A process as it was when started or planned: with its start time, a PID names one process only."""
+
+    pid: int
+    start_ticks: int
+    """Field 22 of /proc/PID/stat (clock ticks after boot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    state: str
+    pgid: int
+    start_ticks: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignalTarget:
+    """Where one signal goes: `ref`'s process, or with `group` the process group it leads."""
+
+    ref: ProcessRef
+    group: bool = False
+
+    @property
+    def dest(self) -> str:
+        """As `kill` takes it: `-PGID` for a group, `PID` for one process."""
+        return f"-{self.ref.pid}" if self.group else str(self.ref.pid)
+
+    def word(self) -> str:
+        return f"{self.ref.pid}:{self.ref.start_ticks}" + (":group" if self.group else "")
+
+
+def _args(command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    words = [command]
+    if cwd:
+        words += ["--cwd", cwd]
+    for name, value in (env or {}).items():
+        words += ["--env", f"{name}={value}"]
+    return words
+
+
+class StartedProcess:
+    """A process started by `start`: its identity, then its output, then its exit status."""
+
+    def __init__(self, channel: Channel, ref: ProcessRef, output_start: bytes) -> None:
+        self.channel = channel
+        self.ref = ref
+        self._output_start = output_start
+
+    @property
+    def stderr(self) -> str:
+        return getattr(self.channel, "stderr", "")
+
+    async def read(self) -> bytes:
+        """The process's output, as it comes; b'' at its end."""
+        if self._output_start:
+            chunk, self._output_start = self._output_start, b""
+            return chunk
+        return await self.channel.read()
+
+    async def wait(self) -> int | None:
+        return await self.channel.wait()
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+async def start(
+    target: Target,
+    argv: list[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    merge_stderr: bool = False,
+) -> StartedProcess:
+    """Start `argv` on `target` as a new session; returns once its identity is known.
+
+    TargetError when the agent cannot start (no Python there) or the link fails. A program
+    that cannot be run shows as exit status 127 with the reason on stderr.
+    """
+    args = _args("start", cwd=cwd, env=env) + (["--merge-stderr"] if merge_stderr else []) + ["--", *argv]
+    channel = await open_program(target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python)
+    try:
+        channel.write_eof()
+        ref, output_start = await _read_started(channel, target)
+    except BaseException:
+        channel.close()
+        raise
+    return StartedProcess(channel, ref, output_start)
+
+
+async def _read_started(channel: Channel, target: Target) -> tuple[ProcessRef, bytes]:
+    """The `started` line's ref and what came after it; a login shell's text before the hello is dropped."""
+    buffer = b""
+    hello_seen = False
+    while True:
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if hello_seen:
+                return _ref(_record(line, target, "started"), target), buffer
+            hello_seen = _is_hello(line, target)
+        chunk = await channel.read()
+        if not chunk:
+            status = await channel.wait()
+            stderr = getattr(channel, "stderr", "").strip()
+            said = f": {_safe(stderr.splitlines()[-1])}" if stderr else ""
+            hint = "; set [target] python to a Python 3.8+ there" if status == 127 else ""
+            raise TargetError(f"{target.label}: the process agent exited with status {status}{said}{hint}")
+        buffer += chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    ref: ProcessRef
+    pidfile_error: str | None
+
+
+async def launch(
+    target: Target,
+    argv: list[str],
+    *,
+    log: str,
+    pidfile: str | None = None,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = PROBE_TIMEOUT_S,
+) -> Launched:
+    """Start `argv` detached (own session, no hang-up, output appended to `log`); once it runs, its ref.
+
+    `log` and `pidfile` are relative to `cwd`, `~` is the target's home. TargetError when it
+    could not start, with the reason.
+    """
+    args = _args("launch", cwd=cwd, env=env) + ["--log", log] + (["--pidfile", pidfile] if pidfile else [])
+    (record,) = await _ask(target, [*args, "--", *argv], "launched", timeout)
+    pidfile_error = _field(record, "pidfile_error", target)
+    return Launched(_ref(record, target), None if pidfile_error is None else _safe(pidfile_error))
+
+
+async def read_processes(target: Target, pids: Iterable[int], timeout: float = PROBE_TIMEOUT_S) -> dict[int, ProcessInfo]:
+    """PID → its state, group and start time, for those of `pids` that exist now."""
+    words = [str(int(pid)) for pid in pids]
+    if not words:
+        return {}
+    found = {}
+    for record in await _ask(target, ["info", *words], "process", timeout):
+        found[_int(record, "pid", target)] = ProcessInfo(
+            _safe(_field(record, "state", target)), _int(record, "pgid", target),
+            _int(record, "start_ticks", target),
+        )
+    return found
+
+
+async def descendants(target: Target, pid: int, timeout: float = PROBE_TIMEOUT_S) -> list[int]:
+    """Every descendant PID of `pid`, parents first (none when it is gone)."""
+    return [_int(record, "pid", target) for record in await _ask(target, ["descendants", str(int(pid))], "descendant", timeout)]
+
+
+async def send_signal(
+    target: Target, signal_name: str, targets: Iterable[SignalTarget], timeout: float = PROBE_TIMEOUT_S
+) -> dict[int, str]:
+    """Signal each target only while it is still itself: PID → sent, gone or reused."""
+    words = [t.word() for t in targets]
+    if not words:
+        return {}
+    records = await _ask(target, ["signal", "--signal", signal_name, *words], "signalled", timeout)
+    return {_int(record, "pid", target): _safe(_field(record, "said", target)) for record in records}
+
+
+async def probe(target: Target, pids: Iterable[int], pidfile: str | None, mark: str,
+                timeout: float = PROBE_TIMEOUT_S) -> list[dict]:
+    """The restart guards' facts, as the agent's records (process_agent.py `probe`; guards.parse_probe reads them)."""
+    args = ["probe", "--mark", mark] + (["--pidfile", pidfile] if pidfile else []) + [str(int(pid)) for pid in pids]
+    return await _ask(target, args, ("process", "member", "pidfile"), timeout)
+
+
+async def stop_group(target: Target, ref: ProcessRef, grace_s: float = 2.0) -> str:
+    """SIGTERM the group `ref` leads, SIGKILL what is left after `grace_s`: stopped, killed, gone or reused."""
+    word = f"{ref.pid}:{ref.start_ticks}"
+    (record,) = await _ask(target, ["stop", "--grace", f"{grace_s:g}", word], "stopped", grace_s + STOP_MARGIN_S)
+    return _safe(_field(record, "said", target))
+
+
+async def _ask(target: Target, args: list[str], events: str | tuple[str, ...], timeout: float) -> list[dict]:
+    """Run the agent to its end; its result lines (each one of `events`), checked."""
+    channel: Channel | None = None
+    output = bytearray()
+    try:
+        async with asyncio.timeout(timeout):  # opening the channel too: a link that hangs must not hang the caller
+            channel = await open_program(target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python)
+            channel.write_eof()
+            while chunk := await channel.read():
+                output += chunk
+            status = await channel.wait()
+    except asyncio.TimeoutError:
+        raise TargetError(f"{target.label}: the process agent did not answer in {timeout:g} s") from None
+    finally:
+        if channel is not None:
+            channel.close()
+            await reap(channel)
+    lines = [line for line in bytes(output).split(b"\n") if line.strip()]
+    stderr = getattr(channel, "stderr", "").strip()
+    if status != 0:
+        said = _safe(stderr.splitlines()[-1]) if stderr else "no message"
+        hint = " (is there a Python 3.8+? set [target] python)" if status == 127 and "pulse-process" not in stderr else ""
+        raise AgentRefused(f"{target.label}: {said}{hint}")
+    while lines and not _is_hello(lines[0], target):
+        del lines[0]  # a login banner
+    if not lines:
+        raise TargetError(f"{target.label}: the process agent sent no hello")
+    return [_record(line, target, events) for line in lines[1:]]
+
+
+def _is_hello(line: bytes, target: Target) -> bool:
+    """True for the agent's hello (checked strictly); False for a login shell's text before it."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return False
+    try:
+        check_hello(obj, process_agent.PROGRAM, process_agent.PROTOCOL)
+    except ProtocolError as exc:
+        raise TargetError(f"{target.label}: {exc}") from None
+    return True
+
+
+def _record(line: bytes, target: Target, events: str | tuple[str, ...]) -> dict:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise TargetError(f"{target.label}: the process agent sent {_safe(line.decode('utf-8', 'replace'))!r}") from None
+    wanted = (events,) if isinstance(events, str) else events
+    if not isinstance(obj, dict) or obj.get("ev") not in wanted:
+        raise TargetError(f"{target.label}: the process agent sent {_safe(str(obj))!r}, not a {' or '.join(wanted)} line")
+    return obj
+
+
+def _ref(record: dict, target: Target) -> ProcessRef:
+    return ProcessRef(_int(record, "pid", target), _int(record, "start_ticks", target))
+
+
+def _field(record: dict, key: str, target: Target) -> object:
+    """`record[key]`; a TargetError naming it when the agent left it out."""
+    try:
+        return field(record, key, f"the process agent's {record.get('ev')} line")
+    except ProtocolError as exc:
+        raise TargetError(f"{target.label}: {exc}") from None
+
+
+def _int(record: dict, key: str, target: Target) -> int:
+    value = _field(record, key, target)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TargetError(f"{target.label}: the process agent sent {key}={_safe(str(value))!r}, not a number")
+    return value
+
+
+def _safe(value: object) -> str:
+    return sanitize(str(value), 200)[0]

@@ -1,0 +1,147 @@
+"""The one remote-process primitive (process agent + remote_process) on real processes, locally and over the real sshd.
+
+Start learns the identity before the process can write; a signal goes only while the PID is
+still that process; a group is stopped whole, SIGKILL for what ignores SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.observe import process_agent
+from console.observe.remote_process import (
+    AgentRefused,
+    ProcessRef,
+    SignalTarget,
+    launch,
+    probe,
+    read_processes,
+    send_signal,
+    start,
+    stop_group,
+)
+from console.remote.connect import make_target
+from console.remote.target import LocalTarget, TargetError
+from tests.test_restart import Processes, alive, procs, wait_for  # noqa: F401  (procs is a fixture)
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def target(request):
+    made = LocalTarget() if request.param == "local" else make_target(request.getfixturevalue("sshd").target_config())
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+async def read_all(started) -> bytes:
+    out = b""
+    while chunk := await started.read():
+        out += chunk
+    return out
+
+
+def start_ticks(pid: int) -> int:
+    return process_agent.read_identity(pid)[2]
+
+
+async def test_start_names_the_process_before_its_first_word_and_keeps_its_status(target):
+    started = await start(target, ["bash", "-c", 'echo "pid $$"; echo oops >&2; exit 3'], merge_stderr=True)
+    try:
+        assert await read_all(started) == f"pid {started.ref.pid}\noops\n".encode()
+        assert await started.wait() == 3
+    finally:
+        started.close()
+
+
+async def test_a_program_that_cannot_start_is_status_127_with_its_reason(target):
+    started = await start(target, ["no-such-program-anywhere"])
+    try:
+        assert await read_all(started) == b""
+        assert await started.wait() == 127
+        assert "cannot run no-such-program-anywhere: No such file or directory" in started.stderr
+    finally:
+        started.close()
+
+
+async def test_a_signal_goes_only_while_the_pid_is_still_that_process(procs, target):
+    run = procs.start(["sleep", "300"])
+    real = ProcessRef(run.pid, start_ticks(run.pid))
+    other_start = ProcessRef(run.pid, real.start_ticks + 1)
+    assert await send_signal(target, "TERM", [SignalTarget(other_start)]) == {run.pid: "reused"}
+    assert alive(run.pid)
+    assert await send_signal(target, "TERM", [SignalTarget(real)]) == {run.pid: "sent"}
+    run.wait(timeout=10)
+    assert await send_signal(target, "KILL", [SignalTarget(real)]) == {run.pid: "gone"}
+
+
+async def test_read_processes_gives_state_group_and_start_of_those_that_exist(procs, target):
+    run = procs.start(["sleep", "300"])
+    found = await read_processes(target, [run.pid, 0x3FFFFFFF])
+    assert list(found) == [run.pid]
+    assert (found[run.pid].pgid, found[run.pid].start_ticks) == (run.pid, start_ticks(run.pid))
+    assert found[run.pid].state in "SR"
+
+
+async def test_stop_ends_the_whole_group_and_kills_what_ignores_sigterm(procs, target, tmp_path: Path):
+    # A shell that ignores SIGTERM, with a child that inherits the ignoring: only SIGKILL ends them.
+    started = await start(target, ["bash", "-c", "trap '' TERM; sleep 300 & echo $!; wait"])
+    try:
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await started.read()
+        child = int(line)
+        procs.adopt(child)
+        procs.adopt(started.ref.pid)
+        assert await stop_group(target, started.ref, grace_s=0.3) == "killed"
+        wait_for(lambda: not alive(child) and not alive(started.ref.pid), "the group to be gone")
+        assert await stop_group(target, started.ref, grace_s=0.3) == "gone"
+    finally:
+        started.close()
+
+
+async def test_launch_detaches_appends_to_its_log_and_writes_the_pidfile_by_rename(procs, target, tmp_path: Path):
+    pidfile = tmp_path / "run.pid"
+    os.mkfifo(pidfile)  # opened for writing, a FIFO would block the launch: it must be replaced, never opened
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "run.log").write_text("before\n")
+    launched = await launch(target, [sys.executable, "-c", "import os; print(os.getsid(0) == os.getpid())"],
+                            cwd=str(tmp_path), log="logs/run.log", pidfile="run.pid")
+    procs.adopt(launched.ref.pid)
+    log = tmp_path / "logs" / "run.log"
+    wait_for(lambda: log.read_text() == "before\nTrue\n", "the launched program's line after the old one")
+    assert launched.pidfile_error is None and pidfile.is_file() and pidfile.read_text() == f"{launched.ref.pid}\n"
+
+
+async def test_a_launch_in_a_folder_that_is_not_there_is_refused_with_the_reason(target, tmp_path: Path):
+    with pytest.raises(AgentRefused, match=r"pulse-process: cannot cd .*/nowhere: No such file or directory$"):
+        await launch(target, ["true"], cwd=str(tmp_path / "nowhere"), log="run.log")
+
+
+async def test_without_python_on_the_target_the_error_says_which_setting(tmp_path: Path):
+    target = LocalTarget(python=str(tmp_path / "no-python"))
+    with pytest.raises(TargetError, match=r"set \[target\] python"):
+        await read_processes(target, [1])
+    with pytest.raises(TargetError, match=r"set \[target\] python"):
+        await start(target, ["true"])
+
+
+async def test_probe_sees_its_own_ancestry_the_groups_and_the_pidfile_without_opening_a_fifo(procs, target, tmp_path: Path):
+    leader = procs.start(["bash", "-c", "sleep 300 & wait"])
+    wait_for(lambda: Path(f"/proc/{leader.pid}/task/{leader.pid}/children").read_text().strip(), "the group's child")
+    fifo = tmp_path / "run.pid"
+    os.mkfifo(fifo)
+    records = await probe(target, [leader.pid], str(fifo), "no-such-mark")
+    own = [r for r in records if r["ev"] == "process" and r["kind"] == "self"]
+    if isinstance(target, LocalTarget):
+        assert os.getpid() in {r["pid"] for r in own}  # locally: Pulse itself and its ancestors
+    else:
+        assert {r["comm"] for r in own} & {"sshd", "sshd-session"}  # over SSH: the session's chain up to sshd
+    (proc,) = [r for r in records if r["ev"] == "process" and r["kind"] == "proc"]
+    assert (proc["pid"], proc["pgid"], proc["argv"]) == (leader.pid, leader.pid, ["bash", "-c", "sleep 300 & wait"])
+    assert len([r for r in records if r["ev"] == "member" and r["pgid"] == leader.pid]) == 2
+    assert [r for r in records if r["ev"] == "pidfile"] == [{"ev": "pidfile", "status": "notregular", "text": ""}]
