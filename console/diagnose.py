@@ -9,10 +9,11 @@ growth for longer than the silence limit, or no throughput line for longer than 
 for progress; "busy" = a process of the run over `stall.cpu_idle_pct` by the delta of
 utime+stime over the sampling window (never ps's lifetime average), or the run's own use of
 a GPU over `stall.gpu_idle_pct`: its processes' SM % when read (NVML process samples, pmon),
-else the device's use when a process of the run is on it. A process whose dumped threads all
-wait (a collective, a CUDA synchronize, a queue, a lock, I/O) is never busy, even at 100 %
-CPU; threads py-spy saw idle count as waiting only in a process that is idle on the CPU too (one
-sample of a busy process can catch every thread between two bursts of work)).
+else the device's use when a process of the run is on it (in a PID namespace, where a driver
+may list host PIDs, the device's use unless every process of the run waits). A process whose
+dumped threads all wait (a collective, a CUDA synchronize, a queue, a lock, I/O) is never busy,
+even at 100 % CPU; threads py-spy saw idle count as waiting only in a process that is idle on
+the CPU too (one sample of a busy process can catch every thread between two bursts of work)).
 
 The silence limit is the run's own rhythm: QUIET_INTERVALS of its usual gap between writes
 (between throughput lines for progress), at least QUIET_FLOOR_S; UNLEARNED_QUIET_S while no
@@ -404,6 +405,8 @@ class _Diagnosis:
         """The run's own use of GPU `g`: its processes' SM% when read, else the device's use when the run is on it."""
         idle = self.stall.gpu_idle_pct
         working = self._run_gpu_pids(working_only=True)
+        if not working:
+            return False  # every process of the run waits: none of the GPU's use is its work, host PIDs or not
         if g.process_sm_pct is not None and not self.ev.in_pid_namespace:  # in a container the PIDs are the host's
             return sum(pct for pid, pct in g.process_sm_pct if pid in working) > idle
         if g.utilization_pct is None or g.utilization_pct <= idle:

@@ -9,7 +9,24 @@ from collections.abc import Iterator
 import pytest
 
 from console import user_patterns
+from console.observe.agent import in_pid_namespace
 from tests.sshd import PidNamespace, SshServer, start_sshd
+
+#: The project's rule: tests signal processes only inside a PID namespace of their own, where no
+#: PID can name a process of the machine's and whatever they leave dies with it. scripts/test runs
+#: pytest there as the child of tests/pid1.py, PID 1; anywhere else the session is refused up front
+#: (refused later, at a signal, the processes a test started would outlive it).
+OWN_PID_NAMESPACE = in_pid_namespace() and 1 in (os.getpid(), os.getppid())
+OUTSIDE_PID_NAMESPACE = (
+    "the tests signal the processes they start, so they run only in a PID namespace of their own: "
+    "run scripts/test, or put `unshare --pid --fork --mount-proc --kill-child python3 tests/pid1.py` before pytest"
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not OWN_PID_NAMESPACE:
+        pytest.exit(OUTSIDE_PID_NAMESPACE, returncode=pytest.ExitCode.USAGE_ERROR)
+
 
 # Tests kill login shells (fault injection, timeouts); one killed inside `pyenv rehash` leaves
 # a lock that makes every later login shell of this user wait 60 s. Bound the wait for the

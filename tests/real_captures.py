@@ -32,15 +32,20 @@ CLOCK_TICKS = 100
 #: The capture read each process's /proc/PID/stat twice, this far apart.
 STAT_GAP_S = 1.0
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+#: Seen from a container, the driver's PIDs are the host's: the captured ones moved this far, out of
+#: the range of every PID the capture's /proc holds (the namespace's view).
+HOST_PID_OFFSET = 3_000_000
 
 
 class Capture:
     """One scenario folder of tests/data/real."""
 
-    def __init__(self, name: str, *, ended: bool = False) -> None:
-        """`ended`: look after the job ended (its whole log, no process left) instead of at the snapshot."""
+    def __init__(self, name: str, *, ended: bool = False, container: bool = False) -> None:
+        """`ended`: look after the job ended (its whole log, no process left) instead of at the snapshot.
+        `container`: look from inside a PID namespace, where NVML lists host PIDs (NVML readings only)."""
         self.name = name
         self.ended = ended
+        self.container = container
         self.folder = REAL / name
         self.meta = json.loads((self.folder / "meta.json").read_text())
         self.snapshot = json.loads((self.folder / "snapshot.json").read_text())
@@ -95,6 +100,8 @@ class Capture:
 
     def _gpu_part(self, source: str, with_process_use: bool) -> dict:
         if source == "nvidia-smi":
+            if self.container:
+                raise ValueError("the container's view is built from the NVML readings (PIDs in JSON, not in text)")
             part = {
                 "gpu_source": "nvidia-smi",
                 "gpu_error": None,
@@ -116,7 +123,7 @@ class Capture:
                     "name": "NVIDIA H200",
                     "utilization_pct": float(g["utilization"]["gpu"]),
                     "processes": [
-                        {"pid": p["pid"], "used_mib": p["used_bytes"] // (1 << 20), "name": None}
+                        {"pid": self._driver_pid(p["pid"]), "used_mib": p["used_bytes"] // (1 << 20), "name": None}
                         for p in g["compute_processes"]
                     ],
                     "error": None,
@@ -124,12 +131,16 @@ class Capture:
             )
             samples: dict[int, list[float]] = {}
             for sample in g.get("process_utilization") or []:
-                samples.setdefault(sample["pid"], []).append(sample["smUtil"])
+                samples.setdefault(self._driver_pid(sample["pid"]), []).append(sample["smUtil"])
             process_sm[str(g["index"])] = [[pid, sum(v) / len(v)] for pid, v in samples.items()]
         part = {"gpu_source": "nvml", "gpu_error": None, "gpus": gpus, "smi_gpu_csv": None, "smi_apps_csv": None}
         if with_process_use:
             part["process_sm"] = process_sm
         return part
+
+    def _driver_pid(self, pid: int) -> int:
+        """`pid` as the driver lists it: the host's numbering, which a container's /proc does not share."""
+        return pid + HOST_PID_OFFSET if self.container else pid
 
     # -- the log ------------------------------------------------------------------------------
 
@@ -174,7 +185,7 @@ class Capture:
                 **self._gpu_part(source, with_process_use=later),
                 "processes": [self._process_record(p, later) for p in processes],
                 "process_error": None,
-                "in_pid_namespace": False,
+                "in_pid_namespace": self.container,
                 "log": self._log_record(at),
             }
             lines.append(parse_sample(json.loads(json.dumps(line))))

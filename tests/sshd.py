@@ -261,7 +261,9 @@ class PidNamespace:
             stdin=subprocess.DEVNULL,
         )
         self.init_pid = self._wait_for_init()
-        self.id = str(self._process.pid)
+        # Each test run has a PID namespace of its own and PIDs repeat across them; the registry in
+        # /tmp is shared, so the ID names the namespace too.
+        self.id = f"{os.stat('/proc/self/ns/pid').st_ino}-{self._process.pid}"
         self.container = Container(kind="pct", id=self.id)
         PCT_REGISTRY.mkdir(exist_ok=True)
         self._registry = PCT_REGISTRY / self.id

@@ -127,6 +127,21 @@ def test_accelerate_and_dataloader_trees_are_labelled():
     assert [p.label for p in loader.processes] == ["main · GPU 1", "worker of pid 598", "worker of pid 598"]
 
 
+def test_in_a_container_a_dataloader_hang_on_a_gpu_busy_with_another_job_is_hung():
+    """Inside a PID namespace NVML lists host PIDs: whose the GPU's 99 % is cannot be read by PID, but every
+    process of the run waits (its stacks), so none of it is the run's work, as on the host."""
+    capture = Capture("hf_worker_hang", container=True)
+    evidence = capture.evidence("nvml")
+    assert evidence.in_pid_namespace and evidence.gpu_contexts_unseen
+    verdict = diagnose(evidence, capture.config)
+    on_the_host = diagnose(Capture("hf_worker_hang").evidence("nvml"), capture.config)
+    assert (verdict.name, verdict.summary) == ("hung", on_the_host.summary)
+    host_pids = sorted({gp.pid for g in evidence.gpus for gp in g.processes})
+    assert f"GPU memory held by pid {', '.join(map(str, host_pids))}: this PID namespace cannot see them (host PIDs)" in (
+        verdict.evidence
+    )
+
+
 def test_a_spinning_rank_is_waiting_not_busy_once_its_stack_is_seen():
     capture = Capture("torchrun_hang")
     without_stacks = diagnose(capture.evidence(stacks=False), capture.config)
