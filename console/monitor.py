@@ -14,7 +14,7 @@ from collections.abc import Callable
 from console.backoff import Backoff
 from console.config import Config
 from console.model import ConnectionState, Event, LogLine, ProgressLine
-from console.observe.follow import LogFollower
+from console.observe.follow import FOLLOW_POLL_S, LogFollower
 from console.observe.sampler import Sampler
 from console.remote.target import Target, TargetError
 from console.state import RunState
@@ -34,8 +34,11 @@ class Monitor:
         target: Target,
         state: RunState,
         on_change: Callable[[], None] | None = None,
+        *,
+        follow_poll_s: float = FOLLOW_POLL_S,
     ) -> None:
         self.config = config
+        self.follow_poll_s = follow_poll_s
         self.target = target
         self.state = state
         self.on_change = on_change
@@ -57,7 +60,8 @@ class Monitor:
         self._spawn(self._sample_forever(), "sampler")
         if self.config.run.log:
             follower = LogFollower(
-                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress
+                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress,
+                poll_s=self.follow_poll_s,
             )
             self._spawn(follower.run(), "log follower")
 

@@ -33,6 +33,20 @@ from console.units import format_duration
 #: The cheap per-node verdict compares the latest sample with one about this old.
 VERDICT_WINDOW_S = 10.0
 CLOSE_TIMEOUT_S = 10.0
+#: Samples a second the console takes from all nodes together at most. A fleet of up to this many
+#: nodes is sampled at [gpus] poll_s; a larger one less often per node (256 nodes: every 4 s), so
+#: the console's cost stops growing with the fleet (README "Performance": a sample costs it about
+#: 1 ms, most of it SSH and JSON).
+FLEET_SAMPLES_PER_S = 64.0
+#: How often a node's log follower looks for new lines: the fleet shows a line per node, so lines
+#: come in batches (one SSH message for many) rather than one message per line as in a run's console.
+NODE_FOLLOW_POLL_S = 0.5
+
+
+def paced(config: Config, nodes: int) -> Config:
+    """`config` with each node's sampling interval stretched so that `nodes` stay within FLEET_SAMPLES_PER_S."""
+    poll_s = max(config.gpus.poll_s, nodes / FLEET_SAMPLES_PER_S)
+    return config if poll_s == config.gpus.poll_s else replace(config, gpus=replace(config.gpus, poll_s=poll_s))
 
 
 class FleetError(Exception):
@@ -245,6 +259,7 @@ class Fleet:
             if not t.hosts:
                 raise FleetError(f"{config.source}: no fleet configured: give --slurm-job ID or --hosts a,b,c")
             names = list(t.hosts)
+            config = paced(config, len(names))
             nodes = [cls._node(config, name, i, None, config.run.log) for i, name in enumerate(names)]
             return cls(config, nodes)
         control = control_target(config)
@@ -261,6 +276,7 @@ class Fleet:
         except FleetError:
             await control.close()
             raise
+        config = paced(config, len(names))
         logs = node_logs(config, job, names)
         nodes = []
         for i, name in enumerate(names):
@@ -282,7 +298,7 @@ class Fleet:
         """A Monitor per node: one agent and one log follower each, restarted with backoff when lost."""
         for node in self.nodes:
             if node.monitor is None:
-                node.monitor = Monitor(node.config, node.target, node.state, on_change)
+                node.monitor = Monitor(node.config, node.target, node.state, on_change, follow_poll_s=NODE_FOLLOW_POLL_S)
             await node.monitor.start()
 
     async def stop(self) -> None:

@@ -39,7 +39,8 @@ from console.remote.target import TargetError
 NODE_TIMEOUT_S = 10.0
 #: py-spy dumps running at once on one node (each is a channel on its connection).
 DUMPS_PER_NODE = 4
-#: A monitored node's held samples stand for a fresh look when the newest is at most this old.
+#: A monitored node's held samples stand for a fresh look when the newest is at most this old
+#: (or two of its sampling intervals, in a fleet large enough to be sampled less often).
 HELD_FRESH_S = 5.0
 _STUCK = ("hung", "unknown")
 
@@ -144,7 +145,7 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
     monitored = node.monitor is not None and node.monitor.running
     if monitored:
         # The console streams this node's samples and log already: judge from those, start nothing.
-        held = node_evidence(node.state, node.config, fresh_s=HELD_FRESH_S)
+        held = node_evidence(node.state, node.config, fresh_s=max(HELD_FRESH_S, 2 * node.config.gpus.poll_s))
         if held is not None:
             return NodeReport(node.name, node.target.label, held, diagnose(held, node.config))
     following = node.state if monitored and node.config.run.log else None

@@ -35,6 +35,8 @@ MAX_HEADER_BYTES = 65536
 #: Waits before starting the agent again after a loss (seconds): the first, and the longest.
 #: The SSH layer does its own backoff.
 RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
+#: How often the agent looks for new lines: a line reaches the screen within two frames.
+FOLLOW_POLL_S = 0.05
 #: The longest stretch of line work between two yields to the event loop (the UI shares it).
 SLICE_S = 0.01
 
@@ -154,7 +156,7 @@ class LogFollower:
         on_progress: ProgressCallback | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         backlog_bytes: int | None = BACKLOG_BYTES,
-        poll_s: float = 0.05,
+        poll_s: float = FOLLOW_POLL_S,
         heartbeat_s: float = 5.0,
     ) -> None:
         """`backlog_bytes`: start that far before the end of the file (None: from its start)."""

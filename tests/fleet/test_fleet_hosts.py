@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from console.config import parse_config
-from console.fleet.fleet import Fleet
+from console.fleet.fleet import FLEET_SAMPLES_PER_S, NODE_FOLLOW_POLL_S, Fleet
 from console.fleet.fleet_diagnose import diagnose_fleet
 
 WRITER = "import sys, time\nwhile True:\n    print('step 1 tokens/s: 1500.0 loss 2.0', flush=True)\n    time.sleep(0.2)\n"
@@ -57,6 +57,7 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
     assert [n.name for n in fleet.nodes] == [sshd.alias, "pulse-dead"]
     live = fleet.nodes[0]
     await fleet.start()
+    assert live.monitor.follow_poll_s == NODE_FOLLOW_POLL_S  # a node's lines come in batches
     try:
         for _ in range(200):
             fleet.refresh()
@@ -91,3 +92,19 @@ async def test_fleet_diagnosis_names_the_dead_node(sshd, tmp_path: Path, writer:
     assert by_name["pulse-dead"].evidence is None and "connection refused" in by_name["pulse-dead"].error
     assert diagnosis.headline() == "1/2 nodes healthy: unknown on pulse-dead"
     assert diagnosis.groups == []  # nothing looked stuck: no rank was dumped
+
+
+async def test_a_large_fleet_samples_each_node_less_often_to_stay_within_the_consoles_budget(tmp_path: Path) -> None:
+    """64 nodes keep [gpus] poll_s; 256 are sampled every 4 s each (64 samples a second in all); a slower
+    poll_s than that is kept. Nothing is connected: opening a host-list fleet only builds its nodes."""
+    def opened(count: int, poll_s: float):
+        hosts = ", ".join(f'"node{i:03d}"' for i in range(count))
+        return Fleet.open(parse_config(f'[target]\nhosts = [{hosts}]\n[run]\nmatch = "train"\n[gpus]\npoll_s = {poll_s}\n'))
+
+    for count, poll_s, expected in ((64, 1.0, 1.0), (256, 1.0, 4.0), (256, 10.0, 10.0)):
+        fleet = await opened(count, poll_s)
+        try:
+            assert {node.config.gpus.poll_s for node in fleet.nodes} == {expected}
+            assert count / expected <= FLEET_SAMPLES_PER_S
+        finally:
+            await fleet.close()
