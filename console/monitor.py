@@ -14,7 +14,7 @@ from collections.abc import Callable
 from console.backoff import Backoff
 from console.config import Config
 from console.model import ConnectionState, Event, LogLine, ProgressLine
-from console.observe.follow import FOLLOW_POLL_S, LogFollower
+from console.observe.follow import LogFollower
 from console.observe.sampler import Sampler
 from console.remote.target import Target, TargetError
 from console.state import RunState
@@ -35,10 +35,11 @@ class Monitor:
         state: RunState,
         on_change: Callable[[], None] | None = None,
         *,
-        follow_poll_s: float = FOLLOW_POLL_S,
+        log_every_s: float | None = None,
     ) -> None:
         self.config = config
-        self.follow_poll_s = follow_poll_s
+        self.log_every_s = log_every_s
+        """At most one batch of log lines per this many seconds (a fleet's node); None: each as it comes."""
         self.target = target
         self.state = state
         self.on_change = on_change
@@ -61,7 +62,7 @@ class Monitor:
         if self.config.run.log:
             follower = LogFollower(
                 self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress,
-                poll_s=self.follow_poll_s,
+                **({} if self.log_every_s is None else {"poll_s": self.log_every_s, "batch_s": self.log_every_s}),
             )
             self._spawn(follower.run(), "log follower")
 

@@ -16,10 +16,11 @@ here all N nodes' agents share this machine's cores, unlike real nodes). Goal: 2
 one core, fleet verdict under 5 s. The nodes' own agents run in the child and are not counted.
 
 A fleet paces itself (console/fleet/fleet.py): past 64 nodes each node is sampled less often, so
-that the console takes at most 64 samples a second, and a node's log is read every 0.5 s;
-`--unpaced` measures the fleet as it was before, every node at 1 Hz. The simulated nodes are
-asyncssh servers, which send an SSH_MSG_IGNORE before every packet: the console decrypts two
-packets per message where an OpenSSH node sends one, so these figures are on the high side.
+that the console takes at most 64 samples a second, and a node's log lines come at most once a
+second, in one message; `--unpaced` measures the fleet as it was before: every node at 1 Hz, each
+write of its log a message. The simulated nodes are asyncssh servers, which send an
+SSH_MSG_IGNORE before every packet: the console decrypts two packets per message where an
+OpenSSH node sends one, so these figures are on the high side.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
     return {
         "nodes": count,
         "node_poll_s": fleet.nodes[0].config.gpus.poll_s,
-        "node_log_poll_s": fleet.nodes[0].monitor.follow_poll_s if fleet.nodes[0].monitor else None,
+        "node_log_every_s": fleet.nodes[0].monitor.log_every_s if fleet.nodes[0].monitor else None,
         "measured_s": round(wall, 1),
         "all_nodes_sampling_after_s": round(ready_s, 2),
         "samples_per_s": round(samples / wall, 1),
@@ -165,7 +166,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--unpaced", action="store_true",
-        help="every node at [gpus] poll_s and its log read every 0.05 s, however large the fleet (as before pacing)",
+        help="every node at [gpus] poll_s and each write of its log a message, however large the fleet (as before pacing)",
     )
     parser.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,9 +190,8 @@ def main() -> int:
                 return 1
             if args.unpaced:
                 from console.fleet import fleet
-                from console.observe.follow import FOLLOW_POLL_S
 
-                fleet.FLEET_SAMPLES_PER_S, fleet.NODE_FOLLOW_POLL_S = float("inf"), FOLLOW_POLL_S
+                fleet.FLEET_SAMPLES_PER_S, fleet.NODE_LOG_EVERY_S = float("inf"), None
             # Not asyncio.run: its teardown would wait on tasks that Fleet.close gave up on.
             result = asyncio.new_event_loop().run_until_complete(console(args.nodes, args.seconds, folder, log))
         finally:

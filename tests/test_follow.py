@@ -161,6 +161,19 @@ async def test_appended_lines_arrive_in_order(target: Target, tmp_path: Path) ->
         assert run.follower.offset == log.stat().st_size
 
 
+async def test_a_slow_pace_gathers_the_lines_of_its_window_into_one_message(target: Target, tmp_path: Path) -> None:
+    """A fleet's node (batch_s 2): ten writes within 0.3 s arrive in at most two messages, the first
+    write at once (the agent had been quiet) and the rest together, in order."""
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    async with Run(target, str(log), poll_s=2.0, batch_s=2.0) as run:
+        for step in range(10):
+            await append(log, f"step {step}\n".encode())
+            await asyncio.sleep(0.03)
+        await run.receive([f"step {step}" for step in range(10)])
+        assert run.batches <= 2
+
+
 async def test_partial_line_completed_later_comes_out_once_whole(target: Target, tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(b"")

@@ -55,7 +55,7 @@ async def test_start_names_the_process_before_its_first_word_and_keeps_its_statu
         assert await read_all(started) == f"pid {started.ref.pid}\noops\n".encode()
         assert await started.wait() == 3
     finally:
-        started.close()
+        await started.aclose()
 
 
 async def test_a_program_that_cannot_start_is_status_127_with_its_reason(target):
@@ -65,7 +65,7 @@ async def test_a_program_that_cannot_start_is_status_127_with_its_reason(target)
         assert await started.wait() == 127
         assert "cannot run no-such-program-anywhere: No such file or directory" in started.stderr
     finally:
-        started.close()
+        await started.aclose()
 
 
 async def test_a_signal_goes_only_while_the_pid_is_still_that_process(procs, target):
@@ -101,7 +101,7 @@ async def test_stop_ends_the_whole_group_and_kills_what_ignores_sigterm(procs, t
         wait_for(lambda: not alive(child) and not alive(started.ref.pid), "the group to be gone")
         assert await stop_group(target, started.ref, grace_s=0.3) == "gone"
     finally:
-        started.close()
+        await started.aclose()
 
 
 async def test_launch_detaches_appends_to_its_log_and_writes_the_pidfile_by_rename(procs, target, tmp_path: Path):

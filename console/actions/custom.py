@@ -211,7 +211,7 @@ async def stream_grouped(
                 await asyncio.shield(stop_group(target, started.ref))
             except (TargetError, OSError):
                 pass  # the link is gone: nothing more this side can do
-        started.close()
+        await started.aclose()
     for said in started.stderr.splitlines():  # the agent's own word: the command could not start
         text, _ = sanitize(said)
         yield OutputLine(step, text, classify_line(text).kind)

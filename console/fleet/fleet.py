@@ -38,9 +38,9 @@ CLOSE_TIMEOUT_S = 10.0
 #: the console's cost stops growing with the fleet (README "Performance": a sample costs it about
 #: 1 ms, most of it SSH and JSON).
 FLEET_SAMPLES_PER_S = 64.0
-#: How often a node's log follower looks for new lines: the fleet shows a line per node, so lines
-#: come in batches (one SSH message for many) rather than one message per line as in a run's console.
-NODE_FOLLOW_POLL_S = 0.5
+#: A node's log lines come in batches at most this often (one SSH message for all the lines of the
+#: second), not one message per write as in a run's console: the fleet screen redraws once a second.
+NODE_LOG_EVERY_S = 1.0
 
 
 def paced(config: Config, nodes: int) -> Config:
@@ -298,7 +298,7 @@ class Fleet:
         """A Monitor per node: one agent and one log follower each, restarted with backoff when lost."""
         for node in self.nodes:
             if node.monitor is None:
-                node.monitor = Monitor(node.config, node.target, node.state, on_change, follow_poll_s=NODE_FOLLOW_POLL_S)
+                node.monitor = Monitor(node.config, node.target, node.state, on_change, log_every_s=NODE_LOG_EVERY_S)
             await node.monitor.start()
 
     async def stop(self) -> None:

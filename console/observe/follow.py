@@ -157,6 +157,7 @@ class LogFollower:
         max_line_bytes: int = MAX_LINE_BYTES,
         backlog_bytes: int | None = BACKLOG_BYTES,
         poll_s: float = FOLLOW_POLL_S,
+        batch_s: float = follow_agent.BATCH_S,
         heartbeat_s: float = 5.0,
     ) -> None:
         """`backlog_bytes`: start that far before the end of the file (None: from its start)."""
@@ -171,6 +172,7 @@ class LogFollower:
         self._showing_progress = False
         self.max_line_bytes = max_line_bytes
         self.poll_s = poll_s
+        self.batch_s = batch_s
         self.heartbeat_s = heartbeat_s
         self.stale_s = 3 * heartbeat_s + 5.0
         """No frame for this long (heartbeats included) means the link is dead even if TCP has not noticed."""
@@ -244,6 +246,7 @@ class LogFollower:
             f"--offset={start}",
             f"--inode={self._inode}",
             f"--poll={self.poll_s:g}",
+            f"--batch={self.batch_s:g}",
             f"--heartbeat={self.heartbeat_s:g}",
             f"--head={self._head.hex()}",
         ]

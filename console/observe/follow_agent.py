@@ -238,11 +238,12 @@ class Watcher:
 class Follower:
     """The reading loop: one open file, its inode and the next offset to read."""
 
-    def __init__(self, source, out, poll_s, heartbeat_s, stdin_fd=0, watcher=None):
+    def __init__(self, source, out, poll_s, heartbeat_s, stdin_fd=0, watcher=None, batch_s=BATCH_S):
         """`watcher`: a Watcher to sleep in between changes; None polls every `poll_s`."""
         self.source = source
         self.out = out
         self.poll_s = poll_s
+        self.batch_s = batch_s
         self.heartbeat_s = heartbeat_s
         self.stdin_fd = stdin_fd
         self.watcher = watcher
@@ -450,7 +451,7 @@ class Follower:
         if self.watcher.fd not in readable:
             return False, not readable, False
         entries_changed = self.watcher.read()
-        pause = self.woke_at + BATCH_S - time.monotonic()
+        pause = self.woke_at + self.batch_s - time.monotonic()
         if pause > 0 and self.hung_up(pause):
             return True, False, False
         self.woke_at = time.monotonic()
@@ -495,6 +496,9 @@ def build_parser():
     need.add_argument("--inode", type=int, required=True, help="the file a previous run was reading, or 0")
     need.add_argument("--poll", type=float, required=True, help="seconds between polls without inotify")
     parser.add_argument("--heartbeat", type=float, default=5.0, help="seconds of quiet before an `idle` frame")
+    parser.add_argument(
+        "--batch", type=float, default=BATCH_S, help="with inotify, seconds at least between two reads (lines gathered)"
+    )
     parser.add_argument("--head", type=bytes.fromhex, default=b"", help="hex of how the --inode file starts")
     return parser
 
@@ -508,7 +512,9 @@ def hello():
 def main(argv):
     args = build_parser().parse_args(argv)
     out = Output(1)
-    follower = Follower(Source(os.path.expanduser(args.path)), out, args.poll, args.heartbeat, watcher=Watcher.open())
+    follower = Follower(
+        Source(os.path.expanduser(args.path)), out, args.poll, args.heartbeat, watcher=Watcher.open(), batch_s=args.batch
+    )
     try:
         out.frame(hello())
         follower.run(args.offset, args.inode, args.head)

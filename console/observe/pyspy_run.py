@@ -80,7 +80,7 @@ async def dump(
         if spy is not None:
             if not ended:  # timed out or cancelled: a py-spy left attached would keep the run paused
                 await asyncio.shield(_kill(target, spy))
-            spy.close()
+            await spy.aclose()
     stderr = spy.stderr
     if status != 0:
         code, advice = classify_error(stderr, 137 if status is None else status)

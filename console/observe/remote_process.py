@@ -105,8 +105,10 @@ class StartedProcess:
     async def wait(self) -> int | None:
         return await self.channel.wait()
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
+        """Hang up and wait briefly for the agent to be gone (it ends with its process)."""
         self.channel.close()
+        await reap(self.channel)
 
 
 async def start(

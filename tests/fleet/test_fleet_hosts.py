@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from console.config import parse_config
-from console.fleet.fleet import FLEET_SAMPLES_PER_S, NODE_FOLLOW_POLL_S, Fleet
+from console.fleet.fleet import FLEET_SAMPLES_PER_S, NODE_LOG_EVERY_S, Fleet
 from console.fleet.fleet_diagnose import diagnose_fleet
 
 WRITER = "import sys, time\nwhile True:\n    print('step 1 tokens/s: 1500.0 loss 2.0', flush=True)\n    time.sleep(0.2)\n"
@@ -57,7 +57,7 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
     assert [n.name for n in fleet.nodes] == [sshd.alias, "pulse-dead"]
     live = fleet.nodes[0]
     await fleet.start()
-    assert live.monitor.follow_poll_s == NODE_FOLLOW_POLL_S  # a node's lines come in batches
+    assert live.monitor.log_every_s == NODE_LOG_EVERY_S  # a node's lines come in batches
     try:
         for _ in range(200):
             fleet.refresh()
