@@ -391,7 +391,7 @@ FLEET_NODES = 256
 
 def run_fleet(world: World, quick: bool) -> dict:
     """scripts/bench_fleet.py with 256 simulated nodes (their servers and agents in a child of its
-    own, not counted): the console's CPU at 1 Hz and the time to a fleet verdict."""
+    own, not counted): the console's CPU as the fleet paces itself, and the time to a fleet verdict."""
     seconds = 10 if quick else 30
     argv = [sys.executable, str(REPO_ROOT / "scripts" / "bench_fleet.py"), "--nodes", str(FLEET_NODES), "--seconds", str(seconds), "--json"]
     process = world.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

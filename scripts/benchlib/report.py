@@ -19,7 +19,7 @@ GOALS = (
     ("start_ms", "pulse demo → first full frame, median (ms)", "<", 500),
     ("diagnosis_ms", "Key d → verdict on screen on a two-rank hang (every rank dumped), median (ms)", "<", 3000),
     ("silence_left_healthy_s", "A run writing once a second stops: header leaves healthy after (s)", "<=", 30),
-    ("fleet_256_cpu_pct", "Fleet of 256 simulated nodes at 1 Hz: console CPU, % of one core", "<", 10),
+    ("fleet_256_cpu_pct", "Fleet of 256 simulated nodes (paced: each every 4 s, logs once a second): console CPU, % of one core", "<", 10),
 )
 
 
@@ -275,7 +275,8 @@ def markdown(result: dict) -> str:
                         [[_fmt(q["header_quiet_after_s"]), _fmt(q["header_left_healthy_after_s"]), f"{q['verdict']}: {q['summary']}"]])
     if "fleet" in p and "console_cpu_pct_of_one_core" in p["fleet"]:
         f = p["fleet"]
-        lines += ["", f"## 9. Fleet ({f['nodes']} simulated nodes, 1 Hz, scripts/bench_fleet.py)", ""]
+        lines += ["", f"## 9. Fleet ({f['nodes']} simulated nodes, each sampled every {f['node_poll_s']:g} s, "
+                  "scripts/bench_fleet.py)", ""]
         lines += _table(["console % of one core", "per node %", "RSS MiB", "per node MiB", "all sampling after s",
                          "fleet verdict from held samples ms", "fleet diagnosis s", "fresh diagnosis s"],
                         [[_fmt(f["console_cpu_pct_of_one_core"], 2), _fmt(f["console_cpu_pct_per_node"], 3),
