@@ -185,7 +185,7 @@ class PulseApp(ThemedApp):
         self._dirty = True
         self._painted_sample: Sample | None = None
         self._frame_pending = False
-        self._updated_at = 0.0
+        self._lines_drawn_at = 0.0
         self._patterns_said = 0
         self.log_input_mode = "filter"
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
@@ -277,9 +277,10 @@ class PulseApp(ThemedApp):
             self.call_later(self._update_in_frame)
 
     def _update_in_frame(self) -> None:
-        """Update now, or, an update having run less than a frame ago (a flood), LOADED_UPDATE_S
-        after it: whatever arrives meanwhile joins the same batch."""
-        since = time.monotonic() - self._updated_at
+        """Update now, or, log lines having been drawn less than a frame ago (a flood),
+        LOADED_UPDATE_S after them: whatever arrives meanwhile joins the same batch. A sample
+        alone is no load: a line arriving just after one is drawn at once."""
+        since = time.monotonic() - self._lines_drawn_at
         if since < FRAME_S:
             self.set_timer(LOADED_UPDATE_S - since, self._update_pending)
         else:
@@ -287,8 +288,8 @@ class PulseApp(ThemedApp):
 
     def _update_pending(self) -> None:
         self._frame_pending = False
-        self._updated_at = time.monotonic()
-        self.flush_log()
+        if self.flush_log():
+            self._lines_drawn_at = time.monotonic()
         if self.state.latest is not self._painted_sample:
             self.refresh_panes()  # the freshest sample on screen now, not up to a tick later
 
@@ -306,18 +307,20 @@ class PulseApp(ThemedApp):
             self.notify(notice, title="pattern disabled", severity="warning", timeout=30)
         self._patterns_said = len(notices)
 
-    def flush_log(self) -> None:
-        """Write the lines that arrived since the last flush, in one batch, if the pane is on show."""
+    def flush_log(self) -> bool:
+        """Write the lines that arrived since the last flush, in one batch, if the pane is on show;
+        True when there were any."""
         pane = self.log_pane
         try:
             if not pane.screen.is_current:
-                return
+                return False
         except NoScreen:  # the timer fired while the app tears its screens down
-            return
+            return False
         lines = self.state.lines_after(pane.last_number)
         if lines:
             pane.append(lines)
         self.progress_line.show(progress_bar_view(self.state, self.clock()))
+        return bool(lines)
 
     def refresh_panes(self, force: bool = True) -> None:
         """Repaint from the state: the status line always (ages move), the rest when it changed."""
