@@ -57,6 +57,23 @@ async def test_lines_reported_within_one_frame_reach_the_pane_as_one_batch():
         assert batches == [7, 2]
 
 
+async def test_a_line_right_after_a_sample_is_not_held_back_as_if_under_load():
+    """Only log lines drawn within a frame are load (a flood, drawn LOADED_UPDATE_S apart): a sample's
+    update just before a line must not make the line wait."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        held: list[float] = []
+        set_timer = app.set_timer
+        app.set_timer = lambda delay, callback, *a, **k: (held.append(delay), set_timer(delay, callback, *a, **k))[1]
+        sample = app.state.latest
+        app.state.add_sample(dataclasses.replace(sample, time=sample.time + 1))
+        app._update_pending()  # the sample's update runs, and the line comes within the same frame
+        report_lines(app, ["step 7 | loss 0.7 | right after a sample"])
+        await until_flushed(pilot, app.query_one(LogPane))
+        assert held == []
+
+
 async def test_a_new_reading_of_one_gpu_repaints_its_row_and_keeps_the_others():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
