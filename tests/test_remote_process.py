@@ -6,12 +6,16 @@ still that process; a group is stopped whole, SIGKILL for what ignores SIGTERM.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import stat
 import sys
 from pathlib import Path
 
 import pytest
 
+from console.actions.audit import StepStatus
+from console.actions.custom import stream_grouped
 from console.observe import process_agent
 from console.observe.remote_process import (
     AgentRefused,
@@ -145,3 +149,62 @@ async def test_probe_sees_its_own_ancestry_the_groups_and_the_pidfile_without_op
     assert (proc["pid"], proc["pgid"], proc["argv"]) == (leader.pid, leader.pid, ["bash", "-c", "sleep 300 & wait"])
     assert len([r for r in records if r["ev"] == "member" and r["pgid"] == leader.pid]) == 2
     assert [r for r in records if r["ev"] == "pidfile"] == [{"ev": "pidfile", "status": "notregular", "text": ""}]
+
+
+async def test_a_started_command_gets_sigpipe_back_as_a_shell_would_give_it(target):
+    """Python ignores SIGPIPE and an ignored signal survives exec: `yes | head` would never end."""
+    started = await start(target, ["bash", "-c", 'yes | head -1; echo "${PIPESTATUS[0]}"'])
+    try:
+        assert await read_all(started) == b"y\n141\n"
+    finally:
+        await started.aclose()
+
+
+async def test_a_launch_in_a_relative_folder_writes_its_log_there_and_its_pidfile_beside_it(procs, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where this machine's shell starts, as a remote one starts in the home
+    (tmp_path / "proj").mkdir()
+    old_umask = os.umask(0o022)
+    try:
+        launched = await launch(LocalTarget(), ["echo", "hello"], cwd="proj", log="logs/run.log", pidfile="run.pid")
+    finally:
+        os.umask(old_umask)
+    procs.adopt(launched.ref.pid)
+    log = tmp_path / "proj" / "logs" / "run.log"
+    wait_for(lambda: log.exists() and log.read_text() == "hello\n", "the log in proj/logs")
+    pidfile = tmp_path / "proj" / "run.pid"
+    assert pidfile.read_text() == f"{launched.ref.pid}\n" and stat.S_IMODE(pidfile.stat().st_mode) == 0o644
+    assert not (tmp_path / "proj" / "proj").exists()
+
+
+def slow_python(tmp_path: Path, seconds: float) -> str:
+    """A Python that takes `seconds` to start: a login profile that stalls (NFS home, a lock)."""
+    wrapper = tmp_path / "slow-python"
+    wrapper.write_text(f'#!/bin/bash\nsleep {seconds}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def running_with(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+async def test_a_start_given_up_before_its_identity_came_leaves_nothing_running(tmp_path: Path):
+    tag = f"pulse-abandoned-{os.getpid()}"
+    target = LocalTarget(python=slow_python(tmp_path, 1.0))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await start(target, ["bash", "-c", f"exec sleep 300 # {tag}", tag])
+    assert running_with(tag) == []
+
+
+async def test_a_steps_timeout_counts_a_start_that_hangs(tmp_path: Path):
+    target = LocalTarget(python=slow_python(tmp_path, 3.0))
+    events = [event async for event in stream_grouped(target, "echo late", step="slow", timeout_s=0.5)]
+    assert [(e.status, e.detail) for e in events] == [(StepStatus.FAILED, "timed out after 0.5 s before it started")]

@@ -181,18 +181,25 @@ async def stream_grouped(
     The final StepEvent's data holds the `pid`.
     """
     check_env_names(env or {})
+    # One deadline for the whole step: a login shell that hangs before the command starts counts.
+    deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
     try:
-        started = await start(target, ["bash", "-c", command], cwd=cwd, env=env, merge_stderr=True)
+        async with asyncio.timeout_at(deadline):
+            started = await start(target, ["bash", "-c", command], cwd=cwd, env=env, merge_stderr=True)
     except TargetError as exc:
         yield StepEvent(step, StepStatus.FAILED, str(exc))
+        return
+    except TimeoutError:
+        yield StepEvent(step, StepStatus.FAILED, f"timed out after {timeout_s:g} s before it started")
         return
     pid = started.ref.pid
     status: int | None = None
     outcome = "cancelled"
+    stopped = ""
     try:
         pending = b""
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout_at(deadline):
                 while chunk := await started.read():
                     lines, pending = split_lines(pending + chunk)
                     for raw in lines:
@@ -208,16 +215,17 @@ async def stream_grouped(
     finally:
         if outcome != "ended":
             try:
-                await asyncio.shield(stop_group(target, started.ref))
-            except (TargetError, OSError):
-                pass  # the link is gone: nothing more this side can do
+                stopped = await asyncio.shield(stop_group(target, started.ref))
+            except (TargetError, OSError) as exc:
+                stopped = f"not stopped: {exc}"  # the link is gone: nothing more this side can do
         await started.aclose()
-    for said in started.stderr.splitlines():  # the agent's own word: the command could not start
-        text, _ = sanitize(said)
-        yield OutputLine(step, text, classify_line(text).kind)
+    for said in started.stderr.splitlines():
+        if said.startswith("pulse-process:"):  # the agent's own word (the command could not run), not a login banner
+            text, _ = sanitize(said)
+            yield OutputLine(step, text, classify_line(text).kind)
     data = {"pid": pid, "exit_status": status}
     if outcome == "timed out":
-        yield StepEvent(step, StepStatus.FAILED, f"timed out after {timeout_s:g} s; stopped", data)
+        yield StepEvent(step, StepStatus.FAILED, f"timed out after {timeout_s:g} s; its process group: {stopped}", data)
     elif status == 0:
         yield StepEvent(step, StepStatus.OK, "exit 0", data)
     elif status is None:

@@ -56,7 +56,8 @@ class Probe:
     procs: dict[int, ProcFacts]
     group_members: dict[int, tuple[int, ...]]
     pidfile: str | None
-    """'missing', 'notregular', 'toolarge' (then pidfile_text is its size), 'text' or None (no pidfile configured)."""
+    """'missing', 'notregular', 'toolarge' (then pidfile_text is its size), 'unreadable' (then why),
+    'text' or None (no pidfile configured)."""
     pidfile_text: str = ""
     named: ProcFacts | None = None
     """The running process the pidfile names."""
@@ -205,6 +206,9 @@ def pidfile_refusals(pidfile: str | None, found: Probe, own_pids: set[int], note
     if found.pidfile == "notregular":
         return [f"pidfile {pidfile} is not a regular file (a FIFO, device, directory or a link to one):"
                 " reading or writing it could block; point [run] pidfile at a plain file"]
+    if found.pidfile == "unreadable":
+        return [f"pidfile {pidfile} cannot be read ({found.pidfile_text}): whether the run is alive cannot be told;"
+                " make it readable or point [run] pidfile elsewhere"]
     if found.pidfile == "toolarge":
         return [f"pidfile {pidfile} is {found.pidfile_text} bytes, not a pidfile (one PID is a few bytes);"
                 " point [run] pidfile at the file the launch writes"]

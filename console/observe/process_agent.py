@@ -27,12 +27,15 @@ console/observe/protocol.py; then one JSON line per result, every key always pre
         "sid", "start_ticks", "pulse", "comm", "argv"} for this program and each ancestor
         (kind self), each PID (proc) and the process the pidfile names (named); {"ev":
         "member", "pid", "pgid"} for every process in a group that one of the PIDs leads;
-        {"ev": "pidfile", "status", "text"}: missing, notregular, toolarge (text: its size) or text.
+        {"ev": "pidfile", "status", "text"}: missing, notregular, toolarge (text: its size),
+        unreadable (text: why) or text.
     stop   --grace S PID:START_TICKS
         Ends the process group PID leads: SIGTERM, then SIGKILL to what is left after S
         seconds. {"ev": "stopped", "pid", "said"}: stopped, killed, gone or reused.
 
-A failure to start (no such program, a missing --cwd) is one line on stderr and exit 127.
+A failure to start (no such program, a missing --cwd) is one line on stderr, `pulse-process:
+cannot …`, and exit 127; `start` then prints no `started` line. A started process has SIGPIPE
+and SIGXFSZ as a shell would give them (Python ignores both, and ignoring survives exec).
 """
 
 from __future__ import annotations
@@ -107,13 +110,13 @@ def environment(assignments: List[str]) -> Dict[str, str]:
 
 
 def place(path: str, cwd: Optional[str]) -> str:
-    """`path` as the started process sees it: `~` is the target's home, a relative path is under --cwd."""
+    """`path` as this program reaches it: `~` is the target's home, a relative path is under --cwd."""
     path = os.path.expanduser(path)
     return os.path.join(os.path.expanduser(cwd), path) if cwd else path
 
 
 class Spawned:
-    """A child forked as a new session and held before exec until `release`."""
+    """A child forked as a new session, set up, and held before exec until `release`."""
 
     def __init__(self, pid: int, start_ticks: int, go_write: int, failed_read: int) -> None:
         self.pid = pid
@@ -122,33 +125,40 @@ class Spawned:
         self.failed_read = failed_read
 
     def release(self) -> Optional[str]:
-        """Let the child exec; the reason it could not start, or None once ARGV runs."""
+        """Let the child exec; the reason it could not, or None once ARGV runs."""
         os.close(self.go_write)
-        said = b""
-        while True:
-            chunk = os.read(self.failed_read, 4096)
-            if not chunk:
-                break
-            said += chunk
-        os.close(self.failed_read)
-        return said.decode("utf-8", "replace") or None
+        return read_failure(self.failed_read)
 
 
-def spawn(args: argparse.Namespace, log: Optional[str]) -> Spawned:
-    """Fork ARGV as a new session, held before exec.
+def read_failure(fd: int) -> Optional[str]:
+    """What a child wrote to its failure pipe before the pipe closed (at exec or exit)."""
+    said = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        said += chunk
+    os.close(fd)
+    return said.decode("utf-8", "replace") or None
 
-    The child waits for the go pipe to close so that its identity is printed before it can
-    write anything, and reports a failure to start through a close-on-exec pipe.
+
+def spawn(args: argparse.Namespace, log: Optional[str]) -> Tuple[Optional[Spawned], Optional[str]]:
+    """Fork ARGV as a new session, set up (folder, log, signals) and held before exec;
+    (the child, None), or (None, why it could not be set up).
+
+    The child says it is ready once it leads its session, so the identity printed is that of
+    a process whose group can be signalled; it then waits for the go pipe to close, so that
+    the identity is out before it can write anything. Every pipe is closed on exec.
     """
     go_read, go_write = os.pipe()
+    ready_read, ready_write = os.pipe()
     failed_read, failed_write = os.pipe()
-    os.set_inheritable(failed_write, False)
     pid = os.fork()
     if pid == 0:
         doing = "start"
         try:
-            os.close(go_write)
-            os.close(failed_read)
+            for fd in (go_write, ready_read, failed_read):
+                os.close(fd)
             os.setsid()
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             if args.cwd:
@@ -165,6 +175,10 @@ def spawn(args: argparse.Namespace, log: Optional[str]) -> Spawned:
                 os.dup2(out, 2)
             elif args.merge_stderr:
                 os.dup2(1, 2)
+            # Python ignores these; an ignored signal survives exec, and `yes | head` would never end.
+            for restored in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(restored, signal.SIG_DFL)
+            os.write(ready_write, b".")
             while os.read(go_read, 1):
                 pass
             doing = "run %s" % args.argv[0]
@@ -173,49 +187,66 @@ def spawn(args: argparse.Namespace, log: Optional[str]) -> Spawned:
             message = "cannot %s: %s" % (doing, getattr(exc, "strerror", None) or exc)
             os.write(failed_write, message.encode("utf-8", "replace"))
         os._exit(CANNOT_START)
-    os.close(go_read)
-    os.close(failed_write)
-    identity = read_identity(pid)
-    start_ticks = identity[2] if identity is not None else -1
-    return Spawned(pid, start_ticks, go_write, failed_read)
+    for fd in (go_read, ready_write, failed_write):
+        os.close(fd)
+    ready = os.read(ready_read, 1)
+    os.close(ready_read)
+    if not ready:
+        failure = read_failure(failed_read)
+        os.close(go_write)
+        os.waitpid(pid, 0)
+        return None, failure or "cannot start %s" % args.argv[0]
+    identity = read_identity(pid)  # it waits on the go pipe: its stat is there
+    return Spawned(pid, identity[2] if identity is not None else -1, go_write, failed_read), None
 
 
 def exit_status(status: int) -> int:
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+def cannot_start(failure: str) -> int:
+    sys.stderr.write("pulse-process: %s\n" % failure)
+    return CANNOT_START
+
+
 def start(args: argparse.Namespace) -> int:
-    child = spawn(args, None)
+    child, failure = spawn(args, None)
+    if child is None:
+        return cannot_start(failure or "")
     write_line({"ev": "started", "pid": child.pid, "start_ticks": child.start_ticks})
     failure = child.release()
     _, status = os.waitpid(child.pid, 0)
-    if failure is not None:
-        sys.stderr.write("pulse-process: %s\n" % failure)
-        return CANNOT_START
-    return exit_status(status)
+    return cannot_start(failure) if failure is not None else exit_status(status)
 
 
 def write_pidfile(path: str, pid: int) -> Optional[str]:
     """Write `pid` beside `path` and rename it into place (whatever was there, a FIFO even, is
     replaced, never opened); the error, or None."""
+    written = None
     try:
         fd, written = tempfile.mkstemp(prefix=".pulse-", dir=os.path.dirname(path) or ".")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as a shell's `>` would make it, not mkstemp's 0600
         with os.fdopen(fd, "w") as out:
             out.write("%d\n" % pid)
         os.replace(written, path)
     except OSError as exc:
+        if written is not None and os.path.lexists(written):
+            os.unlink(written)
         return "%s: %s" % (path, exc.strerror or exc)
     return None
 
 
 def launch(args: argparse.Namespace) -> int:
-    log = place(args.log, args.cwd)
-    child = spawn(args, log)
+    # The log is opened by the child, in --cwd: relative to it as it stands.
+    child, failure = spawn(args, os.path.expanduser(args.log))
+    if child is None:
+        return cannot_start(failure or "")
     failure = child.release()
     if failure is not None:
         os.waitpid(child.pid, 0)
-        sys.stderr.write("pulse-process: %s\n" % failure)
-        return CANNOT_START
+        return cannot_start(failure)
     pidfile_error = write_pidfile(place(args.pidfile, args.cwd), child.pid) if args.pidfile else None
     write_line({"ev": "launched", "pid": child.pid, "start_ticks": child.start_ticks, "pidfile_error": pidfile_error})
     return 0
@@ -346,21 +377,27 @@ def describe(kind: str, pid: int, mark: bytes) -> Optional[Record]:
 
 
 def read_pidfile(path: str) -> Tuple[str, str]:
-    """(missing | notregular | toolarge | text, its size or text): never opens anything but a small regular file."""
+    """(missing | notregular | toolarge | unreadable | text, its size, error or text): never opens
+    anything but a small regular file."""
     path = os.path.expanduser(path)
-    if not os.path.lexists(path):
-        return "missing", ""
-    if not os.path.isfile(path):
-        return "notregular", ""
-    size = os.stat(path).st_size
-    if size > PIDFILE_MAX_BYTES:
-        return "toolarge", str(size)
-    # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    finally:
-        os.close(fd)
+        if not os.path.lexists(path):
+            return "missing", ""
+        if not os.path.isfile(path):
+            return "notregular", ""
+        size = os.stat(path).st_size
+        if size > PIDFILE_MAX_BYTES:
+            return "toolarge", str(size)
+        # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return "missing", ""  # removed since the first look
+    except OSError as exc:
+        return "unreadable", exc.strerror or str(exc)
     return "text", "".join(c if c.isprintable() else " " for c in data.decode("ascii", "replace"))
 
 

@@ -35,11 +35,16 @@ AGENT_NAME = "pulse-process"
 PROBE_TIMEOUT_S = 15.0
 #: Once a group is signalled, how long a stop waits for the agent beyond the grace it was given.
 STOP_MARGIN_S = 10.0
+#: A start given up before its identity came (a timeout, a cancel): how long to wait for it still,
+#: so that what it started is stopped rather than left running.
+ABANDON_GRACE_S = 3.0
+#: How the agent says that what it was asked to start could not start (then it exits 127).
+CANNOT_START = "pulse-process: cannot "
 
 
 class AgentRefused(TargetError):
-    """The process agent ran and said no (a program that cannot start, a folder that is not there):
-    unlike a lost link, what happened is known."""
+    """The process agent ran and said what it could not start (a program, a folder that is not
+    there): unlike a lost link or a killed agent, what happened is known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,33 +131,55 @@ async def start(
     """
     args = _args("start", cwd=cwd, env=env) + (["--merge-stderr"] if merge_stderr else []) + ["--", *argv]
     channel = await open_program(target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python)
+    reader = _StartReader(channel, target)
     try:
         channel.write_eof()
-        ref, output_start = await _read_started(channel, target)
+        ref, output_start = await reader.started()
     except BaseException:
-        channel.close()
+        await asyncio.shield(_abandon(reader))
         raise
     return StartedProcess(channel, ref, output_start)
 
 
-async def _read_started(channel: Channel, target: Target) -> tuple[ProcessRef, bytes]:
-    """The `started` line's ref and what came after it; a login shell's text before the hello is dropped."""
-    buffer = b""
-    hello_seen = False
-    while True:
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if hello_seen:
-                return _ref(_record(line, target, "started"), target), buffer
-            hello_seen = _is_hello(line, target)
-        chunk = await channel.read()
-        if not chunk:
-            status = await channel.wait()
-            stderr = getattr(channel, "stderr", "").strip()
-            said = f": {_safe(stderr.splitlines()[-1])}" if stderr else ""
-            hint = "; set [target] python to a Python 3.8+ there" if status == 127 else ""
-            raise TargetError(f"{target.label}: the process agent exited with status {status}{said}{hint}")
-        buffer += chunk
+async def _abandon(reader: _StartReader) -> None:
+    """A start given up before its identity came: wait briefly for it, stop what it started, hang up."""
+    try:
+        async with asyncio.timeout(ABANDON_GRACE_S):
+            ref, _ = await reader.started()
+            await stop_group(reader.target, ref, grace_s=0.0)
+    except (TargetError, asyncio.TimeoutError):
+        pass  # it never started, or the link is gone too: closing the channel is all that is left
+    finally:
+        reader.channel.close()
+        await reap(reader.channel)
+
+
+class _StartReader:
+    """Reads a start's channel up to its `started` line; a login shell's text before the hello is
+    dropped. It keeps its place, so a read given up can be taken up again."""
+
+    def __init__(self, channel: Channel, target: Target) -> None:
+        self.channel = channel
+        self.target = target
+        self.buffer = b""
+        self.hello_seen = False
+
+    async def started(self) -> tuple[ProcessRef, bytes]:
+        """The started process's ref, and what came after its line."""
+        while True:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                if self.hello_seen:
+                    return _ref(_record(line, self.target, "started"), self.target), self.buffer
+                self.hello_seen = _is_hello(line, self.target)
+            chunk = await self.channel.read()
+            if not chunk:
+                status = await self.channel.wait()
+                stderr = getattr(self.channel, "stderr", "").strip()
+                said = f": {_safe(stderr.splitlines()[-1])}" if stderr else ""
+                hint = "; set [target] python to a Python 3.8+ there" if status == 127 and CANNOT_START not in stderr else ""
+                raise TargetError(f"{self.target.label}: the process agent exited with status {status}{said}{hint}")
+            self.buffer += chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,12 +254,34 @@ async def stop_group(target: Target, ref: ProcessRef, grace_s: float = 2.0) -> s
 
 
 async def _ask(target: Target, args: list[str], events: str | tuple[str, ...], timeout: float) -> list[dict]:
-    """Run the agent to its end; its result lines (each one of `events`), checked."""
+    """Run the agent to its end; its result lines (each one of `events`), checked.
+
+    A launch runs in the target's login environment (the run's PATH); a read, a signal or a
+    probe first without the login profile (polled every fraction of a second, and a stalled
+    profile must not stall a stop), and in it only when the Python is not found without it.
+    """
+    if args[0] == "launch":
+        return await _ask_once(target, args, events, timeout, login=True)
+    try:
+        return await _ask_once(target, args, events, timeout, login=False)
+    except _NoPython:
+        return await _ask_once(target, args, events, timeout, login=True)
+
+
+class _NoPython(TargetError):
+    """The shell found no Python by the configured name."""
+
+
+async def _ask_once(
+    target: Target, args: list[str], events: str | tuple[str, ...], timeout: float, *, login: bool
+) -> list[dict]:
     channel: Channel | None = None
     output = bytearray()
     try:
         async with asyncio.timeout(timeout):  # opening the channel too: a link that hangs must not hang the caller
-            channel = await open_program(target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python)
+            channel = await open_program(
+                target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python, login=login
+            )
             channel.write_eof()
             while chunk := await channel.read():
                 output += chunk
@@ -247,8 +296,11 @@ async def _ask(target: Target, args: list[str], events: str | tuple[str, ...], t
     stderr = getattr(channel, "stderr", "").strip()
     if status != 0:
         said = _safe(stderr.splitlines()[-1]) if stderr else "no message"
-        hint = " (is there a Python 3.8+? set [target] python)" if status == 127 and "pulse-process" not in stderr else ""
-        raise AgentRefused(f"{target.label}: {said}{hint}")
+        if status == 127 and CANNOT_START in stderr:
+            raise AgentRefused(f"{target.label}: {said}")
+        if status == 127 and "pulse-process" not in stderr:
+            raise _NoPython(f"{target.label}: {said} (is there a Python 3.8+? set [target] python)")
+        raise TargetError(f"{target.label}: the process agent ended with status {status}: {said}")
     while lines and not _is_hello(lines[0], target):
         del lines[0]  # a login banner
     if not lines:

@@ -31,10 +31,10 @@ def program_script(python: str, source: str, name: str, args: list[str]) -> str:
 
 
 async def open_program(
-    target: Target, source: str, args: list[str], *, name: str, python: str = "python3"
+    target: Target, source: str, args: list[str], *, name: str, python: str = "python3", login: bool = True
 ) -> Channel:
     """Start `source` on `target`; its stdin stays open until the channel is closed."""
-    channel = await target.open(program_script(python, source, name, args))
+    channel = await target.open(program_script(python, source, name, args), login=login)
     channel.write(source.encode())
     return channel
 

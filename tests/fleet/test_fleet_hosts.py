@@ -37,6 +37,18 @@ def writer(tmp_path: Path):
     process.wait()
 
 
+def command_lines() -> list[bytes]:
+    """Every process's command line on this machine (the test sshd's sessions run here)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                found.append((entry / "cmdline").read_bytes())
+        except OSError:
+            pass
+    return found
+
+
 def fleet_config(sshd, tmp_path: Path, log: Path):
     """Two nodes: the test sshd, and an alias whose port nothing listens on."""
     ssh_config = tmp_path / "ssh_config"
@@ -57,7 +69,6 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
     assert [n.name for n in fleet.nodes] == [sshd.alias, "pulse-dead"]
     live = fleet.nodes[0]
     await fleet.start()
-    assert live.monitor.log_every_s == NODE_LOG_EVERY_S  # a node's lines come in batches
     try:
         for _ in range(200):
             fleet.refresh()
@@ -66,8 +77,11 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
             await asyncio.sleep(0.05)
         fleet.refresh()
         rows = fleet.rows(now=live.state.clock())
+        followers = [argv for argv in command_lines() if b"pulse-follow" in argv and str(writer).encode() in argv]
     finally:
         await fleet.close()
+    # The node's log agent gathers a second of lines into one message (a run's console: 0.02 s).
+    assert [argv.split(b"\0").count(f"--batch={NODE_LOG_EVERY_S:g}".encode()) for argv in followers] == [1]
     assert [r.name for r in rows] == ["pulse-dead", sshd.alias]
     dead, alive = rows
     assert dead.verdict == "unknown" and "unreachable" in dead.summary and "connection refused" in dead.summary
