@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
 import re
 import shutil
 import stat
@@ -403,13 +404,14 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     for key, value in env.items():
         if not isinstance(value, str):
             r.problem(f"run.env.{key}", f"must be a string, not {type(value).__name__}")
+    cwd = r.get(u, "run.cwd", str)
     run = RunConfig(
         name=r.get(u, "run.name", str, "run"),
         launch=r.get(u, "run.launch", str),
-        cwd=r.get(u, "run.cwd", str),
-        log=r.get(u, "run.log", str),
+        cwd=cwd,
+        log=under_cwd(r.get(u, "run.log", str), cwd),
         match=r.get(u, "run.match", str, None, _regex),
-        pidfile=r.get(u, "run.pidfile", str),
+        pidfile=under_cwd(r.get(u, "run.pidfile", str), cwd),
         env={k: v for k, v in env.items() if isinstance(v, str)},
         grace_s=float(r.get(u, "run.grace_s", (int, float), 30.0, _not_negative)),
     )
@@ -600,9 +602,9 @@ def load_from_args(args) -> Config:
     )
     run = replace(
         u,
-        log=get("log") or u.log,
+        log=under_cwd(get("log"), u.cwd) or u.log,
         match=get("match") or u.match,
-        pidfile=get("pidfile") or u.pidfile,
+        pidfile=under_cwd(get("pidfile"), u.cwd) or u.pidfile,
         launch=get("launch") or u.launch,
         grace_s=u.grace_s if get("grace") is None else get("grace"),
     )
@@ -611,6 +613,14 @@ def load_from_args(args) -> Config:
     if get("stall_after") is not None:
         stall = replace(stall, log_silent_s=get("stall_after"))
     return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall)
+
+
+def under_cwd(path: str | None, cwd: str | None) -> str | None:
+    """A relative `[run] log` or `pidfile` is where the run, started in `[run] cwd`, writes it: under
+    cwd for every reader (the follower, the agents, the restart), which all start in the home."""
+    if not path or not cwd or path.startswith(("/", "~")):
+        return path
+    return posixpath.join(cwd, path)
 
 
 def _with_local_py_spy(target: TargetConfig) -> TargetConfig:

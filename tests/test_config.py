@@ -111,6 +111,21 @@ def test_flags_lay_over_the_file(tmp_path):
     assert config.stall.log_silent_s == 12
 
 
+def test_a_relative_log_and_pidfile_are_under_the_runs_folder(tmp_path):
+    """The run writes them from [run] cwd; the follower, the agents and the restart start in the home."""
+    path = tmp_path / "run.toml"
+    path.write_text('[run]\ncwd = "~/proj"\nlog = "logs/train.log"\npidfile = "run.pid"\n')
+    run = load_config(str(path)).run
+    assert (run.log, run.pidfile) == ("~/proj/logs/train.log", "~/proj/run.pid")
+    path.write_text('[run]\ncwd = "proj"\nlog = "/var/log/train.log"\npidfile = "~/run.pid"\n')
+    run = load_config(str(path)).run
+    assert (run.log, run.pidfile) == ("/var/log/train.log", "~/run.pid")  # absolute, or the home's: as written
+    args = build_command_parser("check").parse_args([str(path), "--log", "out/train.log"])
+    assert load_from_args(args).run.log == "proj/out/train.log"
+    path.write_text('[run]\nlog = "logs/train.log"\n')
+    assert load_config(str(path)).run.log == "logs/train.log"  # no cwd: where the shell starts
+
+
 def test_flags_alone_make_a_local_config():
     args = build_command_parser("check").parse_args(["--match", "train\\.py", "--log", "/tmp/t.log"])
     config = load_from_args(args)

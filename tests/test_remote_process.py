@@ -114,7 +114,8 @@ async def test_launch_detaches_appends_to_its_log_and_writes_the_pidfile_by_rena
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "run.log").write_text("before\n")
     launched = await launch(target, [sys.executable, "-c", "import os; print(os.getsid(0) == os.getpid())"],
-                            cwd=str(tmp_path), log="logs/run.log", pidfile="run.pid")
+                            cwd=str(tmp_path), log=str(tmp_path / "logs" / "run.log"),
+                            pidfile=str(pidfile))
     procs.adopt(launched.ref.pid)
     log = tmp_path / "logs" / "run.log"
     wait_for(lambda: log.read_text() == "before\nTrue\n", "the launched program's line after the old one")
@@ -160,17 +161,20 @@ async def test_a_started_command_gets_sigpipe_back_as_a_shell_would_give_it(targ
         await started.aclose()
 
 
-async def test_a_launch_in_a_relative_folder_writes_its_log_there_and_its_pidfile_beside_it(procs, tmp_path: Path, monkeypatch):
+async def test_a_launchs_log_and_pidfile_are_where_every_other_reader_looks_not_under_its_folder(procs, tmp_path: Path, monkeypatch):
+    """The run starts in `proj`; its log and pidfile are named as the follower, the agents and the
+    verify step see them from where the target's shell starts (config puts a relative one under cwd)."""
     monkeypatch.chdir(tmp_path)  # where this machine's shell starts, as a remote one starts in the home
     (tmp_path / "proj").mkdir()
     old_umask = os.umask(0o022)
     try:
-        launched = await launch(LocalTarget(), ["echo", "hello"], cwd="proj", log="logs/run.log", pidfile="run.pid")
+        launched = await launch(LocalTarget(), ["bash", "-c", "pwd"], cwd="proj", log="proj/logs/run.log",
+                                pidfile="proj/run.pid")
     finally:
         os.umask(old_umask)
     procs.adopt(launched.ref.pid)
     log = tmp_path / "proj" / "logs" / "run.log"
-    wait_for(lambda: log.exists() and log.read_text() == "hello\n", "the log in proj/logs")
+    wait_for(lambda: log.exists() and log.read_text() == f"{tmp_path / 'proj'}\n", "the run's folder in its log")
     pidfile = tmp_path / "proj" / "run.pid"
     assert pidfile.read_text() == f"{launched.ref.pid}\n" and stat.S_IMODE(pidfile.stat().st_mode) == 0o644
     assert not (tmp_path / "proj" / "proj").exists()

@@ -137,7 +137,7 @@ async def test_a_launch_runs_exactly_as_written_with_its_folder_environment_log_
     assert launch_argv(command) == ("bash", "-c", f"exec {command}")  # a simple command: the PID is the run's
     launched = await launch(LocalTarget(), list(launch_argv(command)), cwd=str(folder),
                             env=launch_env({"NCCL_DEBUG": "INFO; rm -rf ~"}), log="~/logs/run $(x).log",
-                            pidfile="run.pid")
+                            pidfile=str(folder / "run.pid"))
     log = tmp_path / "logs" / "run $(x).log"
     wait_for(lambda: log.exists() and log.read_text().endswith("\n"), "the launched program's output")
     assert json.loads(log.read_text()) == [["--name", "a b", "$(touch x)"], str(folder), "INFO; rm -rf ~", "1"]

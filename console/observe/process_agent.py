@@ -13,7 +13,8 @@ console/observe/protocol.py; then one JSON line per result, every key always pre
         program's stdout and stderr and exits with its status (128+N after signal N).
     launch --log FILE [--pidfile FILE] [--cwd DIR] [--env NAME=VALUE]... -- ARGV...
         Starts ARGV detached: a new session, SIGHUP ignored, stdin /dev/null, stdout and
-        stderr appended to FILE (its folder made). Prints {"ev": "launched", "pid",
+        stderr appended to FILE (its folder made). FILE and the pidfile are relative to where
+        this program starts, as the other readers of them see them, not to --cwd. Prints {"ev": "launched", "pid",
         "start_ticks", "pidfile_error"} once ARGV runs, writes the pidfile by rename, exits.
     info   PID...
         {"ev": "process", "pid", "state", "pgid", "start_ticks"} for each PID that exists.
@@ -109,10 +110,10 @@ def environment(assignments: List[str]) -> Dict[str, str]:
     return env
 
 
-def place(path: str, cwd: Optional[str]) -> str:
-    """`path` as this program reaches it: `~` is the target's home, a relative path is under --cwd."""
-    path = os.path.expanduser(path)
-    return os.path.join(os.path.expanduser(cwd), path) if cwd else path
+def place(path: str) -> str:
+    """`path` as every reader of it on the target sees it: `~` is the home, a relative path is
+    under the folder this program started in (not under --cwd)."""
+    return os.path.abspath(os.path.expanduser(path))
 
 
 class Spawned:
@@ -239,15 +240,14 @@ def write_pidfile(path: str, pid: int) -> Optional[str]:
 
 
 def launch(args: argparse.Namespace) -> int:
-    # The log is opened by the child, in --cwd: relative to it as it stands.
-    child, failure = spawn(args, os.path.expanduser(args.log))
+    child, failure = spawn(args, place(args.log))
     if child is None:
         return cannot_start(failure or "")
     failure = child.release()
     if failure is not None:
         os.waitpid(child.pid, 0)
         return cannot_start(failure)
-    pidfile_error = write_pidfile(place(args.pidfile, args.cwd), child.pid) if args.pidfile else None
+    pidfile_error = write_pidfile(place(args.pidfile), child.pid) if args.pidfile else None
     write_line({"ev": "launched", "pid": child.pid, "start_ticks": child.start_ticks, "pidfile_error": pidfile_error})
     return 0
 

@@ -200,7 +200,8 @@ async def launch(
 ) -> Launched:
     """Start `argv` detached (own session, no hang-up, output appended to `log`); once it runs, its ref.
 
-    `log` and `pidfile` are relative to `cwd`, `~` is the target's home. TargetError when it
+    `log` and `pidfile` are as the target's shell sees them where it starts (not under `cwd`),
+    `~` is the target's home. TargetError when it
     could not start, with the reason.
     """
     args = _args("launch", cwd=cwd, env=env) + ["--log", log] + (["--pidfile", pidfile] if pidfile else [])
