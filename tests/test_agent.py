@@ -411,14 +411,29 @@ def test_a_scan_reads_the_cmdline_only_of_processes_it_does_not_know(monkeypatch
     assert sleeper.pid in read
     read.clear()
     second = {r["pid"]: r for r in agent.scan_processes(argv_cache=cache)}
-    # Only processes started between the two scans had their cmdline read.
-    assert set(read) <= second.keys() - first.keys()
+    # Only processes started between the two scans had their cmdline read (and those with none yet).
+    assert set(read) <= (second.keys() - first.keys()) | {pid for pid, r in first.items() if not r["argv"]}
     assert second[sleeper.pid]["argv"] == [sys.executable, "-c", "import time; time.sleep(300)", name]
     os.killpg(sleeper.pid, signal.SIGKILL)
     sleeper.wait()
     third = agent.scan_processes(argv_cache=cache)
     assert sleeper.pid not in {r["pid"] for r in third}
     assert len(cache) <= len(third)  # ended processes are forgotten
+
+
+def test_an_empty_command_line_is_read_again_not_kept(tmp_path: Path) -> None:
+    """Mid-exec the kernel shows the new comm with no arguments yet: kept, the run would never match again."""
+    proc_dir = tmp_path / "4242"
+    proc_dir.mkdir()
+    (proc_dir / "cmdline").write_bytes(b"")
+    record = {"pid": 4242, "start_ticks": 100, "comm": "python3"}
+    cache = agent.ArgvCache()
+    old = 100 / agent.CLOCK_TICKS + agent.ARGV_SETTLE_S + 60  # long settled: a launcher that execs late
+    assert cache.argv(str(proc_dir), record, old) == []
+    (proc_dir / "cmdline").write_bytes(b"python3\0train.py\0")
+    assert cache.argv(str(proc_dir), record, old) == ["python3", "train.py"]
+    (proc_dir / "cmdline").write_bytes(b"")
+    assert cache.argv(str(proc_dir), record, old) == ["python3", "train.py"]  # settled: kept
 
 
 def test_an_exec_is_seen_by_the_next_scan(monkeypatch: pytest.MonkeyPatch, spawn) -> None:

@@ -292,7 +292,10 @@ class ArgvCache:
     An entry is keyed by (pid, start time, comm): a reused PID has another start time, and an
     exec changes comm. A process younger than ARGV_SETTLE_S is read again every sample: between
     fork and exec a child shows its parent's command line (with the same comm when Python
-    starts Python), and a launcher shell execs its last command after its profile ran.
+    starts Python), and a launcher shell execs its last command after its profile ran. An empty
+    command line is never kept: in the middle of an exec the kernel has set the new comm but not
+    yet the new arguments (kept, the run would never match again); kernel threads, whose command
+    line is always empty, cost one small read a sample.
     """
 
     def __init__(self) -> None:
@@ -305,7 +308,7 @@ class ArgvCache:
         if known is not None:
             return known
         argv = read_argv(proc_dir)
-        if uptime - record["start_ticks"] / CLOCK_TICKS >= ARGV_SETTLE_S:
+        if argv and uptime - record["start_ticks"] / CLOCK_TICKS >= ARGV_SETTLE_S:
             self._argv[key] = argv
         return argv
 
