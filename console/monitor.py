@@ -60,9 +60,9 @@ class Monitor:
         self._running = True
         self._spawn(self._sample_forever(), "sampler")
         if self.config.run.log:
+            paced = {} if self.log_every_s is None else {"poll_s": self.log_every_s, "batch_s": self.log_every_s}
             follower = LogFollower(
-                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress,
-                **({} if self.log_every_s is None else {"poll_s": self.log_every_s, "batch_s": self.log_every_s}),
+                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress, **paced
             )
             self._spawn(follower.run(), "log follower")
 

@@ -299,7 +299,7 @@ async def test_noise_before_the_agent_is_flagged_and_skipped(spawn, tmp_path: Pa
     noisy = stand_in_smi(tmp_path, f'echo "Welcome to the GPU box"\nexec {sys.executable} "$@"\n')
     config = config_for(name, tmp_path, TargetConfig(python=str(noisy)))
     problems: list[str] = []
-    stream = Sampler(LocalTarget(), config, on_problem=problems.append).stream()
+    stream = Sampler(make_target(config.target), config, on_problem=problems.append).stream()
     sample = await anext(stream)
     await stream.aclose()
     assert sample.processes[0].pid == run.pid
@@ -309,7 +309,7 @@ async def test_noise_before_the_agent_is_flagged_and_skipped(spawn, tmp_path: Pa
 async def test_a_missing_interpreter_is_one_clear_error(tmp_path: Path) -> None:
     config = config_for("x", tmp_path, TargetConfig(python=str(tmp_path / "no-python3")))
     with pytest.raises(TargetError) as caught:
-        await sample_once(LocalTarget(), config, 0.1)
+        await sample_once(make_target(config.target), config, 0.1)
     message = str(caught.value)
     assert message.startswith("local: the sampling agent exited with status 127: ")
     assert message.endswith("(set [target] python to an interpreter that exists there)")

@@ -251,7 +251,7 @@ class LogFollower:
             f"--head={self._head.hex()}",
         ]
         channel = await open_program(
-            self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
+            self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.target.python
         )
         frames = _Frames()
         self.hello = None

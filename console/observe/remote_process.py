@@ -205,7 +205,7 @@ async def launch(
     could not start, with the reason.
     """
     args = _args("launch", cwd=cwd, env=env) + ["--log", log] + (["--pidfile", pidfile] if pidfile else [])
-    (record,) = await _ask(target, [*args, "--", *argv], "launched", timeout)
+    (record,) = await _ask(target, [*args, "--", *argv], "launched", timeout, login=True)
     pidfile_error = _field(record, "pidfile_error", target)
     return Launched(_ref(record, target), None if pidfile_error is None else _safe(pidfile_error))
 
@@ -254,14 +254,16 @@ async def stop_group(target: Target, ref: ProcessRef, grace_s: float = 2.0) -> s
     return _safe(_field(record, "said", target))
 
 
-async def _ask(target: Target, args: list[str], events: str | tuple[str, ...], timeout: float) -> list[dict]:
+async def _ask(
+    target: Target, args: list[str], events: str | tuple[str, ...], timeout: float, *, login: bool = False
+) -> list[dict]:
     """Run the agent to its end; its result lines (each one of `events`), checked.
 
-    A launch runs in the target's login environment (the run's PATH); a read, a signal or a
-    probe first without the login profile (polled every fraction of a second, and a stalled
-    profile must not stall a stop), and in it only when the Python is not found without it.
+    With `login` (a launch: the run's PATH) in the target's login environment; otherwise (a read,
+    a signal, a probe: polled every fraction of a second, and a stalled profile must not stall a
+    stop) first without the login profile, and in it only when the Python is not found without it.
     """
-    if args[0] == "launch":
+    if login:
         return await _ask_once(target, args, events, timeout, login=True)
     try:
         return await _ask_once(target, args, events, timeout, login=False)

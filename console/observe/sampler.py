@@ -332,7 +332,7 @@ class Sampler:
             self.config, interval_s, count, process_utilization=process_utilization, apps_every_s=self.apps_every_s
         )
         channel = await open_program(
-            self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.config.target.python
+            self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.target.python
         )
         stale_s = max(STALE_MIN_S, 5 * interval_s)
         wait_s = max(FIRST_SAMPLE_S, stale_s)
