@@ -194,6 +194,9 @@ def test_parse_stat_survives_odd_command_names() -> None:
     assert parsed["comm"] == "a) b (c)"
     assert (parsed["state"], parsed["ppid"], parsed["cpu_ticks"]) == ("S", 7, 200)
     assert (parsed["threads"], parsed["start_ticks"], parsed["rss_pages"]) == (18, 9000, 2560)
+    assert not parsed["kernel_thread"]
+    kworker = "1234 (kworker/0:1-events) I 2 0 0 0 -1 69238880 0 0 0 0 0 5 0 0 20 0 1 0 150 0 0 x"
+    assert agent.parse_stat(kworker)["kernel_thread"]  # flags 0x4208060: PF_KTHREAD set
 
 
 def test_nspid_from_the_h200_status_capture_and_a_nested_one() -> None:
@@ -411,8 +414,10 @@ def test_a_scan_reads_the_cmdline_only_of_processes_it_does_not_know(monkeypatch
     assert sleeper.pid in read
     read.clear()
     second = {r["pid"]: r for r in agent.scan_processes(argv_cache=cache)}
-    # Only processes started between the two scans had their cmdline read (and those with none yet).
-    assert set(read) <= (second.keys() - first.keys()) | {pid for pid, r in first.items() if not r["argv"]}
+    # Only processes started between the two scans had their cmdline read (and those showing none
+    # that are not kernel threads: a process mid-exec, a zombie).
+    empty = {pid for pid, r in first.items() if not r["argv"] and not r["kernel_thread"]}
+    assert set(read) <= (second.keys() - first.keys()) | empty
     assert second[sleeper.pid]["argv"] == [sys.executable, "-c", "import time; time.sleep(300)", name]
     os.killpg(sleeper.pid, signal.SIGKILL)
     sleeper.wait()
@@ -426,7 +431,7 @@ def test_an_empty_command_line_is_read_again_not_kept(tmp_path: Path) -> None:
     proc_dir = tmp_path / "4242"
     proc_dir.mkdir()
     (proc_dir / "cmdline").write_bytes(b"")
-    record = {"pid": 4242, "start_ticks": 100, "comm": "python3"}
+    record = {"pid": 4242, "start_ticks": 100, "comm": "python3", "kernel_thread": False}
     cache = agent.ArgvCache()
     old = 100 / agent.CLOCK_TICKS + agent.ARGV_SETTLE_S + 60  # long settled: a launcher that execs late
     assert cache.argv(str(proc_dir), record, old) == []
@@ -434,6 +439,12 @@ def test_an_empty_command_line_is_read_again_not_kept(tmp_path: Path) -> None:
     assert cache.argv(str(proc_dir), record, old) == ["python3", "train.py"]
     (proc_dir / "cmdline").write_bytes(b"")
     assert cache.argv(str(proc_dir), record, old) == ["python3", "train.py"]  # settled: kept
+    kworker = {"pid": 4243, "start_ticks": 100, "comm": "kworker/0:1", "kernel_thread": True}
+    (tmp_path / "4243").mkdir()
+    (tmp_path / "4243" / "cmdline").write_bytes(b"")
+    assert cache.argv(str(tmp_path / "4243"), kworker, old) == []
+    (tmp_path / "4243" / "cmdline").unlink()  # a kernel thread's empty line is kept: not read again
+    assert cache.argv(str(tmp_path / "4243"), kworker, old) == []
 
 
 def test_an_exec_is_seen_by_the_next_scan(monkeypatch: pytest.MonkeyPatch, spawn) -> None:

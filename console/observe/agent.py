@@ -64,6 +64,8 @@ APPS_MEMORY_JUMP_MIB = 1024.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
+#: The kernel's flag for its own threads (field 9 of /proc/PID/stat): their command line is always empty.
+PF_KTHREAD = 0x00200000
 #: Seconds after its start from which a process's argv is taken as final (see ArgvCache).
 ARGV_SETTLE_S = 2.0
 
@@ -92,6 +94,7 @@ def parse_stat(text: str) -> Record:
         "threads": int(rest[17]),
         "start_ticks": int(rest[19]),
         "rss_pages": int(rest[21]),
+        "kernel_thread": bool(int(rest[6]) & PF_KTHREAD),
     }
 
 
@@ -293,9 +296,8 @@ class ArgvCache:
     exec changes comm. A process younger than ARGV_SETTLE_S is read again every sample: between
     fork and exec a child shows its parent's command line (with the same comm when Python
     starts Python), and a launcher shell execs its last command after its profile ran. An empty
-    command line is never kept: in the middle of an exec the kernel has set the new comm but not
-    yet the new arguments (kept, the run would never match again); kernel threads, whose command
-    line is always empty, cost one small read a sample.
+    command line is kept only for a kernel thread: in the middle of an exec the kernel has set the
+    new comm but not yet the new arguments (kept, the run would never match again).
     """
 
     def __init__(self) -> None:
@@ -308,7 +310,8 @@ class ArgvCache:
         if known is not None:
             return known
         argv = read_argv(proc_dir)
-        if argv and uptime - record["start_ticks"] / CLOCK_TICKS >= ARGV_SETTLE_S:
+        settled = uptime - record["start_ticks"] / CLOCK_TICKS >= ARGV_SETTLE_S
+        if settled and (argv or record["kernel_thread"]):
             self._argv[key] = argv
         return argv
 
