@@ -316,6 +316,31 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
         assert pane.has_class("-stale")
 
 
+async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of_their_own():
+    """At 1 Hz a sample's frame draws what lines changed: the tick draws it only when no sample came
+    for a second (one frame a second for a watched run, not two)."""
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        loss_line = app.query_one("#loss-line")
+        add_lines(app, ["step 9999/50000 | loss 0.1234 | 14.1K tok/s | lr 3.0e-04"])
+        app.mark_changed()
+        await pilot.pause()
+        assert app.query_one(LogPane).last_number == app.state.lines_received  # the line is drawn at once
+        app.clock.advance(0.5)
+        app._tick()
+        assert "0.1234" not in str(loss_line.render())  # painted 0.5 s ago: left to the next sample
+        app.state.add_sample(dataclasses.replace(app.state.latest, time=app.state.latest.time + 1))
+        app.mark_changed()
+        await pilot.pause()
+        assert "0.1234" in str(loss_line.render())
+        add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
+        app.mark_changed()
+        await pilot.pause()
+        app.clock.advance(1.0)
+        app._tick()  # no sample for a second: the tick draws it
+        assert "0.0999" in str(loss_line.render())
+
+
 async def test_N_while_following_finds_the_problem_line_on_screen():
     """The hung run's traceback is at the end of the log: N from the end selects its last line."""
     app = make_app("hang")

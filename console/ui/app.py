@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -184,6 +185,7 @@ class PulseApp(ThemedApp):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._dirty = True
         self._painted_sample: Sample | None = None
+        self._painted_at = float("-inf")
         self._frame_pending = False
         self._lines_drawn_at = 0.0
         self._patterns_said = 0
@@ -296,7 +298,9 @@ class PulseApp(ThemedApp):
     def _tick(self) -> None:
         if self.watch is not None:
             self.watch.observe()
-        self.refresh_panes(force=False)
+        # Samples arriving each second draw what log lines changed (throughput) in their own frame:
+        # the tick draws it only when none came, so a watched run costs one frame a second, not two.
+        self.refresh_panes(force=False, unless_painted_within=REFRESH_S)
         self.flush_log()  # a state fed without mark_changed, lines held while a modal was up, the bar's ETA
         self._say_disabled_patterns()
 
@@ -322,21 +326,24 @@ class PulseApp(ThemedApp):
         self.progress_line.show(progress_bar_view(self.state, self.clock()))
         return bool(lines)
 
-    def refresh_panes(self, force: bool = True) -> None:
-        """Repaint from the state: the status line always (ages move), the rest when it changed."""
+    def refresh_panes(self, force: bool = True, unless_painted_within: float = 0.0) -> None:
+        """Repaint from the state: the status line always (ages move), the rest when it changed
+        and was not painted less than `unless_painted_within` seconds ago."""
         if not self.process_pane.is_attached:
             return  # a sample or a tick while the app tears its screens down: their styles are gone
         now = self.clock()
         self.status_bar.show(self.status_view(now))
-        if not (force or self._dirty):
+        if not (force or (self._dirty and now - self._painted_at >= unless_painted_within)):
             self._refresh_titles(now)
             return
         self._dirty = False
+        self._painted_at = now
         sample = self._painted_sample = self.state.latest
         gpus = self.gpu_pane
         if sample is not None:
             gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)
             self.process_pane.show(sample.processes)
+            self.settle_heap_once()  # the first sample comes with the log's backlog
         self.throughput_pane.show(self.throughput_view())
         self._refresh_titles(now)
 
@@ -344,7 +351,8 @@ class PulseApp(ThemedApp):
         target = self.config.target
         container = target.container.describe() if target.container else None
         connection: ConnectionState = self.state.connection
-        age = None if self.state.last_sample_at is None else max(0.0, now - self.state.last_sample_at)
+        # Whole seconds rounded up: 0.2 s and 0.9 s both read 1 s, so at 1 Hz the line holds still.
+        age = None if self.state.last_sample_at is None else math.ceil(max(0.0, now - self.state.last_sample_at))
         return StatusView(
             host=target.host or "this machine",
             container=container,

@@ -21,7 +21,7 @@ class StatusView:
     status: ConnectionStatus
     connection: str
     """ConnectionState.describe(now): `connected`, `reconnecting in 4 s: …`, `failed: …`."""
-    sample_age_s: float | None
+    sample_age_s: int | None
     verdict: str | None = None
     verdict_summary: str = ""
     verdict_level: str = "ok"
@@ -112,7 +112,7 @@ class StatusBar(Static):
             text.append("no sample yet", self._style("dim"))
         else:
             age_level = "dim" if view.sample_age_s < 5 else "warn" if view.sample_age_s < 30 else "crit"
-            text.append(f"sample {view.sample_age_s:.0f} s ago", self._style(age_level))
+            text.append(f"sample {view.sample_age_s} s ago", self._style(age_level))
         text.append(*sep)
         text.append(view.run, "bold")
         text.append(" on ")
