@@ -44,6 +44,7 @@ class BenchApp(PulseApp):
 
     BINDINGS = [*PulseApp.BINDINGS, Binding(PING_KEY, "bench_ping", show=False)]
     CSS_PATH = str(Path(app_module.__file__).with_name(PulseApp.CSS_PATH))
+    settle_heap = True  # as `pulse` runs it (run_themed_async)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
