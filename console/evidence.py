@@ -295,7 +295,7 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     )
     nccl = [fact for line in lines if (fact := _nccl_line(line.text)) is not None][-MAX_NCCL_FACTS:]
     metric = state.rate_metric
-    values = state.rate_values()[-RATE_VALUES:]
+    values = [] if metric is None else state.values(metric, newest=RATE_VALUES)
     fields: dict = {
         "problems": problems,
         "dead_threads": dead,

@@ -218,18 +218,26 @@ class RunState:
                 return name
         return None
 
-    def rate_values(self, since_s: float | None = None) -> list[float]:
-        name = self.rate_metric
-        if name is None:
-            return []
-        return self.values(name, since_s)
-
-    def values(self, name: str, since_s: float | None = None) -> list[float]:
+    def values(self, name: str, since_s: float | None = None, *, newest: int | None = None) -> list[float]:
+        """The series' values, oldest first: all of them, those of the last `since_s` seconds, or at
+        most the `newest` ones. A window is read back from the newest point (points come in the order
+        they were received), never the whole series: a long run holds max_points of each."""
         points = self.series[name]
-        if since_s is None:
+        if since_s is None and newest is None:
             return [p.value for p in points]
-        cutoff = self.clock() - since_s
-        return [p.value for p in points if p.time >= cutoff]
+        cutoff = None if since_s is None else self.clock() - since_s
+        out: list[float] = []
+        for point in reversed(points):
+            if (newest is not None and len(out) >= newest) or (cutoff is not None and point.time < cutoff):
+                break
+            out.append(point.value)
+        out.reverse()
+        return out
+
+    def latest_value(self, name: str) -> float | None:
+        """The series' newest value (None before any)."""
+        points = self.series[name]
+        return points[-1].value if points else None
 
     def rate_interval_s(self) -> float | None:
         """The median gap between throughput lines: the run's usual progress interval (None until learned)."""

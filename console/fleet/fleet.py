@@ -198,8 +198,8 @@ def live_rate(node: FleetNode) -> tuple[float | None, str | None]:
     stuck = node.verdict is not None and node.verdict.name in NO_RATE_VERDICTS
     if metric is None or stuck or node.state.agent_lost is not None:
         return None, None
-    values = node.state.values(metric)[-1:]
-    return (values[-1], RATE_UNITS.get(metric)) if values else (None, None)
+    value = node.state.latest_value(metric)
+    return (value, RATE_UNITS.get(metric)) if value is not None else (None, None)
 
 
 def row_of(node: FleetNode, now: float) -> NodeRow:

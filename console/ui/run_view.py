@@ -102,25 +102,25 @@ def rate_stale_s(state: RunState, now: float) -> float | None:
 def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> ThroughputView:
     """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA."""
     base = dict(
-        losses=tuple(state.values("loss")[-SPARK_POINTS:]),
+        losses=tuple(state.values("loss", newest=SPARK_POINTS)),
         step=state.step,
         total_steps=state.total_steps,
         eta_s=step_eta_s(state, now),
         slow_fraction=metrics.slow_fraction,
-        lr=_latest(state, "lr"),
-        grad_norm=_latest(state, "grad_norm"),
-        mfu=_latest(state, "mfu"),
+        lr=state.latest_value("lr"),
+        grad_norm=state.latest_value("grad_norm"),
+        mfu=state.latest_value("mfu"),
     )
     metric = state.rate_metric
     if metric is None:
         return ThroughputView(unit=None, baseline=metrics.baseline_tokens_per_s, **base)
-    values = state.values(metric)
+    values = state.values(metric, newest=SPARK_POINTS)
     recent = state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]
     bar = state.progress
     return ThroughputView(
         unit=RATE_UNITS[metric],
         per_iteration=metric == "it_per_s" and bar is not None and bar.rate_unit == "s/it",
-        rates=tuple(values[-SPARK_POINTS:]),
+        rates=tuple(values),
         current=values[-1],
         average=sum(recent) / len(recent),
         minimum=min(recent),
@@ -128,11 +128,6 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> Thro
         stale_s=rate_stale_s(state, now),
         **base,
     )
-
-
-def _latest(state: RunState, name: str) -> float | None:
-    points = state.series[name]
-    return points[-1].value if points else None
 
 
 def progress_bar_view(state: RunState, now: float) -> ProgressBarView:

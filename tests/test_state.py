@@ -1,0 +1,43 @@
+"""RunState's series windows: read back from the newest point, equal to filtering the whole series."""
+
+from __future__ import annotations
+
+from console.config import MetricsConfig
+from console.model import LogLine
+from console.observe.lines import classify_line
+from console.state import RunState
+
+
+def fed_state(count: int, every_s: float = 1.0) -> tuple[RunState, list[float]]:
+    """A state that received `count` Lightning-style throughput lines, one every `every_s`."""
+    now = [0.0]
+    state = RunState(max_points=50, clock=lambda: now[0])
+    patterns = MetricsConfig().patterns
+    rates = []
+    for n in range(count):
+        rate = 1000.0 + n
+        text = f"Epoch 0:  {n}%| {n}/100 [00:{n:02d}<00:10, {rate:.1f}it/s, loss={2.0 - n / 100:.3f}]"
+        state.add_lines([LogLine(n + 1, text, classify_line(text, patterns), time=n * every_s)])
+        rates.append(rate)
+        now[0] = n * every_s
+    return state, rates
+
+
+def test_windows_equal_the_whole_series_filtered():
+    state, rates = fed_state(80)
+    metric = state.rate_metric
+    held = rates[-50:]  # max_points
+    assert state.values(metric) == held
+    assert state.values(metric, newest=7) == held[-7:]
+    assert state.values(metric, newest=500) == held
+    assert state.values(metric, since_s=9.5) == held[-10:]  # points at 70..79 s, now 79 s
+    assert state.values(metric, since_s=9.5, newest=3) == held[-3:]
+    assert state.values(metric, since_s=0.0) == held[-1:]
+    assert state.latest_value(metric) == held[-1]
+    assert state.latest_value("loss") == state.values("loss")[-1]
+
+
+def test_an_empty_series_has_no_values():
+    state = RunState()
+    assert state.values("loss", newest=5) == [] and state.values("loss", since_s=60) == []
+    assert state.latest_value("loss") is None
