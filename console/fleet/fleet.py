@@ -38,8 +38,9 @@ CLOSE_TIMEOUT_S = 10.0
 #: the console's cost stops growing with the fleet (README "Performance": a sample costs it about
 #: 1 ms, most of it SSH and JSON).
 FLEET_SAMPLES_PER_S = 64.0
-#: A node's log lines come in batches at most this often (one SSH message for all the lines of the
-#: second), not one message per write as in a run's console: the fleet screen redraws once a second.
+#: A node's log lines come in batches (one SSH message for all the lines since the last), not one
+#: message per write as in a run's console: at most once a second (the fleet screen redraws once a
+#: second), and no more often than the node's paced samples, so the messages stop growing with the fleet.
 NODE_LOG_EVERY_S = 1.0
 
 
@@ -47,6 +48,11 @@ def paced(config: Config, nodes: int) -> Config:
     """`config` with each node's sampling interval stretched so that `nodes` stay within FLEET_SAMPLES_PER_S."""
     poll_s = max(config.gpus.poll_s, nodes / FLEET_SAMPLES_PER_S)
     return config if poll_s == config.gpus.poll_s else replace(config, gpus=replace(config.gpus, poll_s=poll_s))
+
+
+def node_log_every_s(config: Config) -> float | None:
+    """How often a node's log lines come, for its paced `config` (None: each write as it comes)."""
+    return None if NODE_LOG_EVERY_S is None else max(NODE_LOG_EVERY_S, config.gpus.poll_s)
 
 
 class FleetError(Exception):
@@ -298,7 +304,9 @@ class Fleet:
         """A Monitor per node: one agent and one log follower each, restarted with backoff when lost."""
         for node in self.nodes:
             if node.monitor is None:
-                node.monitor = Monitor(node.config, node.target, node.state, on_change, log_every_s=NODE_LOG_EVERY_S)
+                node.monitor = Monitor(
+                    node.config, node.target, node.state, on_change, log_every_s=node_log_every_s(node.config)
+                )
             await node.monitor.start()
 
     async def stop(self) -> None:

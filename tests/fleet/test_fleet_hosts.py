@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from console.config import parse_config
-from console.fleet.fleet import FLEET_SAMPLES_PER_S, NODE_LOG_EVERY_S, Fleet
+from console.fleet.fleet import FLEET_SAMPLES_PER_S, NODE_LOG_EVERY_S, Fleet, node_log_every_s
 from console.fleet.fleet_diagnose import diagnose_fleet
 
 WRITER = "import sys, time\nwhile True:\n    print('step 1 tokens/s: 1500.0 loss 2.0', flush=True)\n    time.sleep(0.2)\n"
@@ -110,7 +110,8 @@ async def test_fleet_diagnosis_names_the_dead_node(sshd, tmp_path: Path, writer:
 
 async def test_a_large_fleet_samples_each_node_less_often_to_stay_within_the_consoles_budget(tmp_path: Path) -> None:
     """64 nodes keep [gpus] poll_s; 256 are sampled every 4 s each (64 samples a second in all); a slower
-    poll_s than that is kept. Nothing is connected: opening a host-list fleet only builds its nodes."""
+    poll_s than that is kept. A node's log lines come as often as its samples, at most once a second.
+    Nothing is connected: opening a host-list fleet only builds its nodes."""
     def opened(count: int, poll_s: float):
         hosts = ", ".join(f'"node{i:03d}"' for i in range(count))
         return Fleet.open(parse_config(f'[target]\nhosts = [{hosts}]\n[run]\nmatch = "train"\n[gpus]\npoll_s = {poll_s}\n'))
@@ -120,5 +121,6 @@ async def test_a_large_fleet_samples_each_node_less_often_to_stay_within_the_con
         try:
             assert {node.config.gpus.poll_s for node in fleet.nodes} == {expected}
             assert count / expected <= FLEET_SAMPLES_PER_S
+            assert {node_log_every_s(node.config) for node in fleet.nodes} == {max(expected, NODE_LOG_EVERY_S)}
         finally:
             await fleet.close()
