@@ -70,6 +70,9 @@ class FleetNode:
     state: RunState
     monitor: Monitor | None = None
     verdict: Verdict | None = None
+    judged_on: tuple[float | None, int] | None = None
+    """What the verdict was formed from: the state's last sample time and lines received."""
+    judged_at: float = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,16 +361,22 @@ class Fleet:
         """Name each node's state from its held samples (pure; cheap enough for every repaint).
 
         A node whose link is down, or whose agent ended (its srun step ended with the job), is
-        `unknown` (lost) at once, whatever it looked like before.
+        `unknown` (lost) at once, whatever it looked like before. A node is judged again when a sample
+        or lines came, else once its sampling interval has passed (time alone turns a quiet log into a
+        stall): a paced fleet's nodes are not all re-judged every second for nothing new.
         """
         for node in self.nodes:
-            connection = node.state.connection
+            state = node.state
+            connection = state.connection
             if connection.status in (ConnectionStatus.FAILED, ConnectionStatus.RECONNECTING):
-                node.verdict = unreachable(connection.detail or connection.status.value, node.config)
-            elif node.state.agent_lost is not None:
-                node.verdict = lost(node.state.agent_lost)
+                node.verdict, node.judged_on = unreachable(connection.detail or connection.status.value, node.config), None
+            elif state.agent_lost is not None:
+                node.verdict, node.judged_on = lost(state.agent_lost), None
             else:
-                node.verdict = node_verdict(node.state, node.config) or node.verdict
+                now, seen = state.clock(), (state.last_sample_at, state.lines_received)
+                if seen != node.judged_on or now - node.judged_at >= node.config.gpus.poll_s:
+                    node.verdict = node_verdict(state, node.config) or node.verdict
+                    node.judged_on, node.judged_at = seen, now
 
     def rows(self, now: float) -> list[NodeRow]:
         """One row per node, worst verdict first, then by name."""
