@@ -81,6 +81,21 @@ async def test_follow_pauses_counts_new_lines_and_resumes():
         assert "following" in app.query_one("#log-box").border_subtitle
 
 
+async def test_f_retitles_the_log_in_its_own_handler_and_mounts_no_toast():
+    """Under a flood every message hop waits behind the log's work: the key's effect (the title) is set
+    by the key's handler itself, and no toast (a layout of the whole screen) goes up on top."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        box = app.query_one("#log-box")
+        app.action_toggle_follow()
+        assert "paused" in box.border_subtitle  # before any message has been processed
+        app.action_toggle_follow()
+        assert "following" in box.border_subtitle
+        await pilot.pause()
+        assert not app.query("Toast")
+
+
 async def test_scrolling_up_pauses_and_scrolling_to_the_end_follows_again():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

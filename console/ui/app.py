@@ -507,8 +507,11 @@ class PulseApp(ThemedApp):
         self.push_screen(TimelineScreen(message.window, held_lines=held, console_id=self.watch.journal.holder), callback=jump)
 
     def action_toggle_follow(self) -> None:
-        following = self.log_pane.toggle_follow()
-        self.notify("following the log" if following else "paused: f or End to follow again", timeout=2)
+        # The log box's title says "following" or "paused · f to follow", set here rather than when
+        # the pane's FollowChanged has bubbled up to the app (four hops of a busy loop under a flood);
+        # no toast on top: each one mounted costs a layout of the whole screen.
+        self.log_pane.toggle_follow()
+        self._refresh_log_titles()
 
     def action_next(self) -> None:
         self._jump(backwards=False, match=bool(self.log_pane.search_text))
