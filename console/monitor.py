@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from console.backoff import Backoff
 from console.config import Config
@@ -25,6 +26,15 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.5, 15.0
 STOP_TIMEOUT_S = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class LogPacing:
+    """A fleet node's log: read at most every `read_s` (each read dated by its own writes, so the
+    run's rhythm is kept) and sent every `send_s`, what was read meanwhile in one message."""
+
+    read_s: float
+    send_s: float
+
+
 class Monitor:
     """Feeds `state` from `target` per `config` between `start()` and `stop()`."""
 
@@ -35,11 +45,11 @@ class Monitor:
         state: RunState,
         on_change: Callable[[], None] | None = None,
         *,
-        log_every_s: float | None = None,
+        log_pacing: LogPacing | None = None,
     ) -> None:
         self.config = config
-        self.log_every_s = log_every_s
-        """At most one batch of log lines per this many seconds (a fleet's node); None: each as it comes."""
+        self.log_pacing = log_pacing
+        """How a fleet's node reads and sends its log; None: each line as it comes."""
         self.target = target
         self.state = state
         self.on_change = on_change
@@ -60,7 +70,8 @@ class Monitor:
         self._running = True
         self._spawn(self._sample_forever(), "sampler")
         if self.config.run.log:
-            paced = {} if self.log_every_s is None else {"poll_s": self.log_every_s, "batch_s": self.log_every_s}
+            pacing = self.log_pacing
+            paced = {} if pacing is None else {"poll_s": pacing.read_s, "batch_s": pacing.read_s, "hold_s": pacing.send_s}
             follower = LogFollower(
                 self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress, **paced
             )

@@ -16,8 +16,8 @@ here all N nodes' agents share this machine's cores, unlike real nodes). Goal: 2
 one core, fleet verdict under 5 s. The nodes' own agents run in the child and are not counted.
 
 A fleet paces itself (console/fleet/fleet.py): past 64 nodes each node is sampled less often, so
-that the console takes at most 64 samples a second, and a node's log lines come at most once a
-second, in one message; `--unpaced` measures the fleet as it was before: every node at 1 Hz, each
+that the console takes at most 64 samples a second, and a node's log is read at most once a
+second and sent as often as the node is sampled, in one message; `--unpaced` measures the fleet as it was before: every node at 1 Hz, each
 write of its log a message. The simulated nodes are asyncssh servers, which send an
 SSH_MSG_IGNORE before every packet: the console decrypts two packets per message where an
 OpenSSH node sends one, so these figures are on the high side.
@@ -135,10 +135,12 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
         phase("closing")
         await fleet.close()
     cpu_pct = 100.0 * cpu / wall
+    pacing = fleet.nodes[0].monitor.log_pacing if fleet.nodes[0].monitor else None
     return {
         "nodes": count,
         "node_poll_s": fleet.nodes[0].config.gpus.poll_s,
-        "node_log_every_s": fleet.nodes[0].monitor.log_every_s if fleet.nodes[0].monitor else None,
+        "node_log_read_s": pacing.read_s if pacing else None,
+        "node_log_send_s": pacing.send_s if pacing else None,
         "measured_s": round(wall, 1),
         "all_nodes_sampling_after_s": round(ready_s, 2),
         "samples_per_s": round(samples / wall, 1),
@@ -191,7 +193,7 @@ def main() -> int:
             if args.unpaced:
                 from console.fleet import fleet
 
-                fleet.FLEET_SAMPLES_PER_S, fleet.NODE_LOG_EVERY_S = float("inf"), None
+                fleet.FLEET_SAMPLES_PER_S, fleet.NODE_LOG_READ_S = float("inf"), None
             # Not asyncio.run: its teardown would wait on tasks that Fleet.close gave up on.
             result = asyncio.new_event_loop().run_until_complete(console(args.nodes, args.seconds, folder, log))
         finally:

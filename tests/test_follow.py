@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import select
 import signal
@@ -172,6 +173,51 @@ async def test_a_slow_pace_gathers_the_lines_of_its_window_into_one_message(targ
             await asyncio.sleep(0.03)
         await run.receive([f"step {step}" for step in range(10)])
         assert run.batches <= 2
+
+
+async def test_held_lines_come_together_each_dated_by_its_own_write(target: Target, tmp_path: Path) -> None:
+    """A paced fleet's node (read at most every 0.1 s, sent every 3 s): writes 0.3 s apart arrive in
+    one message, yet each line keeps its write's time, so the run's rhythm (how soon silence is a
+    stall) is not the sending pace."""
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    delivered: list[float] = []
+    async with Run(target, str(log), poll_s=0.1, batch_s=0.1, hold_s=3.0) as run:
+        on_lines = run.follower.on_lines
+        run.follower.on_lines = lambda lines: (delivered.append(time.monotonic()), on_lines(lines))
+        for step in range(4):
+            await append(log, f"step {step}\n".encode())
+            await asyncio.sleep(0.3)
+        await run.receive([f"step {step}" for step in range(4)])
+    assert len(delivered) == 4 and delivered[-1] - delivered[0] < 0.2  # one message, four reads
+    assert run.lines[-1].time - run.lines[0].time > 0.45  # written 0.9 s apart
+
+
+def test_held_frames_get_their_age_when_written(tmp_path: Path) -> None:
+    """Output with hold_s: nothing is written until flushed, then every frame in one write, each
+    `age` counted to that moment from its own mtime."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    try:
+        out = follow_agent.Output(write_fd, hold_s=60.0)
+        now = time.time()
+        out.frame({"ev": "data", "len": 3}, b"a\nb", written_at=now - 2.0)
+        out.frame({"ev": "data", "len": 2}, b"c\n", written_at=now - 0.5)
+        with pytest.raises(BlockingIOError):
+            os.read(read_fd, 1 << 16)
+        assert 0 < out.due_in() <= 60.0
+        out.flush(due_only=True)  # not due yet
+        with pytest.raises(BlockingIOError):
+            os.read(read_fd, 1 << 16)
+        out.flush()
+        first, rest = os.read(read_fd, 1 << 16).split(b"\n", 1)
+        second_header = rest[len(b"a\nb"):].split(b"\n", 1)[0]
+        ages = [json.loads(first)["age"], json.loads(second_header)["age"]]
+        assert ages[0] - ages[1] == pytest.approx(1.5, abs=0.01) and ages[1] >= 0.5
+        assert out.due_in() is None
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 async def test_partial_line_completed_later_comes_out_once_whole(target: Target, tmp_path: Path) -> None:

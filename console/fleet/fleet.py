@@ -22,7 +22,7 @@ from console.evidence import from_samples
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
 from console.model import ConnectionStatus
-from console.monitor import Monitor
+from console.monitor import LogPacing, Monitor
 from console.observe.roles import RUN_ROLES
 from console.remote.connect import make_target
 from console.remote.srun import SrunTarget
@@ -38,10 +38,11 @@ CLOSE_TIMEOUT_S = 10.0
 #: the console's cost stops growing with the fleet (README "Performance": a sample costs it about
 #: 1 ms, most of it SSH and JSON).
 FLEET_SAMPLES_PER_S = 64.0
-#: A node's log lines come in batches (one SSH message for all the lines since the last), not one
-#: message per write as in a run's console: at most once a second (the fleet screen redraws once a
-#: second), and no more often than the node's paced samples, so the messages stop growing with the fleet.
-NODE_LOG_EVERY_S = 1.0
+#: A node's log is read at most once a second (each read dated by its own writes: the run's rhythm,
+#: which sets how soon silence is a stall, is kept) and sent as often as the node is sampled, what
+#: was read meanwhile in one SSH message: the messages stop growing with the fleet as its samples do.
+NODE_LOG_READ_S: float | None = 1.0
+"""None: each write sent as it comes, as in a run's console (scripts/bench_fleet.py --unpaced)."""
 
 
 def paced(config: Config, nodes: int) -> Config:
@@ -50,9 +51,11 @@ def paced(config: Config, nodes: int) -> Config:
     return config if poll_s == config.gpus.poll_s else replace(config, gpus=replace(config.gpus, poll_s=poll_s))
 
 
-def node_log_every_s(config: Config) -> float | None:
-    """How often a node's log lines come, for its paced `config` (None: each write as it comes)."""
-    return None if NODE_LOG_EVERY_S is None else max(NODE_LOG_EVERY_S, config.gpus.poll_s)
+def node_log_pacing(config: Config) -> LogPacing | None:
+    """How a node of `config` (paced) reads and sends its log."""
+    if NODE_LOG_READ_S is None:
+        return None
+    return LogPacing(read_s=NODE_LOG_READ_S, send_s=max(NODE_LOG_READ_S, config.gpus.poll_s))
 
 
 class FleetError(Exception):
@@ -308,7 +311,7 @@ class Fleet:
         for node in self.nodes:
             if node.monitor is None:
                 node.monitor = Monitor(
-                    node.config, node.target, node.state, on_change, log_every_s=node_log_every_s(node.config)
+                    node.config, node.target, node.state, on_change, log_pacing=node_log_pacing(node.config)
                 )
             await node.monitor.start()
 

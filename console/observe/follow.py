@@ -158,9 +158,12 @@ class LogFollower:
         backlog_bytes: int | None = BACKLOG_BYTES,
         poll_s: float = FOLLOW_POLL_S,
         batch_s: float = follow_agent.BATCH_S,
+        hold_s: float = 0.0,
         heartbeat_s: float = 5.0,
     ) -> None:
-        """`backlog_bytes`: start that far before the end of the file (None: from its start)."""
+        """`backlog_bytes`: start that far before the end of the file (None: from its start);
+        `batch_s`, `hold_s`: the agent's least time between two reads, and how long it holds what it
+        read to send it in one message (follow_agent.Output)."""
         if not config.run.log:
             raise ValueError(f"{config.source}: [run] log is not set; name the training log's path")
         self.target = target
@@ -173,6 +176,7 @@ class LogFollower:
         self.max_line_bytes = max_line_bytes
         self.poll_s = poll_s
         self.batch_s = batch_s
+        self.hold_s = hold_s
         self.heartbeat_s = heartbeat_s
         self.stale_s = 3 * heartbeat_s + 5.0
         """No frame for this long (heartbeats included) means the link is dead even if TCP has not noticed."""
@@ -247,6 +251,7 @@ class LogFollower:
             f"--inode={self._inode}",
             f"--poll={self.poll_s:g}",
             f"--batch={self.batch_s:g}",
+            f"--hold={self.hold_s:g}",
             f"--heartbeat={self.heartbeat_s:g}",
             f"--head={self._head.hex()}",
         ]

@@ -1,7 +1,7 @@
 """Remote log follower: sent to the target and run there (stdlib only, Python 3.8+).
 
     pulse-follow --path PATH_OR_GLOB --offset START_OFFSET --inode EXPECTED_INODE --poll POLL_S
-                 [--heartbeat HEARTBEAT_S] [--head EXPECTED_HEAD]
+                 [--heartbeat HEARTBEAT_S] [--batch BATCH_S] [--hold HOLD_S] [--head EXPECTED_HEAD]
 
 Follows one file by byte offset and writes frames to stdout. A frame is one JSON header
 line; a `data` header is followed by exactly `len` raw bytes of the file (binary-safe,
@@ -12,8 +12,8 @@ so the local side splits lines and nothing is decoded here). Events:
 - `open`      path, inode, size, offset, pid, head: now reading this file from `offset`;
               `head` is its first bytes (up to 256, hex), to tell it from a later file
               that reuses the inode number
-- `data`      path, inode, offset, len, age: the file's bytes [offset, offset+len); `age`: seconds
-              since the file was last modified (its mtime) when they were read
+- `data`      path, inode, offset, len, age: the file's bytes [offset, offset+len); `age`: seconds,
+              when the frame is written, since the file's mtime as it was when they were read
 - `truncated` path, inode, size, offset: the file shrank below `offset`; reading restarts at 0
 - `rotated`   path, inode (old), new_inode, lost: another file now has the path; the old one
               was read to its end through the open descriptor (`lost`: it could not be found
@@ -31,6 +31,10 @@ A negative START_OFFSET means "that many bytes before the end, from the next lin
 EXPECTED_INODE (non-zero) names the file a previous run of this program was reading: it is
 looked for among the matches and in their folders (a renamed, rotated file), so reading
 resumes in it; EXPECTED_HEAD (hex), when given, must be how that file still starts. The program exits on stdin EOF (the channel closed) or a broken stdout.
+
+HOLD_S (a fleet's node): frames are held and written together every HOLD_S seconds, one write
+for all of them, while the file is still read as often as before: each `data` frame keeps the
+age of its own bytes, so the console dates lines by their writes, not by the batch.
 """
 
 import argparse
@@ -55,6 +59,8 @@ STAT_EVERY_S = 1.0
 #: The shortest time between two wakes by the watcher: a writer that keeps writing has its
 #: writes batched into one frame per gap rather than one frame (and one wake) per write.
 BATCH_S = 0.02
+#: Held frames go out at once past this many bytes of the file (a flood is not held back).
+HOLD_BYTES = CHUNK
 
 # inotify event bits (linux/inotify.h).
 IN_MODIFY = 0x002
@@ -75,17 +81,47 @@ EVENT_HEADER = struct.Struct("iIII")
 
 
 class Output:
-    """Frames to a file descriptor; raises BrokenPipeError when the reader is gone."""
+    """Frames to a file descriptor; raises BrokenPipeError when the reader is gone.
 
-    def __init__(self, fd):
+    With `hold_s`, frames wait and go out together once the oldest has waited that long (or
+    HOLD_BYTES are waiting): one write, one SSH message, instead of one per read.
+    """
+
+    def __init__(self, fd, hold_s=0.0):
         self.fd = fd
+        self.hold_s = hold_s
         self.last_write = time.monotonic()
+        self.held = []
+        self.held_bytes = 0
+        self.held_since = 0.0
 
-    def frame(self, header, payload=b""):
-        data = json.dumps(header, separators=(",", ":")).encode() + b"\n"
-        if payload:
-            data += payload
-        view = memoryview(data)
+    def frame(self, header, payload=b"", written_at=None):
+        """Write a frame, or hold it; `written_at` (a data frame's mtime) gives its `age` when it is written."""
+        if not self.held:
+            self.held_since = time.monotonic()
+        self.held.append((header, payload, written_at))
+        self.held_bytes += len(payload)
+        if self.hold_s <= 0 or self.held_bytes >= HOLD_BYTES:
+            self.flush()
+
+    def due_in(self):
+        """Seconds until the held frames must go (None: none held)."""
+        if not self.held:
+            return None
+        return max(0.0, self.held_since + self.hold_s - time.monotonic())
+
+    def flush(self, due_only=False):
+        if not self.held or (due_only and self.due_in() > 0):
+            return
+        parts = []
+        now = time.time()
+        for header, payload, written_at in self.held:
+            if written_at is not None:
+                header["age"] = round(max(0.0, now - written_at), 3)
+            parts.append(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+            parts.append(payload)
+        self.held, self.held_bytes = [], 0
+        view = memoryview(b"".join(parts))
         while view:
             written = os.write(self.fd, view)
             view = view[written:]
@@ -253,6 +289,7 @@ class Follower:
         self.offset = 0
         self.announced_missing = False
         self.woke_at = 0.0
+        self.caught_up = False
 
     # -- opening -------------------------------------------------------------
 
@@ -352,19 +389,12 @@ class Follower:
             data = os.pread(self.fd, CHUNK, self.offset)
             if not data:
                 return False
-            # How long ago the file was last written, by this host's clock alone: the reader
-            # dates the bytes by it (a backlog read at start-up is history, not news).
-            age = max(0.0, time.time() - os.fstat(self.fd).st_mtime)
+            # How long ago the file was last written, by this host's clock alone (Output writes it
+            # as `age`): the reader dates the bytes by it (a backlog read at start-up is history).
             self.out.frame(
-                {
-                    "ev": "data",
-                    "path": self.path,
-                    "inode": self.inode,
-                    "offset": self.offset,
-                    "len": len(data),
-                    "age": round(age, 3),
-                },
+                {"ev": "data", "path": self.path, "inode": self.inode, "offset": self.offset, "len": len(data)},
                 data,
+                written_at=os.fstat(self.fd).st_mtime,
             )
             self.offset += len(data)
             if len(data) == CHUNK:
@@ -437,15 +467,18 @@ class Follower:
 
     def wait(self, watching):
         """Sleep until the next read is due: a change the watcher saw, STAT_EVERY_S (the safety
-        net), the next heartbeat, or without watching, `poll_s`.
+        net), the next heartbeat or held frames' time, or without watching, `poll_s`.
 
         Returns (stdin reached EOF, the watcher slept to its timeout, the folder's entries changed).
         """
-        until_heartbeat = max(0.0, self.out.last_write + self.heartbeat_s - time.monotonic())
+        wake_in = max(0.0, self.out.last_write + self.heartbeat_s - time.monotonic())
+        due = self.out.due_in()
+        if due is not None:
+            wake_in = min(wake_in, due)  # held frames go out when they are due
         if not watching:
             # A short wait after reaching the end batches a slow writer's lines into one frame.
-            return self.hung_up(min(self.poll_s, until_heartbeat)), False, False
-        readable, _, _ = select.select([self.stdin_fd, self.watcher.fd], [], [], min(STAT_EVERY_S, until_heartbeat))
+            return self.hung_up(min(self.poll_s, wake_in)), False, False
+        readable, _, _ = select.select([self.stdin_fd, self.watcher.fd], [], [], min(STAT_EVERY_S, wake_in))
         if self.stdin_fd in readable and not os.read(self.stdin_fd, 4096):
             return True, False, False
         if self.watcher.fd not in readable:
@@ -478,6 +511,9 @@ class Follower:
                     watching = False
                 busy = busy or self.check(entries_changed)
             self.heartbeat()
+            # The backlog, read to the end once, goes at once (the console is waiting for it); held from then on.
+            self.out.flush(due_only=self.caught_up)
+            self.caught_up = self.caught_up or (self.fd is not None and not busy)
             if busy:
                 if self.hung_up(0):
                     return
@@ -499,6 +535,9 @@ def build_parser():
     parser.add_argument(
         "--batch", type=float, default=BATCH_S, help="with inotify, seconds at least between two reads (lines gathered)"
     )
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="seconds frames are held and written together (each keeps its age)"
+    )
     parser.add_argument("--head", type=bytes.fromhex, default=b"", help="hex of how the --inode file starts")
     return parser
 
@@ -511,7 +550,7 @@ def hello():
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    out = Output(1)
+    out = Output(1, args.hold)
     follower = Follower(
         Source(os.path.expanduser(args.path)), out, args.poll, args.heartbeat, watcher=Watcher.open(), batch_s=args.batch
     )

@@ -146,7 +146,11 @@ class NodeScreen(Screen):
         self.query_one("#gpus-box").border_title = f"GPUs · {self.node.name}"
         self.query_one("#processes-box").border_title = "Processes"
         self.query_one("#throughput-box").border_title = "Throughput"
-        self.query_one("#log-box").border_title = f"Log · {self.config.run.log or 'none on this node'}"
+        log_box = self.query_one("#log-box")
+        log_box.border_title = f"Log · {self.config.run.log or 'none on this node'}"
+        pacing = self.node.monitor.log_pacing if self.node.monitor is not None else None
+        if pacing is not None:  # a large fleet's node sends its lines in steps: say so, lest they look stuck
+            log_box.border_subtitle = f"lines come every {format_duration(pacing.send_s, tenths=True)}"
         self.repaint()
         self.set_interval(REFRESH_S, self.repaint)
         self.set_interval(NODE_LOG_FLUSH_S, self.flush_log)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from console.config import parse_config
-from console.fleet.fleet import FLEET_SAMPLES_PER_S, NODE_LOG_EVERY_S, Fleet, node_log_every_s
+from console.monitor import LogPacing
+from console.fleet.fleet import FLEET_SAMPLES_PER_S, Fleet, node_log_pacing
 from console.fleet.fleet_diagnose import diagnose_fleet
 
 WRITER = "import sys, time\nwhile True:\n    print('step 1 tokens/s: 1500.0 loss 2.0', flush=True)\n    time.sleep(0.2)\n"
@@ -80,8 +81,9 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
         followers = [argv for argv in command_lines() if b"pulse-follow" in argv and str(writer).encode() in argv]
     finally:
         await fleet.close()
-    # The node's log agent gathers a second of lines into one message (a run's console: 0.02 s).
-    assert [argv.split(b"\0").count(f"--batch={NODE_LOG_EVERY_S:g}".encode()) for argv in followers] == [1]
+    # The node's log agent reads at most once a second and sends what it read together, here each
+    # second (a run's console: each write at once).
+    assert [argv.split(b"\0").count(b"--batch=1") + argv.split(b"\0").count(b"--hold=1") for argv in followers] == [2]
     assert [r.name for r in rows] == ["pulse-dead", sshd.alias]
     dead, alive = rows
     assert dead.verdict == "unknown" and "unreachable" in dead.summary and "connection refused" in dead.summary
@@ -110,17 +112,17 @@ async def test_fleet_diagnosis_names_the_dead_node(sshd, tmp_path: Path, writer:
 
 async def test_a_large_fleet_samples_each_node_less_often_to_stay_within_the_consoles_budget(tmp_path: Path) -> None:
     """64 nodes keep [gpus] poll_s; 256 are sampled every 4 s each (64 samples a second in all); a slower
-    poll_s than that is kept. A node's log lines come as often as its samples, at most once a second.
+    poll_s than that is kept. A node's log is read at most once a second and sent as often as its samples.
     Nothing is connected: opening a host-list fleet only builds its nodes."""
     def opened(count: int, poll_s: float):
         hosts = ", ".join(f'"node{i:03d}"' for i in range(count))
         return Fleet.open(parse_config(f'[target]\nhosts = [{hosts}]\n[run]\nmatch = "train"\n[gpus]\npoll_s = {poll_s}\n'))
 
-    for count, poll_s, expected in ((64, 1.0, 1.0), (256, 1.0, 4.0), (256, 10.0, 10.0)):
+    for count, poll_s, expected, send_s in ((64, 1.0, 1.0, 1.0), (256, 1.0, 4.0, 4.0), (256, 10.0, 10.0, 10.0), (32, 0.5, 0.5, 1.0)):
         fleet = await opened(count, poll_s)
         try:
             assert {node.config.gpus.poll_s for node in fleet.nodes} == {expected}
             assert count / expected <= FLEET_SAMPLES_PER_S
-            assert {node_log_every_s(node.config) for node in fleet.nodes} == {max(expected, NODE_LOG_EVERY_S)}
+            assert {node_log_pacing(node.config) for node in fleet.nodes} == {LogPacing(read_s=1.0, send_s=send_s)}
         finally:
             await fleet.close()

@@ -39,6 +39,7 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         assert isinstance(app.screen, NodeScreen) and app.screen.node.name == sshd.alias
         await wait_for(pilot, lambda: app.screen.query_one(LogPane).line_count > 0)
         assert app.screen.query_one(ProcessPane).row_count == 1
+        assert app.screen.query_one("#log-box").border_subtitle == "lines come every 1s"  # the node's pace
         await pilot.press("escape")
         assert app.screen is app.fleet_screen
 
