@@ -343,7 +343,7 @@ class PulseApp(ThemedApp):
         if sample is not None:
             gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)
             self.process_pane.show(sample.processes)
-            self.settle_heap_once()  # the first sample comes with the log's backlog
+            self.settle_heap_once()  # start-up is over: the first sample is on screen
         self.throughput_pane.show(self.throughput_view())
         self._refresh_titles(now)
 
@@ -507,7 +507,7 @@ class PulseApp(ThemedApp):
         self.push_screen(TimelineScreen(message.window, held_lines=held, console_id=self.watch.journal.holder), callback=jump)
 
     def action_toggle_follow(self) -> None:
-        # The log box's title says "following" or "paused · f to follow", set here rather than when
+        # The log box's subtitle says "following" or "paused · f to follow", set here rather than when
         # the pane's FollowChanged has bubbled up to the app (four hops of a busy loop under a flood);
         # no toast on top: each one mounted costs a layout of the whole screen.
         self.log_pane.toggle_follow()

@@ -272,13 +272,12 @@ class LogPane(ScrollView, can_focus=True):
         """Stop following; new lines are counted instead of scrolled to."""
         self.following = False
 
-    def toggle_follow(self) -> bool:
-        """Pause or resume; returns whether the pane now follows."""
+    def toggle_follow(self) -> None:
+        """Pause or resume."""
         if self.following:
             self.pause()
         else:
             self.follow()
-        return self.following
 
     # -- jumps -----------------------------------------------------------------
 

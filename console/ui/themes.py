@@ -172,8 +172,9 @@ class ThemedApp(App[int]):
     """The app's wired actions from the one action table (console.ui.keymap)."""
     read_only = False
     settle_heap = False
-    """Take what start-up left alive out of the cyclic GC's walks (`settle_start_heap`): set where
-    the console runs for real, not in tests, which start many apps in one process."""
+    """Take what start-up left alive out of the cyclic GC's walks (`settle_start_heap`) when the app
+    says its start-up is over (the run's console: its first sample; the fleet console does not
+    yet): set where the console runs for real, not in tests, which start many apps in one process."""
     _heap_settled = False
 
     def __init__(self, *, theme: str | None = None, themes: dict[str, PulseTheme] | None = None) -> None:

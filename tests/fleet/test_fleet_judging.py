@@ -24,9 +24,9 @@ def paced_node(clock: FakeClock) -> tuple[Fleet, FleetNode]:
     return fleet, node
 
 
-def newer(state) -> None:
-    """A sample one second after the state's latest (the cheap verdict compares two)."""
-    state.add_sample(replace(state.latest, time=state.latest.time + 1))
+def newer(state, after_s: float = 1.0) -> None:
+    """A sample `after_s` after the state's latest, the log unchanged (the cheap verdict compares two)."""
+    state.add_sample(replace(state.latest, time=state.latest.time + after_s))
 
 
 def test_a_node_is_judged_again_when_a_sample_or_lines_come_or_its_interval_passes():
@@ -56,12 +56,17 @@ def test_a_node_is_judged_again_when_a_sample_or_lines_come_or_its_interval_pass
     assert node.verdict is not quiet  # its interval passed: judged again on time alone
 
 
-def test_a_quiet_node_turns_into_a_stall_within_its_interval():
+def test_a_node_whose_log_stops_is_no_longer_healthy_by_its_next_samples():
+    """The log stops; the node's samples still come every 4 s (its paced interval), each showing the
+    log's mtime further behind: past the stall limit of its 2 s rhythm (40 s) it is not healthy (its
+    processes still burn CPU: busy but quiet, not hung)."""
     clock = FakeClock()
     fleet, node = paced_node(clock)
-    clock.now += 3600.0  # the log and the samples stop: only time moves
-    fleet.refresh()
-    assert node.verdict.name != "healthy"
+    for _ in range(30):  # two minutes
+        clock.now += 4.0
+        newer(node.state, after_s=4.0)
+        fleet.refresh()
+    assert node.verdict.name == "unknown" and "log is quiet 2m" in node.verdict.summary
 
 
 def test_a_node_back_from_unreachable_is_judged_at_once():
