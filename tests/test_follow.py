@@ -193,16 +193,19 @@ async def test_held_lines_come_together_each_dated_by_its_own_write(target: Targ
     assert run.lines[-1].time - run.lines[0].time > 0.45  # written 0.9 s apart
 
 
-def test_held_frames_get_their_age_when_written(tmp_path: Path) -> None:
-    """Output with hold_s: nothing is written until flushed, then every frame in one write, each
-    `age` counted to that moment from its own mtime."""
+def test_held_reads_go_out_as_one_frame_each_read_aged_when_written(tmp_path: Path) -> None:
+    """Output with hold_s: nothing is written until flushed; then reads that continue one another are
+    one data frame whose `ages` date each read, counted to that moment from its own mtime; a read that
+    does not continue the last (another file) is a frame of its own."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(read_fd, False)
     try:
         out = follow_agent.Output(write_fd, hold_s=60.0)
         now = time.time()
-        out.frame({"ev": "data", "len": 3}, b"a\nb", written_at=now - 2.0)
-        out.frame({"ev": "data", "len": 2}, b"c\n", written_at=now - 0.5)
+        data = {"ev": "data", "path": "/l", "inode": 7}
+        out.frame({**data, "offset": 0, "len": 3}, b"a\nb", written_at=now - 2.0)
+        out.frame({**data, "offset": 3, "len": 2}, b"c\n", written_at=now - 0.5)
+        out.frame({**data, "inode": 8, "offset": 0, "len": 2}, b"d\n", written_at=now - 0.1)
         with pytest.raises(BlockingIOError):
             os.read(read_fd, 1 << 16)
         assert 0 < out.due_in() <= 60.0
@@ -210,10 +213,12 @@ def test_held_frames_get_their_age_when_written(tmp_path: Path) -> None:
         with pytest.raises(BlockingIOError):
             os.read(read_fd, 1 << 16)
         out.flush()
-        first, rest = os.read(read_fd, 1 << 16).split(b"\n", 1)
-        second_header = rest[len(b"a\nb"):].split(b"\n", 1)[0]
-        ages = [json.loads(first)["age"], json.loads(second_header)["age"]]
-        assert ages[0] - ages[1] == pytest.approx(1.5, abs=0.01) and ages[1] >= 0.5
+        frames = _Frames().feed(os.read(read_fd, 1 << 16))
+        assert [(h["inode"], h["offset"], h["len"], payload) for h, payload in frames] == [(7, 0, 5, b"a\nbc\n"), (8, 0, 2, b"d\n")]
+        (first, _), (second, _) = frames
+        (len_a, age_a), (len_c, age_c) = first["ages"]
+        assert (len_a, len_c) == (3, 2) and age_a - age_c == pytest.approx(1.5, abs=0.01) and first["age"] == age_c
+        assert "ages" not in second and second["age"] >= 0.1
         assert out.due_in() is None
     finally:
         os.close(read_fd)

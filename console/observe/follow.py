@@ -295,8 +295,11 @@ class LogFollower:
             if len(self._head) < HEAD_BYTES and self._received <= len(self._head) < self._received + len(payload):
                 self._head += payload[len(self._head) - self._received : HEAD_BYTES - self._received]
             self._received += len(payload)
-            written = time.monotonic() - _age(header)
-            await self._deliver(self._split(payload), written)
+            now, start = time.monotonic(), 0
+            for length, age in _reads(header, len(payload)):
+                written = now - age
+                await self._deliver(self._split(payload[start : start + length]), written)
+                start += length
             self._report_progress(written)
             return
         if ev == "open":
@@ -423,6 +426,20 @@ def _age(header: dict) -> float:
     """The `age` a data frame gives its bytes: seconds since the file was written (0 when out of range)."""
     age = header["age"]
     return float(age) if isinstance(age, (int, float)) and 0.0 <= age < 1e9 else 0.0
+
+
+def _reads(header: dict, size: int) -> list[tuple[int, float]]:
+    """(length, age) of each read a data frame carries: its `ages` when they add up to its bytes
+    (a held batch), else all of it at `age`."""
+    ages = header.get("ages")
+    if isinstance(ages, list) and ages:
+        try:
+            reads = [(int(length), _age({"age": age})) for length, age in ages]
+        except (TypeError, ValueError):
+            reads = []
+        if reads and all(length > 0 for length, _ in reads) and sum(length for length, _ in reads) == size:
+            return reads
+    return [(size, _age(header))]
 
 
 def _describe(header: dict) -> str:

@@ -13,7 +13,9 @@ so the local side splits lines and nothing is decoded here). Events:
               `head` is its first bytes (up to 256, hex), to tell it from a later file
               that reuses the inode number
 - `data`      path, inode, offset, len, age: the file's bytes [offset, offset+len); `age`: seconds,
-              when the frame is written, since the file's mtime as it was when they were read
+              when the frame is written, since the file's mtime as it was when they were read;
+              held reads of one file sent together are one frame with `ages`: [[len, age], …],
+              one pair per read, in order (`age` is then the last read's)
 - `truncated` path, inode, size, offset: the file shrank below `offset`; reading restarts at 0
 - `rotated`   path, inode (old), new_inode, lost: another file now has the path; the old one
               was read to its end through the open descriptor (`lost`: it could not be found
@@ -115,9 +117,12 @@ class Output:
             return
         parts = []
         now = time.time()
-        for header, payload, written_at in self.held:
-            if written_at is not None:
-                header["age"] = round(max(0.0, now - written_at), 3)
+        for header, payload, reads in _merged(self.held):
+            if reads:
+                ages = [[length, round(max(0.0, now - written_at), 3)] for length, written_at in reads]
+                header["age"] = ages[-1][1]
+                if len(ages) > 1:
+                    header["ages"] = ages
             parts.append(json.dumps(header, separators=(",", ":")).encode() + b"\n")
             parts.append(payload)
         self.held, self.held_bytes = [], 0
@@ -126,6 +131,28 @@ class Output:
             written = os.write(self.fd, view)
             view = view[written:]
         self.last_write = time.monotonic()
+
+
+def _merged(held):
+    """Held frames with each run of data frames that continue one another (same file, the next
+    offset) joined into one: (header, payload, [(length, written_at) of each read])."""
+    out = []
+    for header, payload, written_at in held:
+        last = out[-1] if out else None
+        if (
+            written_at is not None
+            and last is not None
+            and last[2]
+            and last[0]["inode"] == header["inode"]
+            and last[0]["path"] == header["path"]
+            and last[0]["offset"] + last[0]["len"] == header["offset"]
+        ):
+            last[0]["len"] += header["len"]
+            last[1].append(payload)
+            last[2].append((len(payload), written_at))
+        else:
+            out.append((dict(header), [payload], [(len(payload), written_at)] if written_at is not None else []))
+    return [(header, b"".join(payloads), reads) for header, payloads, reads in out]
 
 
 def has_magic(pattern):
