@@ -13,7 +13,6 @@ import asyncio
 import collections
 import gc
 import json
-import subprocess
 import threading
 import time
 from pathlib import Path

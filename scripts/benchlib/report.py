@@ -146,7 +146,7 @@ def _table(header, rows) -> list[str]:
 
 
 def markdown(result: dict) -> str:
-    m, p, figures = result["machine"], result["phases"], result["figures"]
+    m, p = result["machine"], result["phases"]
     lines = [
         f"# Pulse bench{' (--quick)' if result['quick'] else ''}",
         "",
