@@ -193,6 +193,19 @@ async def test_held_lines_come_together_each_dated_by_its_own_write(target: Targ
     assert run.lines[-1].time - run.lines[0].time > 0.45  # written 0.9 s apart
 
 
+async def test_frames_held_longer_than_the_silence_limit_do_not_read_as_a_dead_link(tmp_path: Path) -> None:
+    """A large fleet's node holds its frames for its sampling interval (16 s at 1,024 nodes), longer
+    than its heartbeat: the console's "no word for this long" limit counts the hold (or it would
+    restart a healthy agent), and the agent does not heartbeat while it holds frames."""
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    async with Run(LocalTarget(), str(log), poll_s=0.1, batch_s=0.1, hold_s=6.0, heartbeat_s=0.1) as run:
+        await append(log, b"step 1\n")
+        await run.receive(["step 1"])  # held ~6 s: past 3 heartbeats + 5 s without the hold counted
+    assert run.seen("disconnected") == 0, [e.data.get("reason") for e in run.events]
+    assert run.seen("idle") < 10  # held frames stand for the heartbeat: no idle frame each pass meanwhile
+
+
 def test_held_reads_go_out_as_one_frame_each_read_aged_when_written(tmp_path: Path) -> None:
     """Output with hold_s: nothing is written until flushed; then reads that continue one another are
     one data frame whose `ages` date each read, counted to that moment from its own mtime; a read that

@@ -178,8 +178,9 @@ class LogFollower:
         self.batch_s = batch_s
         self.hold_s = hold_s
         self.heartbeat_s = heartbeat_s
-        self.stale_s = 3 * heartbeat_s + 5.0
-        """No frame for this long (heartbeats included) means the link is dead even if TCP has not noticed."""
+        self.stale_s = 3 * heartbeat_s + 5.0 + hold_s
+        """No frame for this long (heartbeats included, and frames held by the agent) means the link is
+        dead even if TCP has not noticed."""
         self.status = LogStatus(self.pattern, exists=False)
         self.agent_pid: int | None = None
         """The agent's PID as seen on the target (inside its container, if any)."""

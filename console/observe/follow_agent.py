@@ -465,7 +465,7 @@ class Follower:
         return True
 
     def heartbeat(self):
-        if time.monotonic() - self.out.last_write < self.heartbeat_s:
+        if self.out.held or time.monotonic() - self.out.last_write < self.heartbeat_s:
             return
         header = {"ev": "idle", "path": self.path or self.source.pattern, "inode": self.inode, "offset": self.offset}
         if self.fd is not None:
@@ -498,10 +498,9 @@ class Follower:
 
         Returns (stdin reached EOF, the watcher slept to its timeout, the folder's entries changed).
         """
-        wake_in = max(0.0, self.out.last_write + self.heartbeat_s - time.monotonic())
         due = self.out.due_in()
-        if due is not None:
-            wake_in = min(wake_in, due)  # held frames go out when they are due
+        # Held frames go out when they are due, and stand for a heartbeat until then.
+        wake_in = due if due is not None else max(0.0, self.out.last_write + self.heartbeat_s - time.monotonic())
         if not watching:
             # A short wait after reaching the end batches a slow writer's lines into one frame.
             return self.hung_up(min(self.poll_s, wake_in)), False, False
