@@ -220,8 +220,10 @@ class RunState:
 
     def values(self, name: str, since_s: float | None = None, *, newest: int | None = None) -> list[float]:
         """The series' values, oldest first: all of them, those of the last `since_s` seconds, or at
-        most the `newest` ones. A window is read back from the newest point (points come in the order
-        they were received), never the whole series: a long run holds max_points of each."""
+        most the `newest` ones. A window is read back from the newest point, never the whole series (a
+        long run holds max_points of each), and ends at the first point older than it: points are
+        appended as they arrive, so their times rise but for small steps back (a rotated file's first
+        lines dated by its mtime), which can only leave out a point at the window's edge."""
         points = self.series[name]
         if since_s is None and newest is None:
             return [p.value for p in points]

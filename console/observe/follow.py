@@ -423,9 +423,8 @@ class LogFollower:
             self.on_event(Event(time.monotonic(), "log", text, data))
 
 
-def _age(header: dict) -> float:
-    """The `age` a data frame gives its bytes: seconds since the file was written (0 when out of range)."""
-    age = header["age"]
+def _age(age: object) -> float:
+    """An `age` a data frame gives its bytes: seconds since the file was written (0 when out of range)."""
     return float(age) if isinstance(age, (int, float)) and 0.0 <= age < 1e9 else 0.0
 
 
@@ -435,12 +434,12 @@ def _reads(header: dict, size: int) -> list[tuple[int, float]]:
     ages = header.get("ages")
     if isinstance(ages, list) and ages:
         try:
-            reads = [(int(length), _age({"age": age})) for length, age in ages]
+            reads = [(int(length), _age(age)) for length, age in ages]
         except (TypeError, ValueError):
             reads = []
         if reads and all(length > 0 for length, _ in reads) and sum(length for length, _ in reads) == size:
             return reads
-    return [(size, _age(header))]
+    return [(size, _age(header["age"]))]
 
 
 def _describe(header: dict) -> str:
