@@ -10,7 +10,7 @@ from rich.console import Console
 from textual.widgets import Input
 
 from console.config import WarmupConfig
-from console.model import ConnectionState, ConnectionStatus, GpuReading, LogLine, Sample
+from console.model import ConnectionState, ConnectionStatus, LogLine, Sample
 from console.observe.lines import classify_line
 from console.remote.target import LocalTarget
 from console.ui.gpu_pane import GpuPane
@@ -315,6 +315,18 @@ async def test_log_silence_is_shown_and_turns_loud_past_the_stall_threshold():
         box = app.query_one("#processes-box")
         assert box.border_subtitle == "log grew 12m 08s ago"
         assert box.has_class("-crit")
+
+
+async def test_a_log_that_grew_under_2s_ago_grew_just_now_so_a_1hz_run_holds_the_title_still():
+    app = make_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        box = app.query_one("#processes-box")
+        silent = app.state.log_silent_s(app.clock())
+        assert silent < 2 and box.border_subtitle == "log grew just now"
+        app.clock.advance(2.0 - silent)
+        app.refresh_panes()
+        await pilot.pause()
+        assert box.border_subtitle == "log grew 2s ago"
 
 
 async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():

@@ -58,6 +58,8 @@ from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
 REFRESH_S = 1.0
+#: A log that grew less than this long ago "grew just now".
+JUST_NOW_S = 2.0
 #: Below either, the compact layout: one line per GPU role, so the log keeps room.
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 #: The log input box's prompt in each of its modes.
@@ -387,7 +389,12 @@ class PulseApp(ThemedApp):
         else:
             title = Text(f"Processes · {pane.alive_count} alive")
         silent = self.state.log_silent_s(now)
-        grew = "log not read yet" if silent is None else f"log grew {format_duration(silent)} ago"
+        if silent is None:
+            grew = "log not read yet"
+        else:
+            # Under 2 s reads "just now": a run writing every second would flip 0s/1s, and each
+            # flip repaints the whole box with the table in it.
+            grew = "log grew just now" if silent < JUST_NOW_S else f"log grew {format_duration(silent)} ago"
         set_titles(processes_box, title, Text(grew))
         limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
         stalled = silent is not None and silent >= limit
