@@ -86,7 +86,7 @@ async def test_k_on_the_selected_row_chooses_confirms_and_sends(waiting_process,
     reading = ProcessReading(pid, 1, "S", 3.0, 1, 10.0, 0.0, f"{sys.executable} -u /tmp/waits.py --flag")
     async with app.run_test(size=(120, 40)) as pilot:
         table = await select_process(app, pilot, reading)
-        assert str(table.get_cell(str(pid), "command")) == "waits.py --flag"
+        assert table.cell_text(pid, "command") == "waits.py --flag"
         await pilot.press("k")
         assert isinstance(app.screen, SignalScreen)
         await pilot.press("down", "down", "down", "down", "enter")  # TERM INT KILL HUP USR1

@@ -294,19 +294,47 @@ async def test_process_rows_update_in_place_and_keep_the_cursor():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(ProcessPane)
-        table.move_cursor(row=2)
+        table.move_cursor(2)
         main, *workers = run_processes()
         app.state.add_sample(Sample(time=1.0, processes=(dataclasses.replace(main, cpu_pct=3.5), *workers)))
         app.refresh_panes()
         await pilot.pause()
         assert table.cursor_row == 2 and table.row_count == 3
-        assert str(table.get_cell("4127", "cpu")) == "3.5"
+        assert table.cell_text(4127, "cpu") == "3.5"
         app.state.add_sample(Sample(time=2.0, processes=(main,)))  # the workers exited
         app.refresh_panes()
         await pilot.pause()
         assert table.row_count == 3 and table.alive_count == 1
-        assert str(table.get_cell("4190", "state")) == "gone"
+        assert table.cell_text(4190, "state") == "gone"
         assert "1 alive" in app.query_one("#processes-box").border_title
+
+
+async def test_the_process_table_scrolls_under_its_header_to_keep_the_cursor_in_view():
+    """Keys and a click move the cursor; the header stays on top while thirty workers scroll under it."""
+    main, worker, _ = run_processes()
+    workers = tuple(dataclasses.replace(worker, pid=5000 + n) for n in range(30))
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.state.add_sample(Sample(time=1.0, processes=(main, *workers)))
+        app.refresh_panes()
+        table = app.query_one(ProcessPane)
+        table.focus()
+        await pilot.pause()
+
+        def shown() -> list[str]:
+            return [table.render_line(y).text for y in range(table.scrollable_content_region.height)]
+
+        await pilot.press("end")
+        assert table.selected_pid() == 5029 and table.scroll_offset.y > 0
+        assert "PID" in shown()[0] and "5029" in shown()[-1]
+        await pilot.press("up", "up")
+        assert table.selected_pid() == 5027
+        await pilot.press("home")
+        assert table.selected_pid() == main.pid and table.scroll_offset.y == 0
+        await pilot.press("pagedown")
+        assert table.cursor_row == table.scrollable_content_region.height - 2
+        await pilot.click(ProcessPane, offset=(10, 2))  # the header, then the first and second rows
+        assert table.selected_pid() == table.pids[int(table.scroll_offset.y) + 1]
 
 
 async def test_log_silence_is_shown_and_turns_loud_past_the_stall_threshold():
@@ -540,7 +568,7 @@ async def test_gpu_and_pid_placeholders_come_from_the_selection():
         assert gpus.selected_gpus() == (3,)
         processes = app.query_one(ProcessPane)
         processes.focus()
-        processes.move_cursor(row=processes.get_row_index("4191"))
+        processes.select_pid(4191)
         await pilot.press("x")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -568,7 +596,7 @@ async def test_the_command_column_shows_the_script_and_its_arguments():
     assert script_and_args("/opt/conda/bin/torchrun --nproc_per_node 8 train.py") == "/opt/conda/bin/torchrun --nproc_per_node 8 train.py"
     app = make_app()
     async with app.run_test(size=SIZE):
-        assert str(app.query_one(ProcessPane).get_cell("4127", "command")).startswith("train_dflash_pipeline.py --target-gpus")
+        assert app.query_one(ProcessPane).cell_text(4127, "command").startswith("train_dflash_pipeline.py --target-gpus")
 
 
 async def test_ctrl_c_quits():
@@ -593,13 +621,13 @@ async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
         await pilot.pause()
         table = app.query_one(ProcessPane)
         table.focus()
-        table.move_cursor(row=table.get_row_index("4190"))
+        table.select_pid(4190)
         await pilot.press("f5")
-        assert [key.value for key in table.rows] == ["4100", "4127", "4190", "4191"]
-        assert str(table.get_cell("4190", "command")).startswith("  └ train_dflash_pipeline.py")
+        assert table.pids == [4100, 4127, 4190, 4191]
+        assert table.cell_text(4190, "command").startswith("  └ train_dflash_pipeline.py")
         assert table.selected_pid() == 4190
         await pilot.press("v")
-        assert str(table.get_cell("4190", "command")).startswith("train_dflash_pipeline.py")
+        assert table.cell_text(4190, "command").startswith("train_dflash_pipeline.py")
 
 
 def test_every_step_and_key_a_verdict_names_is_bound():

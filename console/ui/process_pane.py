@@ -1,9 +1,20 @@
-"""The run's processes: a table updated in place, so the cursor stays where the operator left it."""
+"""The run's processes: a table updated in place, so the cursor stays where the operator left it.
+
+A line-API widget: a sample that changes one process's CPU% repaints that row from a cached
+strip of segments, not the whole table (Textual's DataTable drops every cell's render on any
+update, a third of a watched run's frame).
+"""
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.widgets import DataTable
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from console.model import ProcessReading
 from console.observe.roles import script_and_args
@@ -25,6 +36,7 @@ STATE_NAMES = {
 }
 
 COLUMNS = (("", "mark"), ("PID", "pid"), ("role", "role"), ("state", "state"), ("CPU%", "cpu"), ("RSS", "rss"), ("thr", "threads"), ("elapsed", "elapsed"), ("command", "command"))
+COLUMN_KEYS = tuple(key for _, key in COLUMNS)
 COMMAND_WIDTH = 60
 RIGHT_ALIGNED = frozenset({"pid", "cpu", "rss", "threads", "elapsed"})
 
@@ -55,10 +67,29 @@ def tree_order(processes: list[ProcessReading]) -> list[tuple[ProcessReading, in
     return ordered
 
 
-class ProcessPane(DataTable):
-    """PID, role (launcher, rank N, worker of rank N), state, CPU% (by delta), RSS, threads, elapsed and command."""
+#: One cell: its text and the component it is coloured by ("" for the pane's own colour).
+Cell = tuple[str, str]
 
-    COMPONENT_CLASSES = DataTable.COMPONENT_CLASSES | {
+
+class ProcessPane(ScrollView, can_focus=True):
+    """PID, role (launcher, rank N, worker of rank N), state, CPU% (by delta), RSS, threads, elapsed and command.
+
+    A header line stays on top; the rows scroll under it. Columns are as wide as their widest
+    cell so far (they never narrow, so figures do not jump left and right between samples).
+    """
+
+    BINDINGS = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "move(-999999)", "First", show=False),
+        Binding("end", "move(999999)", "Last", show=False),
+    ]
+
+    COMPONENT_CLASSES = {
+        "process-pane--header",
+        "process-pane--cursor",
         "process-pane--alive",
         "process-pane--waiting",
         "process-pane--dead",
@@ -69,9 +100,24 @@ class ProcessPane(DataTable):
     ProcessPane {
         height: 1fr;
         overflow-x: hidden;
+        overflow-y: auto;
         background: $surface;
+        color: $foreground;
         scrollbar-size-vertical: 1;
-        & > .datatable--header { background: $surface; color: $text-muted; text-style: bold; }
+        & > .process-pane--header { color: $text-muted; text-style: bold; }
+        & > .process-pane--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .process-pane--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+        }
         & > .process-pane--alive { color: $success; }
         & > .process-pane--waiting { color: $warning; }
         & > .process-pane--dead { color: $error; text-style: bold; }
@@ -80,22 +126,19 @@ class ProcessPane(DataTable):
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
+        super().__init__(id=id, classes=classes)
         self._latest: dict[int, ProcessReading] = {}
         self._gone: list[int] = []
-        self._shown: dict[int, tuple[ProcessReading, bool, int]] = {}
+        self._order: list[int] = []
+        self._cells: dict[int, tuple[Cell, ...]] = {}
+        self._widths = [cell_len(label) for label, _ in COLUMNS]
+        self._strips: dict[int, Strip] = {}
+        self._styles: dict[str, Style] = {}
+        self.cursor_row = 0
         self.as_tree = False
         """Rows as a process tree (htop's F5): children under their parent, indented."""
 
-    def on_mount(self) -> None:
-        for label, key in COLUMNS:
-            self.add_column(Text(label, justify="right" if key in RIGHT_ALIGNED else "left"), key=key)
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._shown.clear()
-        if self.is_mounted:
-            self._sync()
+    # -- what is shown -----------------------------------------------------------
 
     def show(self, processes: tuple[ProcessReading, ...]) -> None:
         """Bring the rows in line with `processes`: update cells, add new PIDs, mark vanished ones gone."""
@@ -107,21 +150,34 @@ class ProcessPane(DataTable):
         while len(self._gone) > MAX_GONE_ROWS:
             oldest = self._gone.pop(0)
             self._latest.pop(oldest, None)
-            self._shown.pop(oldest, None)
-            self.remove_row(str(oldest))
         self._latest.update(current)
         self._sync()
 
-    def selected_pid(self) -> int | None:
-        """The PID on the cursor's row (None when the table is empty)."""
-        if not self.row_count:
-            return None
-        return int(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
+    @property
+    def pids(self) -> list[int]:
+        """The PIDs of the rows, top to bottom."""
+        return list(self._order)
+
+    @property
+    def row_count(self) -> int:
+        return len(self._order)
 
     @property
     def alive_count(self) -> int:
         """Processes of the run alive in the latest reading."""
         return len(self._latest) - len(self._gone)
+
+    def cell_text(self, pid: int, column: str) -> str:
+        """What `pid`'s row shows in `column` (one of COLUMNS' keys)."""
+        return self._cells[pid][COLUMN_KEYS.index(column)][0]
+
+    def selected_pid(self) -> int | None:
+        """The PID on the cursor's row (None when the table is empty)."""
+        return self._order[self.cursor_row] if self._order else None
+
+    def select_pid(self, pid: int) -> None:
+        """Put the cursor on `pid`'s row."""
+        self.move_cursor(self._order.index(pid))
 
     def toggle_tree(self) -> bool:
         """Switch between the process tree and the flat list; returns whether the tree is on."""
@@ -129,61 +185,131 @@ class ProcessPane(DataTable):
         self._sync()
         return self.as_tree
 
-    def _order(self) -> list[tuple[ProcessReading, int]]:
-        processes = list(self._latest.values())
-        return tree_order(processes) if self.as_tree else [(process, 0) for process in processes]
-
     def _sync(self) -> None:
-        order = self._order()
-        shown = [key.value for key in self.rows]
-        if [str(process.pid) for process, _ in order][: len(shown)] != shown:
-            # Rows out of order (the tree changed shape, or was switched): rebuild once, keeping
-            # the cursor on its PID. New rows at the end are only added.
-            selected = self.selected_pid()
-            self.clear()
-            self._shown.clear()
-            self._fill(order)
-            if selected is not None and str(selected) in self.rows:
-                self.move_cursor(row=self.get_row_index(str(selected)))
-        else:
-            self._fill(order)
+        processes = list(self._latest.values())
+        order = tree_order(processes) if self.as_tree else [(process, 0) for process in processes]
+        selected = self.selected_pid()
+        cells = {process.pid: self._row_cells(process, process.pid in self._gone, depth) for process, depth in order}
+        widths = [max([width, *(cell_len(row[n][0]) for row in cells.values())]) for n, width in enumerate(self._widths)]
+        pids = [process.pid for process, _ in order]
+        if pids != self._order or widths != self._widths:
+            self._order, self._cells, self._widths = pids, cells, widths
+            if selected in cells:
+                self.cursor_row = pids.index(selected)  # the cursor stays on its PID
+            self.cursor_row = min(self.cursor_row, max(len(pids) - 1, 0))
+            self._strips.clear()
+            self.virtual_size = Size(self.size.width, len(pids) + 1)
+            self.refresh()
+            return
+        for index, pid in enumerate(pids):
+            if cells[pid] != self._cells[pid]:
+                self._strips.pop(pid, None)
+                self.refresh_line(index + 1)
+        self._cells = cells
 
-    def _fill(self, order: list[tuple[ProcessReading, int]]) -> None:
-        for process, depth in order:
-            pid = process.pid
-            wanted = (process, pid in self._gone, depth)
-            if self._shown.get(pid) == wanted:
-                continue
-            cells = self._cells(*wanted)
-            key = str(pid)
-            if key in self.rows:
-                for column, value in cells.items():
-                    self.update_cell(key, column, value)
-            else:
-                self.add_row(*(cells[column] for _, column in COLUMNS), key=key)
-            self._shown[pid] = wanted
-
-    def _style(self, name: str):
-        return text_style(self, f"process-pane--{name}")
-
-    def _cells(self, process: ProcessReading, gone: bool, depth: int = 0) -> dict[str, Text]:
-        dim = self._style("dim") if gone else ""
+    def _row_cells(self, process: ProcessReading, gone: bool, depth: int) -> tuple[Cell, ...]:
+        dim = "dim" if gone else ""
         if gone:
-            mark, state = Text("✕", style=self._style("dead")), Text("gone", style=self._style("dead"))
+            mark, state = ("✕", "dead"), ("gone", "dead")
         else:
             kind = "dead" if process.state in "ZX" else "waiting" if process.state in "DTt" else "alive"
-            mark = Text("●", style=self._style(kind))
-            name = STATE_NAMES.get(process.state, "")
-            state = Text(f"{process.state} {name}".rstrip(), style=self._style(kind))
+            mark, state = ("●", kind), (f"{process.state} {STATE_NAMES.get(process.state, '')}".rstrip(), kind)
         cpu = "—" if process.cpu_pct is None or gone else f"{process.cpu_pct:.1f}"
-        return {
-            "mark": mark,
-            "pid": Text(str(process.pid), style=dim, justify="right"),
-            "role": Text(process.label, style=dim),
-            "state": state,
-            "cpu": Text(cpu, style=dim, justify="right"),
-            "rss": Text(format_rss(process.rss_mib), style=dim, justify="right"),
-            "threads": Text(str(process.threads), style=dim, justify="right"),
-            "elapsed": Text(format_duration(process.elapsed_s, compact=True), style=dim, justify="right"),
-            "command": Text(("  " * (depth - 1) + "└ " if depth else "") + trim_command(script_and_args(process.cmdline)), style=dim),
-        }
+        indent = "  " * (depth - 1) + "└ " if depth else ""
+        return (
+            mark,
+            (str(process.pid), dim),
+            (process.label, dim),
+            state,
+            (cpu, dim),
+            (format_rss(process.rss_mib), dim),
+            (str(process.threads), dim),
+            (format_duration(process.elapsed_s, compact=True), dim),
+            (indent + trim_command(script_and_args(process.cmdline)), dim),
+        )
+
+    # -- the cursor --------------------------------------------------------------
+
+    def move_cursor(self, row: int) -> None:
+        """Put the cursor on row `row` (clamped to the rows there are) and scroll it into view."""
+        row = min(max(row, 0), max(len(self._order) - 1, 0))
+        if row != self.cursor_row:
+            for old in (self.cursor_row, row):
+                if old < len(self._order):
+                    self._strips.pop(self._order[old], None)
+                    self.refresh_line(old + 1)
+            self.cursor_row = row
+        visible = max(self.size.height - 1, 1)  # the header takes a line
+        top = int(self.scroll_offset.y)
+        if row < top:
+            self.scroll_to(y=row, animate=False, immediate=True)
+        elif row >= top + visible:
+            self.scroll_to(y=row - visible + 1, animate=False, immediate=True)
+
+    def action_move(self, delta: int) -> None:
+        self.move_cursor(self.cursor_row + delta)
+
+    def action_page(self, direction: int) -> None:
+        self.move_cursor(self.cursor_row + direction * max(self.size.height - 2, 1))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1:
+            self.move_cursor(event.y - 1 + int(self.scroll_offset.y))
+
+    # -- drawing -----------------------------------------------------------------
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._strips.clear()
+
+    def on_focus(self) -> None:
+        self._styles.clear()
+        self._strips.clear()
+        self.refresh()
+
+    on_blur = on_focus
+
+    def on_resize(self) -> None:
+        self._strips.clear()
+        self.virtual_size = Size(self.size.width, len(self._order) + 1)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._order) + 1
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y == 0:
+            return self._line([(label, "header") for label, _ in COLUMNS], "", width)
+        index = y - 1 + int(self.scroll_offset.y)
+        if index >= len(self._order):
+            return Strip.blank(width, self.rich_style)
+        pid = self._order[index]
+        strip = self._strips.get(pid)
+        if strip is None or strip.cell_length != width:
+            strip = self._strips[pid] = self._line(self._cells[pid], "cursor" if index == self.cursor_row else "", width)
+        return strip
+
+    def _line(self, cells, over: str, width: int) -> Strip:
+        """One row of cells, each padded by a space either side and aligned in its column;
+        `over` is a component whose style goes over every cell (the cursor's)."""
+        base = self.rich_style
+        top = self._style(over) if over else None
+        segments = []
+        for (text, component), (_, key), column_width in zip(cells, COLUMNS, self._widths):
+            pad = " " * (column_width - cell_len(text))
+            aligned = pad + text if key in RIGHT_ALIGNED else text + pad
+            style = base + self._style(component) if component else base
+            segments.append(Segment(f" {aligned} ", style + top if top else style))
+        return Strip(segments).adjust_cell_length(width, base + top if top else base)
+
+    def _style(self, component: str) -> Style:
+        """A component's style: text only for a cell's colour, background as well for the cursor."""
+        if component not in self._styles:
+            name = f"process-pane--{component}"
+            if component == "cursor":
+                full = self.get_component_rich_style(name)
+                self._styles[component] = Style(color=full.color, bgcolor=full.bgcolor, bold=full.bold)
+            else:
+                self._styles[component] = text_style(self, name)
+        return self._styles[component]

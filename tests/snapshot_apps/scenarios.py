@@ -271,5 +271,5 @@ async def select_process(app, pilot, reading: ProcessReading):
     await pilot.pause()
     table = app.query_one(ProcessPane)
     table.focus()
-    table.move_cursor(row=table.get_row_index(str(reading.pid)))
+    table.select_pid(reading.pid)
     return table
