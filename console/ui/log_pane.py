@@ -117,7 +117,8 @@ class LogPane(ScrollView, can_focus=True):
         self._width = 0
         self._current: int | None = None
         """Number of the line the operator jumped to (a problem, a match, a go-to): highlighted."""
-        self._cache: LRUCache[int, Strip] = LRUCache(1024)
+        self._cache: LRUCache[int, list] = LRUCache(1024)
+        """Per shown line: [its whole strip, a (scroll x, width), the part on screen there]."""
         self._styles: dict[str, Style] = {}
         self._programmatic_scroll = False
         self._filter: re.Pattern[str] | None = None
@@ -398,11 +399,15 @@ class LogPane(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         if index >= len(self._shown):
             return Strip.blank(width, self.rich_style)
-        strip = self._cache.get(index)
-        if strip is None:
-            strip = self._render_full_line(self._shown[index])
-            self._cache[index] = strip
-        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style).apply_offsets(scroll_x, index)
+        placement = (scroll_x, width)
+        cached = self._cache.get(index)
+        if cached is None:
+            cached = self._cache[index] = [self._render_full_line(self._shown[index]), None, None]
+        elif cached[1] == placement:
+            return cached[2]  # following, each new line moves the others up a row: they are as they were
+        # Updated in place: an LRUCache keeps the first value set for a key.
+        cached[1:] = placement, cached[0].crop_extend(scroll_x, scroll_x + width, self.rich_style).apply_offsets(scroll_x, index)
+        return cached[2]
 
     def _render_full_line(self, line: LogLine) -> Strip:
         kind = line.info.kind
