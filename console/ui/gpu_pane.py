@@ -7,6 +7,8 @@ means to a custom action.
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
@@ -20,6 +22,34 @@ from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
+BOLD = Style(bold=True)
+
+
+class SegmentLine:
+    """One line of text runs, each with its style: what a Rich Text of one line renders to,
+    without Text's span bookkeeping (every GPU row is rebuilt each sample)."""
+
+    __slots__ = ("runs", "cell_len")
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, Style | None]] = []
+        self.cell_len = 0
+
+    def append(self, text: str, style: Style | None = None) -> None:
+        self.runs.append((text, style))
+        self.cell_len += cell_len(text)
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self.runs)
+
+    def strip(self, base: Style, width: int, over: Style | None = None) -> Strip:
+        """The line on `base` (the pane's own style), `over` on top of every run, cut or padded to `width`."""
+        segments = []
+        for text, style in self.runs:
+            style = base + style if style else base
+            segments.append(Segment(text, style + over if over else style))
+        return Strip(segments, self.cell_len).adjust_cell_length(width, base + over if over else base)
 
 
 def bar_cells(fraction: float, width: int) -> str:
@@ -83,6 +113,8 @@ class GpuPane(ScrollView, can_focus=True):
         """One summary line per role instead of one line per GPU."""
         self.cursor = 0
         self._cache: dict[int, Strip] = {}
+        self._styles: dict[str, Style] = {}
+        """Component styles by name (a row asks for several, every sample), until the styles change."""
 
     def show(
         self,
@@ -151,6 +183,7 @@ class GpuPane(ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
+        self._styles.clear()
         self._cache.clear()
 
     def on_resize(self) -> None:
@@ -173,21 +206,19 @@ class GpuPane(ScrollView, can_focus=True):
         if index not in self._cache:
             row = rows[index]
             if self.compact:
-                text = self.role_line(GpuRole(self.roles.get(row[0].index, ""), row), width)
+                line = self.role_line(GpuRole(self.roles.get(row[0].index, ""), row), width)
             else:
-                text = self.gpu_line(row[0], width)
-            text.truncate(width)
-            if index == self.cursor and self.has_focus:
-                text.stylize(self._style("cursor"))
-            text.stylize_before(self.rich_style)
-            segments = list(text.render(self.app.console))
-            self._cache[index] = Strip(segments).adjust_cell_length(width, self.rich_style)
+                line = self.gpu_line(row[0], width)
+            cursor = self._style("cursor") if index == self.cursor and self.has_focus else None
+            self._cache[index] = line.strip(self.rich_style, width, cursor)
         return self._cache[index]
 
     def _style(self, name: str) -> Style:
-        if name in ("track", "cursor"):
-            return background_style(self, f"gpu-pane--{name}")
-        return text_style(self, f"gpu-pane--{name}")
+        style = self._styles.get(name)
+        if style is None:
+            component = f"gpu-pane--{name}"
+            style = self._styles[name] = background_style(self, component) if name in ("track", "cursor") else text_style(self, component)
+        return style
 
     def _level(self, value: float | None, warn: float, crit: float) -> Style:
         if value is None:
@@ -198,19 +229,19 @@ class GpuPane(ScrollView, can_focus=True):
             return self._style("warn")
         return self._style("ok")
 
-    def _bar(self, text: Text, fraction: float | None, width: int, style: Style) -> None:
+    def _bar(self, text: SegmentLine, fraction: float | None, width: int, style: Style) -> None:
         track = self._style("track")
         if fraction is None:
             text.append(" " * width, track)
         else:
             text.append(bar_cells(fraction, width), track + Style(color=style.color))
 
-    def gpu_line(self, gpu: GpuReading, width: int) -> Text:
+    def gpu_line(self, gpu: GpuReading, width: int) -> SegmentLine:
         """One GPU as a line of columns sized to `width`."""
         t = self.thresholds
         role_width = max((len(role) for role in self.roles.values()), default=0)
-        text = Text(no_wrap=True, end="")
-        text.append(f"{gpu.index:>2} ", "bold")
+        text = SegmentLine()
+        text.append(f"{gpu.index:>2} ", BOLD)
         if role_width:
             text.append(f"{self.roles.get(gpu.index, ''):<{role_width}} ", self._style("role"))
         if gpu.error:
@@ -229,7 +260,7 @@ class GpuPane(ScrollView, can_focus=True):
         self._bar(text, None if mem_pct is None else mem_pct / 100, mem_bar, mem_style)
         used_text = format_gib(used, unit=False) if used is not None else "?"
         mem_text = f"{used_text:>5}/{format_gib(total) if total else '? GiB':<9}"
-        text.append(f" {mem_text}", "" if mem_pct is not None else self._style("dim"))
+        text.append(f" {mem_text}", None if mem_pct is not None else self._style("dim"))
         text.append(f"{mem_pct:4.0f}%" if mem_pct is not None else "   —%", mem_style)
 
         util = gpu.utilization_pct
@@ -254,7 +285,7 @@ class GpuPane(ScrollView, can_focus=True):
             self._append_pids(text, gpu, pids_width)
         return text
 
-    def _append_pids(self, text: Text, gpu: GpuReading, width: int) -> None:
+    def _append_pids(self, text: SegmentLine, gpu: GpuReading, width: int) -> None:
         start = text.cell_len
         if not gpu.processes:
             text.append("no processes", self._style("dim"))
@@ -267,18 +298,18 @@ class GpuPane(ScrollView, can_focus=True):
             if text.cell_len - start + len(item) + (6 if more else 0) > width:
                 text.append(f"+{len(gpu.processes) - n} more", self._style("dim"))
                 return
-            text.append(item, self._style("own") if own else "")
+            text.append(item, self._style("own") if own else None)
             if more:
                 text.append(" ")
 
 
-    def role_line(self, group: GpuRole, width: int) -> Text:
+    def role_line(self, group: GpuRole, width: int) -> SegmentLine:
         """One role's GPUs as a line of ranges: which, memory, utilization, temperature, power, faults."""
         t = self.thresholds
         role_width = max((len(name) for name in self.roles.values()), default=4)
-        text = Text(no_wrap=True, end="")
+        text = SegmentLine()
         text.append(f"{group.role or 'GPUs':<{role_width}} ", self._style("role"))
-        text.append(f"{format_indices([gpu.index for gpu in group.gpus]):<5} ", "bold")
+        text.append(f"{format_indices([gpu.index for gpu in group.gpus]):<5} ", BOLD)
         used, total, pcts = group.memory_used_gib, group.memory_total_mib, group.figures("memory_pct")
         top = max(pcts) if pcts else None
         mem_style = self._level(top, t.memory_warn_pct, t.memory_crit_pct)
