@@ -18,6 +18,7 @@ from console.ui.help_screen import HelpScreen
 from console.ui.log_pane import LogPane
 from console.ui.process_pane import ProcessPane
 from console.ui.status_bar import StatusBar
+from console.ui.throughput_pane import FigureLine
 from console.observe.textsafe import sanitize
 from tests.real_captures import REAL
 from tests.snapshot_apps.scenarios import NOW, h200, make_app, make_config, run_processes
@@ -362,12 +363,12 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
     app = make_app("healthy")
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one("ThroughputPane")
-        assert "avg" in str(pane.query_one("#rate-line").render())
+        assert "avg" in pane.query_one("#rate-line", FigureLine).text.plain
         app.clock.advance(95)
         app.refresh_panes()
         await pilot.pause()
-        assert "last rate written 1m 35s ago" in str(pane.query_one("#rate-line").render())
-        assert "no rate now" in str(pane.query_one("#baseline-line").render())
+        assert "last rate written 1m 35s ago" in pane.query_one("#rate-line", FigureLine).text.plain
+        assert "no rate now" in pane.query_one("#baseline-line", FigureLine).text.plain
         assert pane.has_class("-stale")
 
 
@@ -376,24 +377,24 @@ async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of
     for a second (one frame a second for a watched run, not two)."""
     app = make_app("healthy")
     async with app.run_test(size=SIZE) as pilot:
-        loss_line = app.query_one("#loss-line")
+        loss_line = app.query_one("#loss-line", FigureLine)
         add_lines(app, ["step 9999/50000 | loss 0.1234 | 14.1K tok/s | lr 3.0e-04"])
         app.mark_changed()
         await pilot.pause()
         assert app.query_one(LogPane).last_number == app.state.lines_received  # the line is drawn at once
         app.clock.advance(0.5)
         app._tick()
-        assert "0.1234" not in str(loss_line.render())  # painted 0.5 s ago: left to the next sample
+        assert "0.1234" not in loss_line.text.plain  # painted 0.5 s ago: left to the next sample
         app.state.add_sample(dataclasses.replace(app.state.latest, time=app.state.latest.time + 1))
         app.mark_changed()
         await pilot.pause()
-        assert "0.1234" in str(loss_line.render())
+        assert "0.1234" in loss_line.text.plain
         add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
         app.mark_changed()
         await pilot.pause()
         app.clock.advance(1.0)
         app._tick()  # no sample for a second: the tick draws it
-        assert "0.0999" in str(loss_line.render())
+        assert "0.0999" in loss_line.text.plain
 
 
 async def test_N_while_following_finds_the_problem_line_on_screen():
