@@ -9,17 +9,22 @@ rest of the process, and a notice naming it is kept for the console and `pulse c
 from __future__ import annotations
 
 from functools import lru_cache
-
-import regex
+from typing import TYPE_CHECKING
 
 from console.model import METRIC_NAMES
+
+if TYPE_CHECKING:
+    import regex
 
 #: A line is matched on its first this-many characters (lines are untrusted and can be long).
 USER_PATTERN_CHARS = 4096
 #: Seconds one pattern may take on one line: a real pattern needs microseconds.
 USER_PATTERN_BUDGET_S = 0.1
 
-PatternError = regex.error
+
+class PatternError(ValueError):
+    """A config pattern that is not a valid regular expression."""
+
 
 _disabled: dict[str, str] = {}
 """Pattern text → the notice that disabled it."""
@@ -27,7 +32,12 @@ _disabled: dict[str, str] = {}
 
 def compile_user_pattern(pattern: str) -> regex.Pattern:
     """The compiled pattern (callers cache it); PatternError when it is not a valid regular expression."""
-    return regex.compile(pattern)
+    import regex  # here: a config without patterns (the demo's) does not pay its import at every start
+
+    try:
+        return regex.compile(pattern)
+    except regex.error as exc:
+        raise PatternError(str(exc)) from None
 
 
 def search_user_pattern(compiled: regex.Pattern, label: str, text: str) -> regex.Match | None:
