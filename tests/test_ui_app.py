@@ -6,6 +6,7 @@ import dataclasses
 import io
 
 from rich.console import Console
+from rich.text import Text
 
 from textual.widgets import Input
 
@@ -336,6 +337,18 @@ async def test_the_process_table_scrolls_under_its_header_to_keep_the_cursor_in_
         assert table.cursor_row == table.scrollable_content_region.height - 2
         await pilot.click(ProcessPane, offset=(10, 2))  # the header, then the first and second rows
         assert table.selected_pid() == table.pids[int(table.scroll_offset.y) + 1]
+        await pilot.press("end", "f5")  # the tree moves the last worker up: the view follows it
+        await pilot.pause()
+        assert table.selected_pid() == 5029 and any("5029" in line for line in shown()[1:])
+
+
+async def test_a_click_below_the_last_process_selects_nothing():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ProcessPane)
+        table.select_pid(4127)
+        await pilot.click(ProcessPane, offset=(10, table.row_count + 2))
+        assert table.selected_pid() == 4127
 
 
 async def test_log_silence_is_shown_and_turns_loud_past_the_stall_threshold():
@@ -356,6 +369,26 @@ async def test_a_log_that_grew_under_2s_ago_grew_just_now_so_a_1hz_run_holds_the
         app.refresh_panes()
         await pilot.pause()
         assert box.border_subtitle == "log grew 2s ago"
+
+
+async def test_a_log_silent_past_a_short_stall_limit_never_grew_just_now():
+    from console.config import StallConfig
+
+    app = make_app("healthy", config=dataclasses.replace(make_config(), stall=StallConfig(log_silent_s=1.0)))
+    async with app.run_test(size=SIZE):
+        box = app.query_one("#processes-box")
+        assert 1.0 <= app.state.log_silent_s(app.clock()) < 2
+        assert box.border_subtitle == "log grew 1s ago" and box.has_class("-crit")
+
+
+async def test_a_figure_whose_whole_line_style_changes_is_drawn_again():
+    app = make_app()
+    async with app.run_test(size=SIZE):
+        line = app.query_one("#step-line", FigureLine)
+        line.update(Text("below normal", style="red"))
+        red = line.render_line(0)
+        line.update(Text("below normal", style="green"))
+        assert line.render_line(0) != red
 
 
 async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():

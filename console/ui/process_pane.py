@@ -200,6 +200,9 @@ class ProcessPane(ScrollView, can_focus=True):
             self._strips.clear()
             self.virtual_size = Size(self.size.width, len(pids) + 1)
             self.refresh()
+            # Its PID may have moved out of view (the tree switched, gone rows dropped): follow it
+            # once the new length is laid out.
+            self.call_after_refresh(self._scroll_to_cursor)
             return
         for index, pid in enumerate(pids):
             if cells[pid] != self._cells[pid]:
@@ -239,6 +242,10 @@ class ProcessPane(ScrollView, can_focus=True):
                     self._strips.pop(self._order[old], None)
                     self.refresh_line(old + 1)
             self.cursor_row = row
+        self._scroll_to_cursor()
+
+    def _scroll_to_cursor(self) -> None:
+        row = self.cursor_row
         visible = max(self.size.height - 1, 1)  # the header takes a line
         top = int(self.scroll_offset.y)
         if row < top:
@@ -253,8 +260,9 @@ class ProcessPane(ScrollView, can_focus=True):
         self.move_cursor(self.cursor_row + direction * max(self.size.height - 2, 1))
 
     def on_click(self, event: events.Click) -> None:
-        if event.y >= 1:
-            self.move_cursor(event.y - 1 + int(self.scroll_offset.y))
+        row = event.y - 1 + int(self.scroll_offset.y)
+        if event.y >= 1 and row < len(self._order):  # not the header, nor the blank below the rows
+            self.move_cursor(row)
 
     # -- drawing -----------------------------------------------------------------
 
