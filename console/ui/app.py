@@ -389,15 +389,16 @@ class PulseApp(ThemedApp):
         else:
             title = Text(f"Processes · {pane.alive_count} alive")
         silent = self.state.log_silent_s(now)
+        limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
+        stalled = silent is not None and silent >= limit
         if silent is None:
             grew = "log not read yet"
         else:
             # Under 2 s reads "just now": a run writing every second would flip 0s/1s, and each
-            # flip repaints the whole box with the table in it.
-            grew = "log grew just now" if silent < JUST_NOW_S else f"log grew {format_duration(silent)} ago"
+            # flip repaints the whole box with the table in it. Never past the stall limit, though.
+            just_now = silent < JUST_NOW_S and not stalled
+            grew = "log grew just now" if just_now else f"log grew {format_duration(silent)} ago"
         set_titles(processes_box, title, Text(grew))
-        limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
-        stalled = silent is not None and silent >= limit
         processes_box.set_class(stalled, "-crit")
         processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
         self._refresh_log_titles()
