@@ -34,3 +34,7 @@ def test_peaks_are_each_slices_maximum_and_short_data_skips_empty_slices():
     assert bucket_peaks([1, 5, 2, 2, 9, 0], 3) == [5, 2, 9]
     assert bucket_peaks([3, 1], 4) == [3, 1]
     assert bucket_peaks([], 4) == []
+
+
+def test_a_sparkline_not_laid_out_yet_has_empty_rows():
+    assert sparkline_rows([1.0, 2.0], 0, 2) == [[], []]

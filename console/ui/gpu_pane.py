@@ -44,12 +44,12 @@ class SegmentLine:
         return "".join(text for text, _ in self.runs)
 
     def strip(self, base: Style, width: int, over: Style | None = None) -> Strip:
-        """The line on `base` (the pane's own style), `over` on top of every run, cut or padded to `width`."""
+        """The line on `base` (the pane's own style), `over` on top of every run (not the padding after it), cut or padded to `width`."""
         segments = []
         for text, style in self.runs:
             style = base + style if style else base
             segments.append(Segment(text, style + over if over else style))
-        return Strip(segments, self.cell_len).adjust_cell_length(width, base + over if over else base)
+        return Strip(segments, self.cell_len).adjust_cell_length(width, base)
 
 
 def bar_cells(fraction: float, width: int) -> str:

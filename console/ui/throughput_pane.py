@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.strip import Strip
@@ -52,6 +52,11 @@ def si(value: float) -> str:
     return f"{value:.3g}"
 
 
+def figure_key(text: Text) -> tuple:
+    """What a figure line shows: a Text's equality leaves out its own (whole-line) style."""
+    return text.plain, text.style, tuple(text.spans)
+
+
 class FigureLine(Widget):
     """One row of figures drawn from a strip kept between frames: repainted only when its text
     (or its style) changed, never re-laid-out (an update with layout costs a whole screen
@@ -66,7 +71,7 @@ class FigureLine(Widget):
         self._strip: tuple[tuple, Strip] | None = None
 
     def update(self, text: Text) -> None:
-        if text != self.text:
+        if figure_key(text) != figure_key(self.text):
             self.text = text
             self.refresh()
 
@@ -74,14 +79,15 @@ class FigureLine(Widget):
         width, base = self.size.width, self.rich_style
         if y:
             return Strip.blank(width, base)
-        key = (self.text, width, base)
+        key = (figure_key(self.text), width, base)
         if self._strip is None or self._strip[0] != key:
             # Too long for the pane, it ends at the last word that fits, as a Static of one line does.
             lines = self.text.wrap(self.app.console, max(width, 1), justify="left", overflow="fold")
             text = lines[0] if lines else Text()
             text.rstrip()
             text.end = ""
-            text.stylize_before(base)
+            # The pane's style, then the line's own over it (Text.render drops a Text's own style), then its spans.
+            text.spans[:0] = [Span(0, len(text), base), Span(0, len(text), text.style)]
             self._strip = (key, Strip(text.render(self.app.console), text.cell_len).adjust_cell_length(width, base))
         return self._strip[1]
 
@@ -102,6 +108,8 @@ def sparkline_rows(values: Sequence[float], width: int, height: int) -> list[lis
     """A sparkline `height` rows tall, top row first: each cell's character and where its slice's
     peak stands between the smallest and largest value (0 to 1: its colour), None for a blank.
     Fewer slices than cells are stretched across the width, as Textual's Sparkline draws them."""
+    if width <= 0:
+        return [[] for _ in range(height)]  # not laid out yet
     if not values:
         return [[(" ", None)] * width for _ in range(height - 1)] + [[("▁", 0.0)] * width]
     if len(values) == 1:
