@@ -342,6 +342,19 @@ async def test_the_process_table_scrolls_under_its_header_to_keep_the_cursor_in_
         assert table.selected_pid() == 5029 and any("5029" in line for line in shown()[1:])
 
 
+async def test_the_gpu_pane_takes_the_same_row_keys_as_the_process_table():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        gpus = app.query_one(GpuPane)
+        gpus.focus()
+        await pilot.press("pagedown")
+        assert gpus.selected_gpus() == (min(gpus.size.height - 1, 7),)
+        await pilot.press("end")
+        assert gpus.selected_gpus() == (7,)
+        await pilot.press("pageup", "home")
+        assert gpus.selected_gpus() == (0,)
+
+
 async def test_a_click_below_the_last_process_selects_nothing():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

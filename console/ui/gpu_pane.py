@@ -11,12 +11,12 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import GpuReading, GpuRole, gpus_by_role
+from console.ui.row_cursor import ROW_CURSOR_BINDINGS
 from console.ui.styles import background_style, text_style
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
@@ -66,12 +66,7 @@ def bar_cells(fraction: float, width: int) -> str:
 class GpuPane(ScrollView, can_focus=True):
     """Renders GPU readings; knows nothing about where they came from."""
 
-    BINDINGS = [
-        Binding("up", "move(-1)", "Up", show=False),
-        Binding("down", "move(1)", "Down", show=False),
-        Binding("home", "move(-999)", "First", show=False),
-        Binding("end", "move(999)", "Last", show=False),
-    ]
+    BINDINGS = ROW_CURSOR_BINDINGS
 
     COMPONENT_CLASSES = {
         "gpu-pane--ok",
@@ -171,6 +166,9 @@ class GpuPane(ScrollView, can_focus=True):
             self._cache.clear()
             self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, immediate=True)
             self.refresh()
+
+    def action_page(self, direction: int) -> None:
+        self.action_move(direction * max(self.size.height - 1, 1))
 
     def on_focus(self) -> None:
         self._cache.clear()

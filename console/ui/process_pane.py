@@ -11,13 +11,13 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import ProcessReading
 from console.observe.roles import script_and_args
+from console.ui.row_cursor import ROW_CURSOR_BINDINGS
 from console.ui.styles import text_style
 from console.units import format_duration, format_gib
 
@@ -78,14 +78,7 @@ class ProcessPane(ScrollView, can_focus=True):
     cell so far (they never narrow, so figures do not jump left and right between samples).
     """
 
-    BINDINGS = [
-        Binding("up", "move(-1)", "Up", show=False),
-        Binding("down", "move(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "move(-999999)", "First", show=False),
-        Binding("end", "move(999999)", "Last", show=False),
-    ]
+    BINDINGS = ROW_CURSOR_BINDINGS
 
     COMPONENT_CLASSES = {
         "process-pane--header",
