@@ -355,6 +355,26 @@ async def test_the_gpu_pane_takes_the_same_row_keys_as_the_process_table():
         assert gpus.selected_gpus() == (0,)
 
 
+async def test_panes_that_keep_their_base_style_take_a_new_theme_and_focus():
+    """Each line-API pane keeps its own Rich style between frames: a theme or a focus tint must still reach its rows."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        panes = [app.query_one(GpuPane), app.query_one(ProcessPane), app.query_one(LogPane), app.query_one("#step-line", FigureLine)]
+
+        def backgrounds() -> list:
+            return [list(pane.render_line(pane.size.height - 1))[-1].style.bgcolor for pane in panes]
+
+        before = backgrounds()
+        assert before == [pane.rich_style.bgcolor for pane in panes]
+        await pilot.press("t")
+        await pilot.pause()
+        after = backgrounds()
+        assert after == [pane.rich_style.bgcolor for pane in panes] and after != before
+        panes[1].focus()  # the process table is tinted when focused
+        await pilot.pause()
+        assert backgrounds()[1] == panes[1].rich_style.bgcolor != after[1]
+
+
 async def test_a_click_below_the_last_process_selects_nothing():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -17,7 +17,7 @@ from textual.strip import Strip
 
 from console.model import GpuReading, GpuRole, gpus_by_role
 from console.ui.row_cursor import ROW_CURSOR_BINDINGS
-from console.ui.styles import background_style, text_style
+from console.ui.styles import KeptBaseStyle, background_style, text_style
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
 
@@ -63,7 +63,7 @@ def bar_cells(fraction: float, width: int) -> str:
     return text.ljust(width)
 
 
-class GpuPane(ScrollView, can_focus=True):
+class GpuPane(KeptBaseStyle, ScrollView, can_focus=True):
     """Renders GPU readings; knows nothing about where they came from."""
 
     BINDINGS = ROW_CURSOR_BINDINGS
@@ -195,12 +195,12 @@ class GpuPane(ScrollView, can_focus=True):
             if y == 0:
                 text = Text("no GPU readings yet", style=self._style("dim"), end="")
                 # Every segment needs a style: NO_COLOR's filter reads each one's colour.
-                text.stylize_before(self.rich_style)
-                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width, self.rich_style)
-            return Strip.blank(width, self.rich_style)
+                text.stylize_before(self.base_style)
+                return Strip(text.render(self.app.console), text.cell_len).extend_cell_length(width, self.base_style)
+            return Strip.blank(width, self.base_style)
         rows = self.rows()
         if index >= len(rows):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self.base_style)
         if index not in self._cache:
             row = rows[index]
             if self.compact:
@@ -208,7 +208,7 @@ class GpuPane(ScrollView, can_focus=True):
             else:
                 line = self.gpu_line(row[0], width)
             cursor = self._style("cursor") if index == self.cursor and self.has_focus else None
-            self._cache[index] = line.strip(self.rich_style, width, cursor)
+            self._cache[index] = line.strip(self.base_style, width, cursor)
         return self._cache[index]
 
     def _style(self, name: str) -> Style:

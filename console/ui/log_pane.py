@@ -28,7 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
-from console.ui.styles import background_style, sgr_style, text_style
+from console.ui.styles import KeptBaseStyle, background_style, sgr_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).
@@ -60,7 +60,7 @@ def line_number(line: LogLine) -> int:
     return line.number
 
 
-class LogPane(ScrollView, can_focus=True):
+class LogPane(KeptBaseStyle, ScrollView, can_focus=True):
     """A bounded, styled, filterable tail of the run's log."""
 
     BINDINGS = [Binding("end", "follow", "Follow", show=False)]
@@ -398,7 +398,7 @@ class LogPane(ScrollView, can_focus=True):
         index = scroll_y + y
         width = self.scrollable_content_region.width
         if index >= len(self._shown):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self.base_style)
         placement = (scroll_x, width)
         cached = self._cache.get(index)
         if cached is None:
@@ -406,7 +406,7 @@ class LogPane(ScrollView, can_focus=True):
         elif cached[1] == placement:
             return cached[2]  # following, each new line moves the others up a row: they are as they were
         # Updated in place: an LRUCache keeps the first value set for a key.
-        cached[1:] = placement, cached[0].crop_extend(scroll_x, scroll_x + width, self.rich_style).apply_offsets(scroll_x, index)
+        cached[1:] = placement, cached[0].crop_extend(scroll_x, scroll_x + width, self.base_style).apply_offsets(scroll_x, index)
         return cached[2]
 
     def _render_full_line(self, line: LogLine) -> Strip:
@@ -433,5 +433,5 @@ class LogPane(ScrollView, can_focus=True):
         text.append_text(body)
         if line.number == self._current:
             text.stylize(self._style("current"))
-        text.stylize_before(self.rich_style)
+        text.stylize_before(self.base_style)
         return Strip(text.render(self.app.console), text.cell_len)

@@ -18,7 +18,7 @@ from textual.strip import Strip
 from console.model import ProcessReading
 from console.observe.roles import script_and_args
 from console.ui.row_cursor import ROW_CURSOR_BINDINGS
-from console.ui.styles import text_style
+from console.ui.styles import KeptBaseStyle, text_style
 from console.units import format_duration, format_gib
 
 #: How many vanished processes stay listed (marked gone) after they disappear.
@@ -71,7 +71,7 @@ def tree_order(processes: list[ProcessReading]) -> list[tuple[ProcessReading, in
 Cell = tuple[str, str]
 
 
-class ProcessPane(ScrollView, can_focus=True):
+class ProcessPane(KeptBaseStyle, ScrollView, can_focus=True):
     """PID, role (launcher, rank N, worker of rank N), state, CPU% (by delta), RSS, threads, elapsed and command.
 
     A header line stays on top; the rows scroll under it. Columns are as wide as their widest
@@ -284,7 +284,7 @@ class ProcessPane(ScrollView, can_focus=True):
             return self._line([(label, "header") for label, _ in COLUMNS], "", width)
         index = y - 1 + int(self.scroll_offset.y)
         if index >= len(self._order):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self.base_style)
         pid = self._order[index]
         strip = self._strips.get(pid)
         if strip is None or strip.cell_length != width:
@@ -294,7 +294,7 @@ class ProcessPane(ScrollView, can_focus=True):
     def _line(self, cells, over: str, width: int) -> Strip:
         """One row of cells, each padded by a space either side and aligned in its column;
         `over` is a component whose style goes over every cell (the cursor's)."""
-        base = self.rich_style
+        base = self.base_style
         top = self._style(over) if over else None
         segments = []
         for (text, component), (_, key), column_width in zip(cells, COLUMNS, self._widths):

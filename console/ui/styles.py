@@ -8,6 +8,7 @@ style, so a component can colour text or a background without painting over the 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from rich.ansi import AnsiDecoder
 from rich.style import Style
@@ -39,3 +40,22 @@ def sgr_style(parameters: str) -> Style:
     decoded = AnsiDecoder().decode_line(f"\x1b[{parameters}m.")
     style = decoded.spans[0].style if decoded.spans else Style()
     return style + Style(conceal=False, blink=False, blink2=False)
+
+
+class KeptBaseStyle:
+    """Mixed into a line-API widget: its own Rich style (`rich_style` walks the ancestors'
+    backgrounds, ~60 µs, and a pane asked for it once a row every frame), kept until its
+    styles change. Textual tells a widget so (`notify_style_update`) whenever its own rules are
+    applied again: a theme, a class or a pseudo-class of its own or of an ancestor."""
+
+    _kept_base: Style | None = None
+
+    @property
+    def base_style(self: Any) -> Style:
+        if self._kept_base is None:
+            self._kept_base = self.rich_style
+        return self._kept_base
+
+    def notify_style_update(self: Any) -> None:
+        super().notify_style_update()
+        self._kept_base = None

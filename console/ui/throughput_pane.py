@@ -15,6 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline
 
+from console.ui.styles import KeptBaseStyle
 from console.units import format_duration
 
 
@@ -57,7 +58,7 @@ def figure_key(text: Text) -> tuple:
     return text.plain, text.style, tuple(text.spans)
 
 
-class FigureLine(Widget):
+class FigureLine(KeptBaseStyle, Widget):
     """One row of figures drawn from a strip kept between frames: repainted only when its text
     (or its style) changed, never re-laid-out (an update with layout costs a whole screen
     layout, every second, for nothing). Lighter than a Static, whose every update converts
@@ -76,14 +77,16 @@ class FigureLine(Widget):
             self.refresh()
 
     def render_line(self, y: int) -> Strip:
-        width, base = self.size.width, self.rich_style
+        width, base = self.size.width, self.base_style
         if y:
             return Strip.blank(width, base)
         key = (figure_key(self.text), width, base)
         if self._strip is None or self._strip[0] != key:
-            # Too long for the pane, it ends at the last word that fits, as a Static of one line does.
-            lines = self.text.wrap(self.app.console, max(width, 1), justify="left", overflow="fold")
-            text = lines[0] if lines else Text()
+            if self.text.cell_len <= width:
+                text = self.text.copy()
+            else:  # too long for the pane: it ends at the last word that fits, as a Static of one line does
+                lines = self.text.wrap(self.app.console, max(width, 1), justify="left", overflow="fold")
+                text = lines[0] if lines else Text()
             text.rstrip()
             text.end = ""
             # The pane's style, then the line's own over it (Text.render drops a Text's own style), then its spans.
@@ -141,7 +144,7 @@ def blend(low: Color, high: Color, ratio: float) -> Color:
     return Color.from_rgb(r1 + (r2 - r1) * ratio, g1 + (g2 - g1) * ratio, b1 + (b2 - b1) * ratio)
 
 
-class CellSparkline(Sparkline):
+class CellSparkline(KeptBaseStyle, Sparkline):
     """A sparkline repainted only when one of its cells would change, drawn from strips kept
     between frames. A bar's height comes from its slice's maximum scaled between the data's
     minimum and maximum, so when those are unchanged for this width, so is every cell.
@@ -167,7 +170,7 @@ class CellSparkline(Sparkline):
 
     def render_line(self, y: int) -> Strip:
         width, height = self.size
-        base = self.rich_style
+        base = self.base_style
         _, background = self.background_colors
         # The colours are looked up each time: a class on the pane (-slow) changes them with no style notice here.
         low = (background + self.get_component_styles("sparkline--min-color").color).rich_color
