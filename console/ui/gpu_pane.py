@@ -17,7 +17,7 @@ from textual.strip import Strip
 
 from console.model import GpuReading, GpuRole, gpus_by_role
 from console.ui.row_cursor import ROW_CURSOR_BINDINGS
-from console.ui.styles import KeptBaseStyle, background_style, text_style
+from console.ui.styles import KeptStyles, background_style, text_style
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
 
@@ -39,10 +39,6 @@ class SegmentLine:
         self.runs.append((text, style))
         self.cell_len += cell_len(text)
 
-    @property
-    def plain(self) -> str:
-        return "".join(text for text, _ in self.runs)
-
     def strip(self, base: Style, width: int, over: Style | None = None) -> Strip:
         """The line on `base` (the pane's own style), `over` on top of every run (not the padding after it), cut or padded to `width`."""
         segments = []
@@ -63,7 +59,7 @@ def bar_cells(fraction: float, width: int) -> str:
     return text.ljust(width)
 
 
-class GpuPane(KeptBaseStyle, ScrollView, can_focus=True):
+class GpuPane(KeptStyles, ScrollView, can_focus=True):
     """Renders GPU readings; knows nothing about where they came from."""
 
     BINDINGS = ROW_CURSOR_BINDINGS
@@ -108,8 +104,6 @@ class GpuPane(KeptBaseStyle, ScrollView, can_focus=True):
         """One summary line per role instead of one line per GPU."""
         self.cursor = 0
         self._cache: dict[int, Strip] = {}
-        self._styles: dict[str, Style] = {}
-        """Component styles by name (a row asks for several, every sample), until the styles change."""
 
     def show(
         self,
@@ -181,7 +175,6 @@ class GpuPane(KeptBaseStyle, ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._styles.clear()
         self._cache.clear()
 
     def on_resize(self) -> None:
@@ -212,11 +205,11 @@ class GpuPane(KeptBaseStyle, ScrollView, can_focus=True):
         return self._cache[index]
 
     def _style(self, name: str) -> Style:
-        style = self._styles.get(name)
-        if style is None:
-            component = f"gpu-pane--{name}"
-            style = self._styles[name] = background_style(self, component) if name in ("track", "cursor") else text_style(self, component)
-        return style
+        return self.kept_style(name, self._make_style)
+
+    def _make_style(self, name: str) -> Style:
+        component = f"gpu-pane--{name}"
+        return background_style(self, component) if name in ("track", "cursor") else text_style(self, component)
 
     def _level(self, value: float | None, warn: float, crit: float) -> Style:
         if value is None:

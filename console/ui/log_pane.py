@@ -28,7 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
-from console.ui.styles import KeptBaseStyle, background_style, sgr_style, text_style
+from console.ui.styles import KeptStyles, background_style, sgr_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).
@@ -60,7 +60,7 @@ def line_number(line: LogLine) -> int:
     return line.number
 
 
-class LogPane(KeptBaseStyle, ScrollView, can_focus=True):
+class LogPane(KeptStyles, ScrollView, can_focus=True):
     """A bounded, styled, filterable tail of the run's log."""
 
     BINDINGS = [Binding("end", "follow", "Follow", show=False)]
@@ -119,7 +119,6 @@ class LogPane(KeptBaseStyle, ScrollView, can_focus=True):
         """Number of the line the operator jumped to (a problem, a match, a go-to): highlighted."""
         self._cache: LRUCache[int, list] = LRUCache(1024)
         """Per shown line: [its whole strip, a (scroll x, width), the part on screen there]."""
-        self._styles: dict[str, Style] = {}
         self._programmatic_scroll = False
         self._filter: re.Pattern[str] | None = None
         self._search: re.Pattern[str] | None = None
@@ -378,20 +377,17 @@ class LogPane(KeptBaseStyle, ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._styles.clear()
         self._cache.clear()
 
     def _style(self, name: str) -> Style:
-        style = self._styles.get(name)
-        if style is None:
-            component = f"log-pane--{name}"
-            if name in ("match", "current"):
-                style = background_style(self, component) + text_style(self, component)
-                style = Style(bgcolor=style.bgcolor, bold=style.bold)
-            else:
-                style = text_style(self, component)
-            self._styles[name] = style
-        return style
+        return self.kept_style(name, self._make_style)
+
+    def _make_style(self, name: str) -> Style:
+        component = f"log-pane--{name}"
+        if name in ("match", "current"):
+            style = background_style(self, component) + text_style(self, component)
+            return Style(bgcolor=style.bgcolor, bold=style.bold)
+        return text_style(self, component)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset

@@ -18,7 +18,7 @@ from textual.strip import Strip
 from console.model import ProcessReading
 from console.observe.roles import script_and_args
 from console.ui.row_cursor import ROW_CURSOR_BINDINGS
-from console.ui.styles import KeptBaseStyle, text_style
+from console.ui.styles import KeptStyles, text_style
 from console.units import format_duration, format_gib
 
 #: How many vanished processes stay listed (marked gone) after they disappear.
@@ -71,7 +71,7 @@ def tree_order(processes: list[ProcessReading]) -> list[tuple[ProcessReading, in
 Cell = tuple[str, str]
 
 
-class ProcessPane(KeptBaseStyle, ScrollView, can_focus=True):
+class ProcessPane(KeptStyles, ScrollView, can_focus=True):
     """PID, role (launcher, rank N, worker of rank N), state, CPU% (by delta), RSS, threads, elapsed and command.
 
     A header line stays on top; the rows scroll under it. Columns are as wide as their widest
@@ -126,7 +126,6 @@ class ProcessPane(KeptBaseStyle, ScrollView, can_focus=True):
         self._cells: dict[int, tuple[Cell, ...]] = {}
         self._widths = [cell_len(label) for label, _ in COLUMNS]
         self._strips: dict[int, Strip] = {}
-        self._styles: dict[str, Style] = {}
         self.cursor_row = 0
         self.as_tree = False
         """Rows as a process tree (htop's F5): children under their parent, indented."""
@@ -261,11 +260,9 @@ class ProcessPane(KeptBaseStyle, ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._styles.clear()
         self._strips.clear()
 
     def on_focus(self) -> None:
-        self._styles.clear()
         self._strips.clear()
         self.refresh()
 
@@ -305,12 +302,12 @@ class ProcessPane(KeptBaseStyle, ScrollView, can_focus=True):
         return Strip(segments).adjust_cell_length(width, base + top if top else base)
 
     def _style(self, component: str) -> Style:
+        return self.kept_style(component, self._make_style)
+
+    def _make_style(self, component: str) -> Style:
         """A component's style: text only for a cell's colour, background as well for the cursor."""
-        if component not in self._styles:
-            name = f"process-pane--{component}"
-            if component == "cursor":
-                full = self.get_component_rich_style(name)
-                self._styles[component] = Style(color=full.color, bgcolor=full.bgcolor, bold=full.bold)
-            else:
-                self._styles[component] = text_style(self, name)
-        return self._styles[component]
+        name = f"process-pane--{component}"
+        if component == "cursor":
+            full = self.get_component_rich_style(name)
+            return Style(color=full.color, bgcolor=full.bgcolor, bold=full.bold)
+        return text_style(self, name)

@@ -8,6 +8,7 @@ style, so a component can colour text or a background without painting over the 
 from __future__ import annotations
 
 from functools import lru_cache
+from collections.abc import Callable
 from typing import Any
 
 from rich.ansi import AnsiDecoder
@@ -42,13 +43,15 @@ def sgr_style(parameters: str) -> Style:
     return style + Style(conceal=False, blink=False, blink2=False)
 
 
-class KeptBaseStyle:
+class KeptStyles:
     """Mixed into a line-API widget: its own Rich style (`rich_style` walks the ancestors'
-    backgrounds, ~60 µs, and a pane asked for it once a row every frame), kept until its
-    styles change. Textual tells a widget so (`notify_style_update`) whenever its own rules are
-    applied again: a theme, a class or a pseudo-class of its own or of an ancestor."""
+    backgrounds, ~60 µs, and a pane asked for it once a row every frame) and its component
+    styles, kept until its styles change. Textual tells a widget so (`notify_style_update`)
+    whenever its own rules are applied again: a theme, a class or a pseudo-class of its own or
+    of an ancestor."""
 
     _kept_base: Style | None = None
+    _kept_components: dict[str, Style] | None = None
 
     @property
     def base_style(self: Any) -> Style:
@@ -56,6 +59,15 @@ class KeptBaseStyle:
             self._kept_base = self.rich_style
         return self._kept_base
 
+    def kept_style(self: Any, name: str, make: Callable[[str], Style]) -> Style:
+        """The style of component `name`, made by `make(name)` once until the styles change."""
+        if self._kept_components is None:
+            self._kept_components = {}
+        style = self._kept_components.get(name)
+        if style is None:
+            style = self._kept_components[name] = make(name)
+        return style
+
     def notify_style_update(self: Any) -> None:
         super().notify_style_update()
-        self._kept_base = None
+        self._kept_base = self._kept_components = None
