@@ -46,9 +46,10 @@ def sgr_style(parameters: str) -> Style:
 class KeptStyles:
     """Mixed into a line-API widget: its own Rich style (`rich_style` walks the ancestors'
     backgrounds, ~60 µs, and a pane asked for it once a row every frame) and its component
-    styles, kept until its styles change. Textual tells a widget so (`notify_style_update`)
-    whenever its own rules are applied again: a theme, a class or a pseudo-class of its own or
-    of an ancestor."""
+    styles, kept until Textual says its styles changed (`notify_style_update`): when its own
+    rules change, by a theme, or a class or pseudo-class on it or an ancestor. A change an
+    ancestor makes only to its background, or only to this widget's component styles, is not
+    said: none of our CSS does the first; the sparklines look their colours up each time."""
 
     _kept_base: Style | None = None
     _kept_components: dict[str, Style] | None = None
