@@ -375,6 +375,32 @@ async def test_panes_that_keep_their_base_style_take_a_new_theme_and_focus():
         assert backgrounds()[1] == panes[1].rich_style.bgcolor != after[1]
 
 
+async def test_a_real_torchrun_tree_captured_on_two_h200s_reads_as_launcher_over_its_ranks():
+    """The processes `pulse check` read of a real torchrun hang (tests/data/real/live/h200x2_process_agent)."""
+    import json
+    from pathlib import Path
+
+    from console.model import ProcessReading
+
+    check = json.loads((Path(__file__).parent / "data/real/live/h200x2_process_agent/torchrun_hang/check.json").read_text())
+    fields = ("pid", "ppid", "state", "elapsed_s", "threads", "rss_mib", "cpu_pct", "cmdline", "role", "rank", "label")
+    processes = tuple(ProcessReading(**{key: p[key] for key in fields}) for p in reversed(check["processes"]))
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.state.add_sample(Sample(time=1.0, processes=processes))
+        app.refresh_panes()
+        table = app.query_one(ProcessPane)
+        table.focus()
+        await pilot.press("f5")
+        assert table.pids[:3] == [605, 970, 971]  # the scenario's own processes follow, gone
+        assert [table.cell_text(pid, "role") for pid in table.pids[:3]] == ["launcher (torchrun)", "rank 0 · GPU 0", "rank 1 · GPU 1"]
+        assert table.cell_text(970, "command") == "└ ddp_allreduce.py --hang-rank 1"
+        header, launcher, rank0 = (table.render_line(y).text for y in range(3))
+        # Figures are right-aligned under their headings: the busy rank's CPU% ends where "CPU%" does.
+        assert rank0.index("100.5") + len("100.5") == header.index("CPU%") + len("CPU%")
+        assert "S sleep" in launcher and "R run" in rank0
+
+
 async def test_a_click_below_the_last_process_selects_nothing():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
