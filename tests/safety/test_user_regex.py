@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,12 @@ def long_command_line():
     """A real process whose command line makes `(x|xx)+$` backtrack: 40 x's, then not an x."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "x" * 40 + "!"],
                                stdin=subprocess.DEVNULL)
+    # Until it has exec'd, /proc shows the parent's command line: the regex would have nothing to chew on.
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while b"x" * 40 not in cmdline.read_bytes():
+        assert time.monotonic() < deadline, "the child never showed its command line"
+        time.sleep(0.01)
     yield process
     process.kill()
     process.wait()
