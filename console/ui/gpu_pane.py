@@ -17,6 +17,7 @@ from textual.strip import Strip
 
 from console.model import GpuReading, GpuRole, gpus_by_role
 from console.ui.row_cursor import ROW_CURSOR_BINDINGS
+from console.ui.plain_lines import PlainLines
 from console.ui.styles import KeptStyles, background_style, text_style
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
@@ -59,7 +60,7 @@ def bar_cells(fraction: float, width: int) -> str:
     return text.ljust(width)
 
 
-class GpuPane(KeptStyles, ScrollView, can_focus=True):
+class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
     """Renders GPU readings; knows nothing about where they came from."""
 
     BINDINGS = ROW_CURSOR_BINDINGS

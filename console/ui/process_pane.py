@@ -18,6 +18,7 @@ from textual.strip import Strip
 from console.model import ProcessReading
 from console.observe.roles import script_and_args
 from console.ui.row_cursor import ROW_CURSOR_BINDINGS
+from console.ui.plain_lines import PlainLines
 from console.ui.styles import KeptStyles, text_style
 from console.units import format_duration, format_gib
 
@@ -71,7 +72,7 @@ def tree_order(processes: list[ProcessReading]) -> list[tuple[ProcessReading, in
 Cell = tuple[str, str]
 
 
-class ProcessPane(KeptStyles, ScrollView, can_focus=True):
+class ProcessPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
     """PID, role (launcher, rank N, worker of rank N), state, CPU% (by delta), RSS, threads, elapsed and command.
 
     A header line stays on top; the rows scroll under it. Columns are as wide as their widest

@@ -15,6 +15,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline
 
+from console.ui.plain_lines import PlainLines
 from console.ui.styles import KeptStyles
 from console.units import format_duration
 
@@ -58,7 +59,7 @@ def figure_key(text: Text) -> tuple:
     return text.plain, text.style, tuple(text.spans)
 
 
-class FigureLine(KeptStyles, Widget):
+class FigureLine(PlainLines, KeptStyles, Widget):
     """One row of figures drawn from a strip kept between frames: repainted only when its text
     (or its style) changed, never re-laid-out (an update with layout costs a whole screen
     layout, every second, for nothing). Lighter than a Static, whose every update converts
@@ -144,7 +145,7 @@ def blend(low: Color, high: Color, ratio: float) -> Color:
     return Color.from_rgb(r1 + (r2 - r1) * ratio, g1 + (g2 - g1) * ratio, b1 + (b2 - b1) * ratio)
 
 
-class CellSparkline(KeptStyles, Sparkline):
+class CellSparkline(PlainLines, KeptStyles, Sparkline):
     """A sparkline repainted only when one of its cells would change, drawn from strips kept
     between frames. A bar's height comes from its slice's maximum scaled between the data's
     minimum and maximum, so when those are unchanged for this width, so is every cell.
