@@ -28,6 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
+from console.ui.kept_scrollbar import KeptScrollBars
 from console.ui.plain_lines import PlainLines
 from console.ui.styles import KeptStyles, background_style, sgr_style, text_style
 
@@ -61,7 +62,7 @@ def line_number(line: LogLine) -> int:
     return line.number
 
 
-class LogPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
+class LogPane(PlainLines, KeptStyles, KeptScrollBars, ScrollView, can_focus=True):
     """A bounded, styled, filterable tail of the run's log."""
 
     BINDINGS = [Binding("end", "follow", "Follow", show=False)]

@@ -1,13 +1,16 @@
 """The line-API panes hand their strips to the compositor without Textual's per-line styling
-(console/ui/plain_lines.py): what they draw must be what Textual's own path draws, segment
-for segment, in every state that changes a pane's style."""
+(console/ui/plain_lines.py), and the log's scrollbar is put together from rows it kept
+(console/ui/kept_scrollbar.py): what they draw must be what Textual's own path draws,
+segment for segment, in every state that changes their style."""
 
 from __future__ import annotations
 
 from textual.geometry import Region
+from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 
 from console.ui.gpu_pane import GpuPane
+from console.ui.kept_scrollbar import KeptScrollBar
 from console.ui.log_pane import LogPane
 from console.ui.plain_lines import PlainLines
 from console.ui.process_pane import ProcessPane
@@ -79,3 +82,42 @@ async def test_a_pane_given_padding_is_styled_by_textual():
         assert log._styled()
         line = log.render_lines(Region(0, 0, log.size.width, 1))[0]
         assert line.text.startswith("  ")  # the padding Textual draws
+
+
+def assert_bar_drawn_as_textual_draws(bar) -> None:
+    full = Region(0, 0, *bar.size)
+    ours = bar.render_lines(full)
+    bar._styles_cache.clear()
+    bar._dirty_regions.add(full)  # Textual's own path renders the bar again from its renderable
+    theirs = ScrollBar.render_lines(bar, full)
+    assert segments(ours) == segments(theirs)
+
+
+async def test_the_log_scrollbar_kept_rows_draw_as_textual_draws_the_bar():
+    """A log ending in a real CUDA OOM traceback: the thumb at every third position, hovered,
+    grabbed, over a focused (tinted) log and in another theme."""
+    app = make_app("oom")
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(LogPane)
+        bar = log.vertical_scrollbar
+        assert isinstance(bar, KeptScrollBar) and bar.display
+        shown = list(log.shown_lines)
+        for y in range(0, int(log.max_scroll_y) + 1, 3):
+            log.scroll_to(y=y, animate=False, immediate=True)
+            assert_bar_drawn_as_textual_draws(bar)
+        kept = len(bar._kept)
+        log.scroll_to(y=0, animate=False, immediate=True)
+        assert bar.render_lines(Region(0, 0, *bar.size)) and len(bar._kept) == kept  # all rows known: none made anew
+        bar.mouse_over = True
+        assert_bar_drawn_as_textual_draws(bar)
+        bar.grabbed = bar.region.offset
+        assert_bar_drawn_as_textual_draws(bar)
+        bar.grabbed = None
+        bar.mouse_over = False
+        log.focus()
+        await pilot.pause()
+        assert_bar_drawn_as_textual_draws(bar)
+        app.theme = "textual-light"
+        await pilot.pause()
+        assert_bar_drawn_as_textual_draws(bar)
+        assert len(shown) > 2 * log.size.height  # a log long enough to scroll
