@@ -14,11 +14,11 @@ from console.ui.kept_scrollbar import KeptScrollBar
 from console.ui.log_pane import LogPane
 from console.ui.plain_lines import PlainLines
 from console.ui.process_pane import ProcessPane
-from console.ui.throughput_pane import CellSparkline, FigureLine
+from console.ui.throughput_pane import ThroughputPane
 from tests.snapshot_apps.scenarios import make_app
 
 SIZE = (120, 40)
-PANES = (GpuPane, ProcessPane, LogPane, FigureLine, CellSparkline)
+PANES = (GpuPane, ProcessPane, LogPane, ThroughputPane)
 
 
 def segments(strips) -> list[list]:
@@ -47,7 +47,7 @@ async def test_the_panes_draw_a_real_hf_trainer_run_as_textual_styles_it():
     app = make_app("bar")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert assert_drawn_as_textual_draws(app) == 9  # GPUs, processes, log, 4 figure lines, 2 sparklines
+        assert assert_drawn_as_textual_draws(app) == 4
         app.query_one(LogPane).focus()  # a focused log is tinted
         await pilot.pause()
         assert_drawn_as_textual_draws(app)

@@ -11,7 +11,7 @@ from console.observe.lines import classify_line
 from console.ui.app import set_titles
 from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
-from console.ui.throughput_pane import CellSparkline
+from console.ui.throughput_pane import ThroughputPane
 from tests.snapshot_apps.scenarios import NOW, make_app
 
 SIZE = (120, 40)
@@ -120,12 +120,12 @@ async def test_a_sparkline_repaints_only_when_a_cell_would_change():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        spark = app.query_one("#rate-spark", CellSparkline)
-        values = [5.0, 1.0] * (2 * spark.size.width)  # four values a cell: each bucket is 5, 1, 5, 1
-        spark.show(values)
-        shown = spark.data
+        pane = app.query_one(ThroughputPane)
+        values = [5.0, 1.0] * (2 * pane.size.width)  # four values a cell: each bucket is 5, 1, 5, 1
+        pane.show_sparkline("rate-spark", values)
+        shown = pane.sparklines["rate-spark"]
         # A last value that moves no bucket's maximum and neither end of the scale: no repaint.
-        spark.show([*values[:-1], 2.0])
-        assert spark.data is shown
-        spark.show([*values[:-1], 9.0])  # a new maximum: every bar rescales
-        assert spark.data[-1] == 9.0
+        pane.show_sparkline("rate-spark", [*values[:-1], 2.0])
+        assert pane.sparklines["rate-spark"] is shown
+        pane.show_sparkline("rate-spark", [*values[:-1], 9.0])  # a new maximum: every bar rescales
+        assert pane.sparklines["rate-spark"][-1] == 9.0

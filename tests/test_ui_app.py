@@ -19,7 +19,7 @@ from console.ui.help_screen import HelpScreen
 from console.ui.log_pane import LogPane
 from console.ui.process_pane import ProcessPane
 from console.ui.status_bar import StatusBar
-from console.ui.throughput_pane import FigureLine
+from console.ui.throughput_pane import ThroughputPane
 from console.observe.textsafe import sanitize
 from tests.real_captures import REAL
 from tests.snapshot_apps.scenarios import NOW, h200, make_app, make_config, run_processes
@@ -359,7 +359,7 @@ async def test_panes_that_keep_their_base_style_take_a_new_theme_and_focus():
     """Each line-API pane keeps its own Rich style between frames: a theme or a focus tint must still reach its rows."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        panes = [app.query_one(GpuPane), app.query_one(ProcessPane), app.query_one(LogPane), app.query_one("#step-line", FigureLine)]
+        panes = [app.query_one(GpuPane), app.query_one(ProcessPane), app.query_one(LogPane), app.query_one(ThroughputPane)]
 
         def backgrounds() -> list:
             return [list(pane.render_line(pane.size.height - 1))[-1].style.bgcolor for pane in panes]
@@ -443,25 +443,26 @@ async def test_a_log_silent_past_a_short_stall_limit_never_grew_just_now():
 async def test_a_figure_whose_whole_line_style_changes_is_drawn_again():
     app = make_app()
     async with app.run_test(size=SIZE):
-        line = app.query_one("#step-line", FigureLine)
-        line.update(Text("below normal", style="red"))
-        red = line.render_line(0)
-        line.update(Text("below normal", style="green"))
-        assert line.render_line(0) != red
+        pane = app.query_one(ThroughputPane)
+        step_row = [name for name, _ in pane.rows].index("step")
+        pane.update_figure("step", Text("below normal", style="red"))
+        red = pane.render_line(step_row)
+        pane.update_figure("step", Text("below normal", style="green"))
+        assert pane.render_line(step_row) != red
 
 
 async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
     """A hung run's last tok/s must not read as its rate now: the pane says how old it is."""
     app = make_app("healthy")
     async with app.run_test(size=SIZE) as pilot:
-        pane = app.query_one("ThroughputPane")
-        assert "avg" in pane.query_one("#rate-line", FigureLine).text.plain
+        pane = app.query_one(ThroughputPane)
+        assert "avg" in pane.figures["rate"].plain
         app.clock.advance(95)
         app.refresh_panes()
         await pilot.pause()
-        assert "last rate written 1m 35s ago" in pane.query_one("#rate-line", FigureLine).text.plain
-        assert "no rate now" in pane.query_one("#baseline-line", FigureLine).text.plain
-        assert pane.has_class("-stale")
+        assert "last rate written 1m 35s ago" in pane.figures["rate"].plain
+        assert "no rate now" in pane.figures["baseline"].plain
+        assert pane.stale
 
 
 async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of_their_own():
@@ -469,24 +470,24 @@ async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of
     for a second (one frame a second for a watched run, not two)."""
     app = make_app("healthy")
     async with app.run_test(size=SIZE) as pilot:
-        loss_line = app.query_one("#loss-line", FigureLine)
+        figures = app.query_one(ThroughputPane).figures
         add_lines(app, ["step 9999/50000 | loss 0.1234 | 14.1K tok/s | lr 3.0e-04"])
         app.mark_changed()
         await pilot.pause()
         assert app.query_one(LogPane).last_number == app.state.lines_received  # the line is drawn at once
         app.clock.advance(0.5)
         app._tick()
-        assert "0.1234" not in loss_line.text.plain  # painted 0.5 s ago: left to the next sample
+        assert "0.1234" not in figures["loss"].plain  # painted 0.5 s ago: left to the next sample
         app.state.add_sample(dataclasses.replace(app.state.latest, time=app.state.latest.time + 1))
         app.mark_changed()
         await pilot.pause()
-        assert "0.1234" in loss_line.text.plain
+        assert "0.1234" in figures["loss"].plain
         add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
         app.mark_changed()
         await pilot.pause()
         app.clock.advance(1.0)
         app._tick()  # no sample for a second: the tick draws it
-        assert "0.0999" in loss_line.text.plain
+        assert "0.0999" in figures["loss"].plain
 
 
 async def test_N_while_following_finds_the_problem_line_on_screen():

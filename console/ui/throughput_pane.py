@@ -6,17 +6,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.color import Color
+from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Sparkline
 
 from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles
+from console.ui.styles import KeptStyles, text_style
 from console.units import format_duration
 
 
@@ -59,41 +58,19 @@ def figure_key(text: Text) -> tuple:
     return text.plain, text.style, tuple(text.spans)
 
 
-class FigureLine(PlainLines, KeptStyles, Widget):
-    """One row of figures drawn from a strip kept between frames: repainted only when its text
-    (or its style) changed, never re-laid-out (an update with layout costs a whole screen
-    layout, every second, for nothing). Lighter than a Static, whose every update converts
-    the text to Textual's Content and renders it again (0.1-0.35 ms a line, each sample)."""
-
-    DEFAULT_CSS = "FigureLine { height: 1; }"
-
-    def __init__(self, *, id: str) -> None:
-        super().__init__(id=id)
-        self.text = Text()
-        self._strip: tuple[tuple, Strip] | None = None
-
-    def update(self, text: Text) -> None:
-        if figure_key(text) != figure_key(self.text):
-            self.text = text
-            self.refresh()
-
-    def render_line(self, y: int) -> Strip:
-        width, base = self.size.width, self.base_style
-        if y:
-            return Strip.blank(width, base)
-        key = (figure_key(self.text), width, base)
-        if self._strip is None or self._strip[0] != key:
-            if self.text.cell_len <= width:
-                text = self.text.copy()
-            else:  # too long for the pane: it ends at the last word that fits, as a Static of one line does
-                lines = self.text.wrap(self.app.console, max(width, 1), justify="left", overflow="fold")
-                text = lines[0] if lines else Text()
-            text.rstrip()
-            text.end = ""
-            # The pane's style, then the line's own over it (Text.render drops a Text's own style), then its spans.
-            text.spans[:0] = [Span(0, len(text), base), Span(0, len(text), text.style)]
-            self._strip = (key, Strip(text.render(self.app.console), text.cell_len).adjust_cell_length(width, base))
-        return self._strip[1]
+def figure_strip(text: Text, width: int, base: Style, console: Console) -> Strip:
+    """One row of figures: the pane's style, then the line's own over it, then its spans; a line
+    too long for the pane ends at the last word that fits, as a Static of one line does."""
+    if text.cell_len <= width:
+        text = text.copy()
+    else:
+        lines = text.wrap(console, max(width, 1), justify="left", overflow="fold")
+        text = lines[0] if lines else Text()
+    text.rstrip()
+    text.end = ""
+    # Text.render drops a Text's own style: it goes in as the first span over the pane's.
+    text.spans[:0] = [Span(0, len(text), base), Span(0, len(text), text.style)]
+    return Strip(text.render(console), text.cell_len).adjust_cell_length(width, base)
 
 
 #: A bar's eighths, lowest first.
@@ -145,91 +122,86 @@ def blend(low: Color, high: Color, ratio: float) -> Color:
     return Color.from_rgb(r1 + (r2 - r1) * ratio, g1 + (g2 - g1) * ratio, b1 + (b2 - b1) * ratio)
 
 
-class CellSparkline(PlainLines, KeptStyles, Sparkline):
-    """A sparkline repainted only when one of its cells would change, drawn from strips kept
-    between frames. A bar's height comes from its slice's maximum scaled between the data's
-    minimum and maximum, so when those are unchanged for this width, so is every cell.
-
-    Drawn here, not by Textual's renderable: that took ~0.3 ms a frame for two rows of 40 cells
-    (Fraction arithmetic and a Style per cell), every sample."""
-
-    def __init__(self, *, id: str) -> None:
-        super().__init__([], id=id)
-        self._cells: tuple | None = None
-        self._strips: tuple[tuple, list[Strip]] | None = None
-
-    def show(self, values: Sequence[float]) -> None:
-        width = self.size.width
-        values = list(values)
-        cells = (width, tuple(bucket_peaks(values, max(width, 1))), min(values, default=None), max(values, default=None))
-        if cells != self._cells:
-            self._cells = cells
-            self.data = values
-
-    def on_resize(self) -> None:
-        self._cells = None  # a new width buckets the data anew (the resize repaints it)
-
-    def render_line(self, y: int) -> Strip:
-        width, height = self.size
-        base = self.base_style
-        _, background = self.background_colors
-        # The colours are looked up each time: a class on the pane (-slow) changes them with no style notice here.
-        low = (background + self.get_component_styles("sparkline--min-color").color).rich_color
-        high = (background + self.get_component_styles("sparkline--max-color").color).rich_color
-        key = (self.data, width, height, base, low, high)
-        if self._strips is None or self._strips[0] != key:
-            self._strips = (key, self._draw(width, height, base, low, high))
-        strips = self._strips[1]
-        return strips[y] if y < len(strips) else Strip.blank(width, base)
-
-    def _draw(self, width: int, height: int, base: Style, low: Color, high: Color) -> list[Strip]:
-        styles: dict[float | None, Style] = {None: base}
-        strips = []
-        for row in sparkline_rows(list(self.data or []), width, height):
-            segments = []
-            for char, ratio in row:
-                style = styles.get(ratio)
-                if style is None:
-                    style = styles[ratio] = base + Style(color=blend(low, high, ratio))
-                segments.append(Segment(char, style))
-            strips.append(Strip(Segment.simplify(segments), width))
-        return strips
+def sparkline_strips(values: Sequence[float], width: int, height: int, base: Style, low: Color, high: Color) -> list[Strip]:
+    """A sparkline's rows as strips: each bar coloured between `low` and `high` by its height."""
+    styles: dict[float | None, Style] = {None: base}
+    strips = []
+    for row in sparkline_rows(values, width, height):
+        segments = []
+        for char, ratio in row:
+            style = styles.get(ratio)
+            if style is None:
+                style = styles[ratio] = base + Style(color=blend(low, high, ratio))
+            segments.append(Segment(char, style))
+        strips.append(Strip(Segment.simplify(segments), width))
+    return strips
 
 
-class ThroughputPane(Vertical):
-    """Sparklines and figures for the run's rate and loss."""
+#: The pane's rows, top first (a sparkline's by name and row), and the fewer a short terminal gets.
+FULL_ROWS = (("rate", 0), ("rate-spark", 0), ("rate-spark", 1), ("baseline", 0), ("loss", 0), ("loss-spark", 0), ("step", 0))
+SHORT_ROWS = (("rate", 0), ("rate-spark", 0), ("baseline", 0), ("loss", 0), ("step", 0))
+#: The figures drawn in the warning colour while the rate is overdue.
+STALE_FIGURES = ("rate", "baseline")
+
+
+class ThroughputPane(PlainLines, KeptStyles, Widget):
+    """The run's rate against its baseline, the loss, and step progress with an ETA: figure rows
+    and two sparklines, drawn by one line-API widget from strips kept between frames. A row is
+    repainted only when what it shows changed (a figure's text or style, a sparkline's cells):
+    one widget, not one a row, because each widget that repaints costs Textual two messages
+    and its own pass through the compositor, every sample.
+
+    A sparkline's bar height comes from its slice's maximum scaled between the data's minimum
+    and maximum: when those are unchanged for this width, so is every cell. Drawn here, not by
+    Textual's Sparkline renderable, which took ~0.3 ms a frame for two rows of 40 cells."""
+
+    COMPONENT_CLASSES = {
+        "throughput-pane--rate-high",
+        "throughput-pane--rate-low",
+        "throughput-pane--slow-high",
+        "throughput-pane--slow-low",
+        "throughput-pane--loss-high",
+        "throughput-pane--loss-low",
+        "throughput-pane--stale",
+    }
 
     DEFAULT_CSS = """
     ThroughputPane {
-        height: auto;
-        & Sparkline { height: 2; margin: 0 0 0 0; }
-        & #loss-spark { height: 1; }
-        & Sparkline > .sparkline--max-color { color: $success; }
-        & Sparkline > .sparkline--min-color { color: $success 40%; }
-        &.-slow Sparkline > .sparkline--max-color { color: $warning; }
-        &.-slow Sparkline > .sparkline--min-color { color: $warning 40%; }
-        &.-stale #rate-line, &.-stale #baseline-line { color: $warning; }
-        & #loss-spark > .sparkline--max-color { color: $accent; }
-        & #loss-spark > .sparkline--min-color { color: $accent 40%; }
+        height: 1fr;
+        & > .throughput-pane--rate-high { color: $success; }
+        & > .throughput-pane--rate-low { color: $success 40%; }
+        & > .throughput-pane--slow-high { color: $warning; }
+        & > .throughput-pane--slow-low { color: $warning 40%; }
+        & > .throughput-pane--loss-high { color: $accent; }
+        & > .throughput-pane--loss-low { color: $accent 40%; }
+        & > .throughput-pane--stale { color: $warning; }
     }
     """
 
-    def compose(self) -> ComposeResult:
-        yield FigureLine(id="rate-line")
-        yield CellSparkline(id="rate-spark")
-        yield FigureLine(id="baseline-line")
-        yield FigureLine(id="loss-line")
-        yield CellSparkline(id="loss-spark")
-        yield FigureLine(id="step-line")
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.figures: dict[str, Text] = {name: Text() for name, _ in FULL_ROWS if not name.endswith("-spark")}
+        self.sparklines: dict[str, tuple[float, ...]] = {"rate-spark": (), "loss-spark": ()}
+        self.slow = False
+        """The rate is below the slow fraction of its baseline: its sparkline in the warning colour."""
+        self.stale = False
+        """The last rate is overdue: the rate and baseline figures in the warning colour."""
+        self._cells: dict[str, tuple] = {}
+        self._strips: dict[str, tuple[tuple, list[Strip]]] = {}
+
+    @property
+    def rows(self) -> tuple[tuple[str, int], ...]:
+        return FULL_ROWS if self.size.height >= len(FULL_ROWS) else SHORT_ROWS
+
+    # -- what it shows ---------------------------------------------------------
 
     def show(self, view: ThroughputView) -> None:
-        """Repaint from `view`."""
-        rate_line, baseline_line = self.query_one("#rate-line", FigureLine), self.query_one("#baseline-line", FigureLine)
+        """Repaint from `view` (only the rows that changed)."""
         if view.unit is None or view.current is None:
-            rate_line.update(Text("no rate in the log yet", style="dim"))
-            baseline_line.update(Text(f"baseline {si(view.baseline)}" if view.baseline else "", style="dim"))
+            self.update_figure("rate", Text("no rate in the log yet", style="dim"))
+            self.update_figure("baseline", Text(f"baseline {si(view.baseline)}" if view.baseline else "", style="dim"))
         else:
-            self.set_class(view.stale_s is not None, "-stale")
+            self._set_flags(stale=view.stale_s is not None)
             if view.per_iteration and view.current > 0:
                 line = Text.assemble((f"{1 / view.current:.3g}", "bold"), " s/it")
             else:
@@ -238,27 +210,23 @@ class ThroughputPane(Vertical):
                 line.append(f"  last rate written {format_duration(view.stale_s)} ago", "bold")
             elif view.average is not None and view.minimum is not None:
                 line.append(f" avg {si(view.average)} min {si(view.minimum)}", "dim")
-            rate_line.update(line)
+            self.update_figure("rate", line)
             if view.stale_s is not None:
-                baseline_line.update(Text("no rate now: the log gives none", style="bold"))
-                self.set_class(False, "-slow")
+                self.update_figure("baseline", Text("no rate now: the log gives none", style="bold"))
+                self._set_flags(slow=False)
             elif view.baseline:
                 ratio = view.current / view.baseline
                 slow = ratio < view.slow_fraction
-                baseline_line.update(
-                    Text.assemble(
-                        (f"{ratio:.0%}", "bold"),
-                        f" of baseline {si(view.baseline)}",
-                        ("  below normal" if slow else "", "bold"),
-                    )
+                self.update_figure(
+                    "baseline",
+                    Text.assemble((f"{ratio:.0%}", "bold"), f" of baseline {si(view.baseline)}", ("  below normal" if slow else "", "bold")),
                 )
-                self.set_class(slow, "-slow")
+                self._set_flags(slow=slow)
             else:
-                baseline_line.update(Text("no baseline in config [metrics]", style="dim"))
-                self.set_class(False, "-slow")
-        self.query_one("#rate-spark", CellSparkline).show(view.rates)
+                self.update_figure("baseline", Text("no baseline in config [metrics]", style="dim"))
+                self._set_flags(slow=False)
+        self.show_sparkline("rate-spark", view.rates)
 
-        loss_line = self.query_one("#loss-line", FigureLine)
         if view.losses:
             line = Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold"))
         else:
@@ -270,22 +238,80 @@ class ThroughputPane(Vertical):
         if view.mfu is not None:
             line.append(" · MFU ")
             line.append(f"{view.mfu:.0%}", "bold")
-        loss_line.update(line)
-        self.query_one("#loss-spark", CellSparkline).show(view.losses)
+        self.update_figure("loss", line)
+        self.show_sparkline("loss-spark", view.losses)
 
-        step_line = self.query_one("#step-line", FigureLine)
         if view.step is None:
-            step_line.update(Text("no step count in the log yet", style="dim"))
+            self.update_figure("step", Text("no step count in the log yet", style="dim"))
         elif view.total_steps:
             done = view.step / view.total_steps
             eta = "—" if view.eta_s is None or view.stale_s is not None else format_duration(view.eta_s, compact=True)
-            step_line.update(
-                Text.assemble(
-                    "step ",
-                    (f"{view.step:,}", "bold"),
-                    f"/{view.total_steps:,} {done:.1%} ETA ",
-                    (eta, "bold"),
-                )
-            )
+            self.update_figure("step", Text.assemble("step ", (f"{view.step:,}", "bold"), f"/{view.total_steps:,} {done:.1%} ETA ", (eta, "bold")))
         else:
-            step_line.update(Text.assemble("step ", (f"{view.step:,}", "bold")))
+            self.update_figure("step", Text.assemble("step ", (f"{view.step:,}", "bold")))
+
+    def update_figure(self, name: str, text: Text) -> None:
+        """Figure row `name` shows `text`: repainted when its text or its style changed."""
+        if figure_key(text) != figure_key(self.figures[name]):
+            self.figures[name] = text
+            self._repaint(name)
+
+    def show_sparkline(self, name: str, values: Sequence[float]) -> None:
+        """Sparkline `name` shows `values`: repainted when one of its cells would change."""
+        values = tuple(values)
+        width = self.size.width
+        cells = (width, tuple(bucket_peaks(values, max(width, 1))), min(values, default=None), max(values, default=None))
+        if cells != self._cells.get(name):
+            self._cells[name] = cells
+            self.sparklines[name] = values
+            self._repaint(name)
+
+    def _set_flags(self, *, slow: bool | None = None, stale: bool | None = None) -> None:
+        if slow is not None and slow != self.slow:
+            self.slow = slow
+            self._repaint("rate-spark")
+        if stale is not None and stale != self.stale:
+            self.stale = stale
+            for name in STALE_FIGURES:
+                self._repaint(name)
+
+    def _repaint(self, name: str) -> None:
+        width = self.size.width
+        for y, (row, _) in enumerate(self.rows):
+            if row == name:
+                self.refresh(Region(0, y, width, 1))
+
+    def on_resize(self) -> None:
+        self._cells.clear()  # a new width buckets the data anew (the resize repaints it all)
+
+    # -- drawing ---------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        rows = self.rows
+        width, base = self.size.width, self.base_style
+        if y >= len(rows):
+            return Strip.blank(width, base)
+        name, index = rows[y]
+        if name in self.sparklines:
+            return self._sparkline(name, width, sum(row == name for row, _ in rows), base)[index]
+        if self.stale and name in STALE_FIGURES:
+            base = base + self.kept_style("throughput-pane--stale", lambda component: text_style(self, component))
+        key = (figure_key(self.figures[name]), width, base)
+        kept = self._strips.get(name)
+        if kept is None or kept[0] != key:
+            kept = self._strips[name] = (key, [figure_strip(self.figures[name], width, base, self.app.console)])
+        return kept[1][0]
+
+    def _sparkline(self, name: str, width: int, height: int, base: Style) -> list[Strip]:
+        colours = "slow" if name == "rate-spark" and self.slow else name.removesuffix("-spark")
+        low, high = self._colour(f"throughput-pane--{colours}-low"), self._colour(f"throughput-pane--{colours}-high")
+        values = self.sparklines[name]
+        key = (values, width, height, base, low, high)
+        kept = self._strips.get(name)
+        if kept is None or kept[0] != key:
+            kept = self._strips[name] = (key, sparkline_strips(values, width, height, base, low, high))
+        return kept[1]
+
+    def _colour(self, component: str) -> Color:
+        """A component's colour blended over the pane's background (its alpha made solid)."""
+        return self.kept_style(component, lambda name: Style(color=(self.background_colors[1] + self.get_component_styles(name).color).rich_color)).color
