@@ -233,11 +233,9 @@ class LogPane(PlainLines, KeptStyles, KeptScrollBars, ScrollView, can_focus=True
             self._programmatic_scroll = False
 
     def _scroll_to_end(self) -> None:
-        self._programmatic_scroll = True
-        try:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
-        finally:
-            self._programmatic_scroll = False
+        # Not scroll_end: its closures cost a signature() and a callback after the next frame,
+        # on every batch of lines; the virtual size is already up to date here.
+        self._set_scroll_y(self.max_scroll_y)
 
     def on_resize(self) -> None:
         if self.following:
