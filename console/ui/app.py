@@ -82,6 +82,10 @@ MonitorFactory = Callable[[Callable[[], None]], Startable]
 """Given the app's on-change callback, returns a monitor that feeds the app's RunState."""
 
 
+class StateChanged(Message, bubble=False):
+    """The monitor changed the run's state (posted by mark_changed, from any thread)."""
+
+
 class PlanReady(Message):
     """A mutating action has a plan: show it, ask, then run `execute()`."""
 
@@ -278,8 +282,11 @@ class PulseApp(ThemedApp):
         self._dirty = True
         if not self._frame_pending:
             self._frame_pending = True
-            self.call_later(self._update_in_frame)
+            # A message, not call_later: that wraps the callback anew each time, and Textual then
+            # reads its signature to call it (a few times a second, ~50 µs each).
+            self.post_message(StateChanged())
 
+    @on(StateChanged)
     def _update_in_frame(self) -> None:
         """Update now, or, log lines having been drawn less than a frame ago (a flood),
         LOADED_UPDATE_S after them: whatever arrives meanwhile joins the same batch. A sample
