@@ -202,6 +202,7 @@ def run_idle(world: World, quick: bool) -> dict:
         "warmup_s": 2,
     }
     out = {"nvidia_smi": child(world, "idle", spec)}
+    out["terminal"] = console_idle_in_terminal(world, world.run_config("clean"), spec["seconds"])
     out["anchors"] = {name: anchor_idle(world, argv, spec["seconds"]) for name, argv in idle_anchors(world).items()}
     if not quick:
         no_gpu = {**spec, "config": config_to_spec(world.run_config("clean", gpu_source="none"))}
@@ -221,13 +222,30 @@ def idle_anchors(world: World) -> dict[str, list[str]]:
     return {name: argv for name, argv in found.items() if shutil.which(argv[0])}
 
 
+def console_idle_in_terminal(world: World, config, seconds: float) -> float:
+    """The console's CPU (% of one core) as the anchors are measured: the real console with
+    Textual's own driver drawing into a pseudo-terminal of SIZE, its whole process."""
+    spec_path, result_path = world.dir / "idle-terminal-spec.json", world.dir / "idle-terminal-result.json"
+    spec_path.write_text(json.dumps({"config": config_to_spec(config)}))
+    env = {**os.environ, "TEXTUAL_ANIMATIONS": "none", "HOME": str(world.dir / "home-clean")}
+    argv = [sys.executable, str(BENCH_SCRIPT), "--child", "terminal", str(spec_path), str(result_path)]
+    return terminal_idle(Terminal(argv, env, spawn=world.spawn), seconds, ready=SAMPLE_MARK)
+
+
 def anchor_idle(world: World, argv: list[str], seconds: float) -> float:
     """CPU (% of one core) of a terminal monitor drawing in a pseudo-terminal of SIZE."""
+    env = {**os.environ, "HOME": str(world.dir / "home-anchors")}
+    return terminal_idle(Terminal(argv, env, spawn=world.spawn), seconds)
+
+
+def terminal_idle(terminal: Terminal, seconds: float, ready: bytes | None = None) -> float:
+    """CPU (% of one core) of the process on `terminal` over `seconds`, 2 s after it drew `ready`
+    (after it started when None); what it draws is read and dropped as a terminal would."""
     from benchlib import procs
 
-    env = {**os.environ, "HOME": str(world.dir / "home-anchors")}
-    terminal = Terminal(argv, env, spawn=world.spawn)
     try:
+        if ready is not None and terminal.until(ready, terminal.started + 60) is None:
+            raise RuntimeError(f"nothing drawn in the terminal: {bytes(terminal.seen[-300:])!r}")
         warm_until = time.perf_counter() + 2
         while time.perf_counter() < warm_until and terminal.read(0.1):
             pass

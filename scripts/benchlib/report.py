@@ -13,7 +13,7 @@ GOALS = (
     ("tail_screen_p99_ms", "Tail write→screen p99 (ms): two frames at 60 fps", "<=", 33),
     ("flood_lines_per_s", "Flood rate kept up with key response p99 < 100 ms (lines/s, keys posted in-process)", ">=", 50_000),
     ("flood_key_terminal_p99_ms", "Key → its effect drawn, through a pty, during 50,000 lines/s, p99 (ms)", "<", 100),
-    ("idle_cpu_pct", "Idle console CPU, % of one core (8 GPUs at 1 Hz)", "<", 1.0),
+    ("idle_cpu_pct", "Idle console CPU, % of one core (8 GPUs at 1 Hz, drawing into a 120×40 pty as top and btop do)", "<", 1.0),
     ("idle_remote_cpu_pct", "Idle remote CPU, % of one core (agent + follower + sshd)", "<", 0.5),
     ("memory_growth_mib_per_hour", "RSS growth of the real console over SSH, second half of a fixed window (MiB per hour)", "<", 1.0),
     ("start_ms", "pulse demo → first full frame, median (ms)", "<", 500),
@@ -77,7 +77,9 @@ def headline(phases: dict) -> dict:
     out["flood_key_terminal_p99_ms"] = _get(flood, "terminal", "key_ms", "p99")
     out["flood_key_terminal_missed"] = _get(flood, "terminal", "missed")
 
-    out["idle_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "console_cpu_pct")
+    # The console as the anchors are measured: its whole process drawing into a pseudo-terminal.
+    out["idle_cpu_pct"] = _get(phases, "idle", "terminal")
+    out["idle_headless_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "console_cpu_pct")
     out["idle_remote_cpu_pct"] = _get(phases, "idle", "nvidia_smi", "remote_cpu_pct")
     out["idle_remote_cpu_pct_no_gpu_reads"] = _get(phases, "idle", "no_gpu_reads", "remote_cpu_pct")
     for name in ("top", "btop"):
@@ -230,12 +232,14 @@ def markdown(result: dict) -> str:
                              _fmt(by.get("agent"), 2), _fmt(by.get("follower"), 2), _fmt(by.get("sshd"), 2)])
         lines += _table(["watching", "seconds", "samples", "console %", "remote %", "agent (+nvidia-smi) %",
                          "follower %", "sshd %"], rows)
+        lines += ["", "(The rows above: the headless app in the bench's child, the process's CPU; no terminal output.)"]
         anchors = p["idle"].get("anchors") or {}
-        if anchors:
-            console = p["idle"]["nvidia_smi"]["console_cpu_pct"]
-            lines += ["", "Beside terminal monitors drawing the same 120×40 terminal once a second (nvitop needs NVML: not here):", ""]
+        console = p["idle"].get("terminal")
+        if console is not None:
+            lines += ["", "The console with Textual's own driver drawing into a 120×40 pseudo-terminal, its whole process, "
+                      "beside terminal monitors drawing the same terminal once a second (nvitop needs NVML: not here):", ""]
             lines += _table(["program", "CPU % of one core", "Pulse ÷ it"],
-                            [[name, _fmt(pct, 2), _fmt(ratio(console, pct, 2), 2)] for name, pct in anchors.items()])
+                            [["Pulse", _fmt(console, 2), "—"]] + [[name, _fmt(pct, 2), _fmt(ratio(console, pct, 2), 2)] for name, pct in anchors.items()])
         age = p["idle"]["nvidia_smi"].get("screen_age_ms")
         if age and age.get("n"):
             lines += ["", "Age of the freshest GPU data when it is drawn (frame time − the agent's read time), next to "
