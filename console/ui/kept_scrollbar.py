@@ -34,6 +34,7 @@ class KeptScrollBar(PlainLines, ScrollBar):
     def render_lines(self, crop: Region) -> list[Strip]:
         bar = self.render()
         if not self.vertical or not isinstance(bar, ScrollBarRender):
+            self._rows = []  # render_line falls back to Textual's own rendering
             return ScrollBar.render_lines(self, crop)
         width, height = self.size
         # The arguments Textual's ScrollBarRender gives itself when Rich renders it at this size.
