@@ -5,10 +5,15 @@ segment for segment, in every state that changes their style."""
 
 from __future__ import annotations
 
+import re
+
+from textual._compositor import Compositor
 from textual.geometry import Region
 from textual.scrollbar import ScrollBar
 from textual.widget import Widget
+from textual.widgets import Footer
 
+from console.ui.cropped_screen import CroppedCompositor
 from console.ui.gpu_pane import GpuPane
 from console.ui.kept_scrollbar import KeptScrollBar
 from console.ui.log_pane import LogPane
@@ -121,3 +126,48 @@ async def test_the_log_scrollbar_kept_rows_draw_as_textual_draws_the_bar():
         await pilot.pause()
         assert_bar_drawn_as_textual_draws(bar)
         assert len(shown) > 2 * log.size.height  # a log long enough to scroll
+
+
+def writes(terminal_sequence: str) -> list[tuple[str, str]]:
+    """What a frame writes where: (cursor position, text with its styles). A move with nothing
+    written after it changes nothing on the screen (Textual moves to a region's end column and
+    writes an empty strip there): it is left out."""
+    parts = re.split(r"\x1b\[(\d+;\d+)H", terminal_sequence)
+    return [(at, text.rstrip("\n")) for at, text in zip(parts[1::2], parts[2::2]) if text.rstrip("\n")]
+
+
+async def test_a_cropped_frame_writes_what_textuals_compositor_writes_and_asks_only_what_it_shows():
+    """The main screen's frames (console/ui/cropped_screen.py) against Textual's own compositor over
+    the same screen: the same output for each set of changed regions, on the real HF Trainer run."""
+    app = make_app("bar")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen._compositor, CroppedCompositor)
+        textuals = Compositor()
+        textuals.reflow(screen, screen.size)
+        region = {name: app.query_one(f"#{name}").region for name in ("status", "gpus", "processes", "throughput", "log", "log-box")}
+        changes = [
+            *([one] for one in region.values()),
+            [region["status"], region["log"]],  # the box around them is the whole screen
+            [region["gpus"], region["throughput"]],
+            [Region(0, 15, SIZE[0], 10)],  # across box borders and two panes
+            [Region(1, 39, 5, 1)],  # part of the footer
+            [Region(70, 12, 12, 3), Region(10, 30, 4, 2)],
+        ]
+        for regions in changes:
+            for compositor in (screen._compositor, textuals):
+                compositor._dirty_regions.clear()  # what the reflow or the last frame left
+            screen._compositor._dirty_regions.update(regions)
+            textuals._dirty_regions.update(regions)
+            ours = screen._compositor.render_partial_update().render_segments(app.console)
+            theirs = textuals.render_partial_update().render_segments(app.console)
+            assert writes(ours) == writes(theirs), regions
+
+        asked: list[str] = []
+        for widget in screen.walk_children(with_self=True):
+            widget.render_lines = lambda crop, widget=widget, render=widget.render_lines: asked.append(widget.id) or render(crop)
+        screen._compositor._dirty_regions.add(region["log"])
+        screen._compositor.render_partial_update()
+        assert "log" in asked and not {"status", "gpus", "gpus-box", "processes", "throughput"} & set(asked)
+        assert not any(isinstance(widget, Footer) for widget in screen.walk_children() if widget.id in asked and widget.id)

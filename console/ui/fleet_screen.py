@@ -20,13 +20,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
+from console.ui.cropped_screen import CroppedScreen
 from console.ui.diagnosis_screen import verdict_level
 from console.ui.gpu_pane import GpuPane
 from console.ui.keymap import bindings, fleet_actions
@@ -95,7 +95,7 @@ class FleetTable(DataTable):
         return keys[self.cursor_row] if keys and 0 <= self.cursor_row < len(keys) else None
 
 
-class FleetScreen(Screen):
+class FleetScreen(CroppedScreen):
     """The job at a glance: a header with the sums, then every node worst first."""
 
     BINDINGS = [Binding("enter", "open_node", "Node panes")]
@@ -127,7 +127,7 @@ class FleetScreen(Screen):
         return next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
 
 
-class NodeScreen(Screen):
+class NodeScreen(CroppedScreen):
     """One node's four panes (GPUs, processes, throughput, log), fed from its RunState."""
 
     BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet")]

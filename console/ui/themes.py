@@ -22,11 +22,13 @@ from pathlib import Path
 
 from textual.app import App
 from textual.color import Color, ColorParseError
+from textual.screen import Screen
 from textual.theme import Theme
 
 from console import paths
 from console.crash import report_crash
 from console.model import LineKind
+from console.ui.cropped_screen import CroppedScreen
 from console.ui.help_screen import HelpScreen
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
@@ -189,6 +191,9 @@ class ThemedApp(App[int]):
         if self.settle_heap and not self._heap_settled:
             self._heap_settled = True
             self.call_after_refresh(settle_start_heap)
+
+    def get_default_screen(self) -> Screen:
+        return CroppedScreen(id="_default")
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Textual's own themes lack Pulse's line colours: borrow the default theme's.
