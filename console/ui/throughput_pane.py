@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from rich.color import Color
 from rich.console import Console
@@ -114,12 +115,25 @@ def sparkline_rows(values: Sequence[float], width: int, height: int) -> list[lis
     return rows
 
 
+def blend_rgb(low: Color, high: Color, ratio: float) -> tuple[int, int, int] | None:
+    """The red, green and blue `ratio` of the way from `low` to `high` (None unless both are RGB)."""
+    if low.triplet is None or high.triplet is None:
+        return None
+    (r1, g1, b1), (r2, g2, b2) = low.triplet, high.triplet
+    return int(r1 + (r2 - r1) * ratio), int(g1 + (g2 - g1) * ratio), int(b1 + (b2 - b1) * ratio)
+
+
 def blend(low: Color, high: Color, ratio: float) -> Color:
     """The colour `ratio` of the way from `low` to `high`."""
-    if low.triplet is None or high.triplet is None:
-        return high
-    (r1, g1, b1), (r2, g2, b2) = low.triplet, high.triplet
-    return Color.from_rgb(r1 + (r2 - r1) * ratio, g1 + (g2 - g1) * ratio, b1 + (b2 - b1) * ratio)
+    rgb = blend_rgb(low, high, ratio)
+    return high if rgb is None else Color.from_rgb(*rgb)
+
+
+@lru_cache(maxsize=1024)
+def bar_style(base: Style, rgb: tuple[int, int, int]) -> Style:
+    """A sparkline bar's style: kept, as a bar's colour is one of the few hundred between two
+    colours, while its height changes every sample."""
+    return base + Style(color=Color.from_rgb(*rgb))
 
 
 def sparkline_strips(values: Sequence[float], width: int, height: int, base: Style, low: Color, high: Color) -> list[Strip]:
@@ -131,7 +145,8 @@ def sparkline_strips(values: Sequence[float], width: int, height: int, base: Sty
         for char, ratio in row:
             style = styles.get(ratio)
             if style is None:
-                style = styles[ratio] = base + Style(color=blend(low, high, ratio))
+                rgb = blend_rgb(low, high, ratio)
+                style = styles[ratio] = base + Style(color=high) if rgb is None else bar_style(base, rgb)
             segments.append(Segment(char, style))
         strips.append(Strip(Segment.simplify(segments), width))
     return strips
