@@ -38,8 +38,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
 #: How often the agent looks for new lines: a line reaches the screen within two frames.
 FOLLOW_POLL_S = 0.05
 #: The longest stretch of line work between two yields to the event loop (the UI shares it).
-#: A key under a flood waits out a slice at each of its steps (its event, the action, the frame).
-SLICE_S = 0.004
+SLICE_S = 0.01
 
 LinesCallback = Callable[[list[LogLine]], None]
 ProgressCallback = Callable[[ProgressLine | None], None]
