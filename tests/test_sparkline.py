@@ -1,4 +1,4 @@
-"""The throughput sparklines draw what Textual's own Sparkline draws for the same data."""
+"""The throughput sparklines draw what Textual's own Sparkline draws for the same data, cell for cell, colours included."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import random
 import pytest
 from rich.color import Color
 from rich.console import Console
+from rich.style import Style
 from textual.renderables.sparkline import Sparkline
 
-from console.ui.throughput_pane import blend, bucket_peaks, sparkline_rows
+from console.ui.throughput_pane import bucket_peaks, sparkline_rows, sparkline_strips
 
 LOW, HIGH = Color.from_rgb(30, 80, 40), Color.from_rgb(90, 220, 120)
 
@@ -26,7 +27,8 @@ def textual_cells(values: list[float], width: int, height: int) -> list[list[tup
 def test_cells_match_textuals_sparkline(count, width, height):
     rng = random.Random(count * width + height)
     values = [rng.uniform(0, 1000) for _ in range(count)]
-    ours = [[(char, None if ratio is None else blend(LOW, HIGH, ratio)) for char, ratio in row] for row in sparkline_rows(values, width, height)]
+    strips = sparkline_strips(values, width, height, Style(), LOW, HIGH)
+    ours = [[(char, segment.style.color) for segment in strip for char in segment.text] for strip in strips]
     assert ours == textual_cells(values, width, height)
 
 

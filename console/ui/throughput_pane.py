@@ -123,12 +123,6 @@ def blend_rgb(low: Color, high: Color, ratio: float) -> tuple[int, int, int] | N
     return int(r1 + (r2 - r1) * ratio), int(g1 + (g2 - g1) * ratio), int(b1 + (b2 - b1) * ratio)
 
 
-def blend(low: Color, high: Color, ratio: float) -> Color:
-    """The colour `ratio` of the way from `low` to `high`."""
-    rgb = blend_rgb(low, high, ratio)
-    return high if rgb is None else Color.from_rgb(*rgb)
-
-
 @lru_cache(maxsize=1024)
 def bar_style(base: Style, rgb: tuple[int, int, int]) -> Style:
     """A sparkline bar's style: kept, as a bar's colour is one of the few hundred between two
