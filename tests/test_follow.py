@@ -23,7 +23,7 @@ import pytest
 from console.config import Config, RunConfig
 from console.model import Event, LineKind, LogLine
 from console.observe import follow_agent
-from console.observe.follow import LogFollower, _Frames, log_pattern
+from console.observe.follow import TURNS_PER_YIELD, LogFollower, _Frames, log_pattern
 from console.remote.connect import make_target
 from console.remote.target import LocalTarget, Target
 
@@ -351,6 +351,37 @@ async def burst(target: Target, tmp_path: Path, count: int) -> None:
 
 async def test_burst_of_200k_lines_arrives_exactly(target: Target, tmp_path: Path) -> None:
     await burst(target, tmp_path, 200_000)
+
+
+async def test_under_a_burst_a_chain_of_tasks_waits_behind_one_slice_of_line_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key reaches the screen through a chain of tasks, each ready only once the one before it
+    has run (the app, the widget it changed, the screen, the screen's frame timer). Under a flood
+    the line work yields long enough for such a chain to run whole between two of its slices."""
+    slices = 0
+    yield_turns = LogFollower._yield_turns
+
+    async def counted(self: LogFollower) -> None:
+        nonlocal slices
+        slices += 1
+        await yield_turns(self)
+
+    monkeypatch.setattr(LogFollower, "_yield_turns", counted)
+    log = tmp_path / "train.log"
+    log.write_bytes(b"")
+    waits: list[int] = []
+    async with Run(LocalTarget(), str(log)) as run:
+        writer = asyncio.create_task(python(BURST, str(log), "200000", "0"))
+        while len(run.lines) < 200_000:
+            before = slices
+            for _ in range(TURNS_PER_YIELD):  # a chain of that many tasks, one hop each
+                await asyncio.sleep(0)
+            waits.append(slices - before)
+            await asyncio.sleep(0.003)
+        await writer
+    assert sum(waits) > 20  # chains ran while the line work was yielding
+    assert max(waits) <= 1
 
 
 @pytest.mark.soak

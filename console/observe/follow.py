@@ -39,6 +39,10 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
 FOLLOW_POLL_S = 0.05
 #: The longest stretch of line work between two yields to the event loop (the UI shares it).
 SLICE_S = 0.01
+#: Turns of the loop at each yield: in a turn every task that is ready runs once, and a key's
+#: effect reaches the screen through several tasks in turn (the app, the widget it changed, the
+#: screen, the screen's frame timer). With one, a key waited behind a slice at each step.
+TURNS_PER_YIELD = 4
 
 LinesCallback = Callable[[list[LogLine]], None]
 ProgressCallback = Callable[[ProgressLine | None], None]
@@ -192,6 +196,7 @@ class LogFollower:
         self._partial = bytearray()
         self._skipping = False
         self._number = 0
+        self._slice_started = 0.0
         self._requested: tuple[int, int] = (0, 0)
         self._head = bytearray()
         """The file's first bytes (up to HEAD_BYTES): with the inode they name the file across restarts."""
@@ -271,7 +276,7 @@ class LogFollower:
                     await self._handle(header, payload)
                 # A buffered read returns without suspending: under a flood this loop would hold
                 # the event loop from chunk to chunk and keep the keys waiting.
-                await asyncio.sleep(0)
+                await self._yield_turns()
             async with asyncio.timeout(self.stale_s):
                 status = await channel.wait()
         finally:
@@ -401,16 +406,21 @@ class LogFollower:
         """Make lines of `raws`, written at `written`, and hand them on: one batch, or one per SLICE_S
         of work so the loop stays responsive."""
         batch: list[LogLine] = []
-        started = time.perf_counter()
         for raw, cut in raws:
             batch.append(self._line(raw, written, cut=cut))
-            if len(batch) % 64 == 0 and time.perf_counter() - started > SLICE_S:
+            if len(batch) % 64 == 0 and time.perf_counter() - self._slice_started > SLICE_S:
                 self.on_lines(batch)
                 batch = []
-                await asyncio.sleep(0)
-                started = time.perf_counter()
+                await self._yield_turns()
         if batch:
             self.on_lines(batch)
+
+    async def _yield_turns(self) -> None:
+        """Let the tasks waiting on the loop run, and what they hand on, before more line work
+        (a slice counts from here, across the reads and frames of a chunk)."""
+        for _ in range(TURNS_PER_YIELD):
+            await asyncio.sleep(0)
+        self._slice_started = time.perf_counter()
 
     def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
         text, shortened, sgr = sanitize_styled(raw, self.max_line_bytes)
