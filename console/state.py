@@ -39,6 +39,10 @@ RHYTHM_WRITES = 100
 SAME_WRITE_S = 0.02
 #: A rhythm needs at least this many gaps between writes; fewer say nothing about the run.
 RHYTHM_MIN_GAPS = 5
+#: How far back the samples are held (the target's clock): the verdicts compare the newest with
+#: one ~10 s older (journal/watch.py, fleet/fleet.py), and the run's history is in its journal.
+#: An hour of them at 1 Hz held ~25 MB that nothing read.
+SAMPLE_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +59,7 @@ class RunState:
     def __init__(
         self,
         *,
-        max_samples: int = 3600,
+        max_samples: int = 600,
         max_lines: int = 10_000,
         max_points: int = 3600,
         max_events: int = 1000,
@@ -64,6 +68,8 @@ class RunState:
     ) -> None:
         self.clock = clock
         self.samples: deque[Sample] = deque(maxlen=max_samples)
+        """The samples of the last SAMPLE_WINDOW_S (two at least), at most `max_samples`."""
+        self.samples_received = 0
         self.lines: deque[LogLine] = deque(maxlen=max_lines)
         self.problems: deque[LogLine] = deque(maxlen=max_problems)
         self.spans = ProblemSpans(max_problems)
@@ -100,7 +106,11 @@ class RunState:
     # -- writers -------------------------------------------------------------
 
     def add_sample(self, sample: Sample) -> None:
-        self.samples.append(sample)
+        samples = self.samples
+        samples.append(sample)
+        while len(samples) > 2 and sample.time - samples[0].time > SAMPLE_WINDOW_S:
+            samples.popleft()
+        self.samples_received += 1
         self.last_sample_at = self.clock()
         self.agent_lost = None
         log = sample.log

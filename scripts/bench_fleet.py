@@ -109,7 +109,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
         phase(f"every node sampled after {ready_s:.1f} s; measuring {seconds:g} s")
         await asyncio.sleep(2.0)  # let start-up (key exchange, backlog) settle
         cpu0, wall0 = time.process_time(), time.monotonic()
-        samples0 = sum(len(n.state.samples) for n in fleet.nodes)
+        samples0 = sum(n.state.samples_received for n in fleet.nodes)
         refresh_s = []
         while time.monotonic() - wall0 < seconds:
             started = time.perf_counter()
@@ -119,7 +119,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
             refresh_s.append(time.perf_counter() - started)
             await asyncio.sleep(1.0)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-        samples = sum(len(n.state.samples) for n in fleet.nodes) - samples0
+        samples = sum(n.state.samples_received for n in fleet.nodes) - samples0
         rss = rss_mib()
         summary = fleet.summary()
         restarts = sum(n.monitor.sampler_restarts for n in fleet.nodes if n.monitor)

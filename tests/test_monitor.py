@@ -80,8 +80,8 @@ async def test_a_killed_agent_is_started_again(spawn, tmp_path: Path) -> None:
             lambda: [pid for pid in agent_pids(name) if pid != first_agent], "a new sampling agent"
         )
         assert second_agent
-        before = len(state.samples)
-        await until(lambda: len(state.samples) > before, "samples from the new agent")
+        before = state.samples_received
+        await until(lambda: state.samples_received > before, "samples from the new agent")
         assert state.latest.processes[0].pid == run_pid
         assert monitor.sampler_restarts == 1
         (event,) = [e for e in state.events if e.kind == "sampler"]

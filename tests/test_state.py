@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from console.config import MetricsConfig
 from console.model import LogLine
 from console.observe.lines import classify_line
-from console.state import RunState
+from console.state import SAMPLE_WINDOW_S, RunState
+from tests.real_captures import Capture
 
 
 def fed_state(count: int, every_s: float = 1.0) -> tuple[RunState, list[float]]:
@@ -41,3 +44,16 @@ def test_an_empty_series_has_no_values():
     state = RunState()
     assert state.values("loss", newest=5) == [] and state.values("loss", since_s=60) == []
     assert state.latest_value("loss") is None
+
+
+def test_the_samples_held_are_the_verdicts_window_not_an_hour():
+    """The verdicts compare the newest sample with one ~10 s older; an hour of them at 1 Hz held
+    ~25 MB that nothing read. A pause in sampling still leaves the two newest to compare."""
+    _, sample = Capture("torchrun_hang").samples()  # two H200s and a torchrun tree, as captured
+    state = RunState()
+    for second in range(3600):
+        state.add_sample(replace(sample, time=sample.time + second))
+    assert state.samples_received == 3600
+    assert [held.time - sample.time for held in state.samples] == [float(s) for s in range(3599 - int(SAMPLE_WINDOW_S), 3600)]
+    state.add_sample(replace(sample, time=sample.time + 3599 + 10 * SAMPLE_WINDOW_S))
+    assert len(state.samples) == 2 and state.latest.time == sample.time + 3599 + 10 * SAMPLE_WINDOW_S

@@ -269,12 +269,12 @@ async def _idle_window(spec: dict, state: RunState) -> dict:
     kinds = {"agent": "pulse-agent", "follower": "pulse-follow", "sshd": "sshd"}
     await asyncio.sleep(spec["warmup_s"])
     remote_before, console_before, started = procs.tree_cpu(spec["sshd_pid"], kinds), procs.self_cpu_s(), time.monotonic()
-    samples_before = len(state.samples)
+    samples_before = state.samples_received
     await asyncio.sleep(spec["seconds"])
     elapsed = time.monotonic() - started
     console = procs.self_cpu_s() - console_before
     remote = procs.cpu_delta(remote_before, procs.tree_cpu(spec["sshd_pid"], kinds))
-    samples = len(state.samples) - samples_before
+    samples = state.samples_received - samples_before
 
     def pct(seconds: float) -> float:
         return round(seconds / elapsed * 100, 3)
@@ -317,7 +317,7 @@ async def memory(spec: dict) -> dict:
     late = points[len(points) // 2 :]
     span_h = (late[-1][0] - late[0][0]) / 3600
     out["rss_growth_mib_per_hour"] = round((late[-1][1] - late[0][1]) / span_h, 2) if span_h > 0 else None
-    out["samples"] = len(state.samples)
+    out["samples"] = state.samples_received
     return out
 
 

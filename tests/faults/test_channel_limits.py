@@ -53,8 +53,8 @@ async def test_max_sessions_3_with_monitor_follower_and_actions_at_once(tmp_path
             *(action(n) for n in range(6)),
             *(target.run(f"sleep 0.2; echo run {n}", timeout=120) for n in range(6)),
         )
-        samples = len(state.samples)
-        await until(lambda: len(state.samples) > samples, "samples after the burst of actions")
+        samples = state.samples_received
+        await until(lambda: state.samples_received > samples, "samples after the burst of actions")
         written, sha = await writer.stop()
         await until(lambda: digest.count >= written, f"all {written} lines")
         await asyncio.sleep(0.3)

@@ -124,5 +124,5 @@ async def test_a_dead_sampling_agent_is_said_and_started_again_while_the_log_goe
         await until(lambda: any(e.kind == "sampler" and "sampling stopped" in e.text for e in state.events), "the death to be said")
         lines = state.lines_received
         await until(lambda: [pid for pid in agent_pids(name) if pid != first], "a new agent")
-        samples = len(state.samples)
-        await until(lambda: len(state.samples) > samples and state.lines_received > lines, "samples and lines after it")
+        samples = state.samples_received
+        await until(lambda: state.samples_received > samples and state.lines_received > lines, "samples and lines after it")

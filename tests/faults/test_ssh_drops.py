@@ -120,10 +120,10 @@ async def cut_while_streaming(server: SshServer, tmp_path: Path, cuts: list[str]
             if retry_at is not None:
                 schedule_gaps.append(retry_at - back)
             assert not digest.problems, digest.problems
-        samples_before = len(state.samples)
+        samples_before = state.samples_received
         written, sha = await writer.stop()
         await until(lambda: digest.count >= written, f"all {written} lines (have {digest.count})")
-        await until(lambda: len(state.samples) > samples_before, "samples after the last cut")
+        await until(lambda: state.samples_received > samples_before, "samples after the last cut")
         await asyncio.sleep(0.3)  # a repeat would arrive by now
     finally:
         writer.kill()

@@ -73,7 +73,7 @@ async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> 
     try:
         for _ in range(200):
             fleet.refresh()
-            if len(live.state.samples) >= 3 and live.state.rate_metric and fleet.nodes[1].verdict:
+            if live.state.samples_received >= 3 and live.state.rate_metric and fleet.nodes[1].verdict:
                 break
             await asyncio.sleep(0.05)
         fleet.refresh()
