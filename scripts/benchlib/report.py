@@ -257,7 +257,8 @@ def markdown(result: dict) -> str:
                                             [f"{mem['lines']:,} lines in ({mem['ingest_s']} s)", _fmt(mem["rss_after_lines_mib"])],
                                             [f"+{mem['seconds']} s", _fmt(mem["rss_end_mib"])]])
         lines += ["", f"Growth over the second half of the window: {_fmt(mem['rss_growth_mib_per_hour'], 2)} MiB per hour "
-                  "(extrapolated; the sample ring, 3,600 samples, is not full within it)."]
+                  f"(extrapolated); the Python heap's allocated blocks over it: {mem['heap_blocks_late'][0]:,} → "
+                  f"{mem['heap_blocks_late'][1]:,}."]
     if "start" in p and "full_frame_ms" in p["start"]:
         s = p["start"]
         lines += ["", "## 6. Start (`pulse demo` in a pseudo-terminal, 120×40)", ""]
