@@ -203,7 +203,11 @@ def run_idle(world: World, quick: bool) -> dict:
     }
     out = {"nvidia_smi": child(world, "idle", spec)}
     out["terminal"] = console_idle_in_terminal(world, world.run_config("clean"), spec["seconds"])
-    out["anchors"] = {name: anchor_idle(world, argv, spec["seconds"]) for name, argv in idle_anchors(world).items()}
+    # An anchor not installed here is reported as such, not left out.
+    out["anchors"] = {
+        name: anchor_idle(world, argv, spec["seconds"]) if shutil.which(argv[0]) else None
+        for name, argv in idle_anchors(world).items()
+    }
     if not quick:
         no_gpu = {**spec, "config": config_to_spec(world.run_config("clean", gpu_source="none"))}
         out["no_gpu_reads"] = child(world, "idle", no_gpu)
@@ -214,12 +218,11 @@ def run_idle(world: World, quick: bool) -> dict:
 
 
 def idle_anchors(world: World) -> dict[str, list[str]]:
-    """Terminal monitors found here, each refreshing once a second (nvitop needs NVML: not here)."""
+    """Terminal monitors to measure beside the console, each refreshing once a second (nvitop needs NVML: not here)."""
     home = world.dir / "home-anchors"
     (home / ".config" / "btop").mkdir(parents=True, exist_ok=True)
     (home / ".config" / "btop" / "btop.conf").write_text("update_ms = 1000\n")
-    found = {"top": ["top", "-d", "1"], "btop": ["btop"]}
-    return {name: argv for name, argv in found.items() if shutil.which(argv[0])}
+    return {"top": ["top", "-d", "1"], "btop": ["btop"]}
 
 
 def console_idle_in_terminal(world: World, config, seconds: float) -> float:

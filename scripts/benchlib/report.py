@@ -239,7 +239,9 @@ def markdown(result: dict) -> str:
             lines += ["", "The console with Textual's own driver drawing into a 120×40 pseudo-terminal, its whole process, "
                       "beside terminal monitors drawing the same terminal once a second (nvitop needs NVML: not here):", ""]
             lines += _table(["program", "CPU % of one core", "Pulse ÷ it"],
-                            [["Pulse", _fmt(console, 2), "—"]] + [[name, _fmt(pct, 2), _fmt(ratio(console, pct, 2), 2)] for name, pct in anchors.items()])
+                            [["Pulse", _fmt(console, 2), "—"]]
+                            + [[name, _fmt(pct, 2) if pct is not None else f"not installed here (apt-get install {name})",
+                                _fmt(ratio(console, pct, 2), 2)] for name, pct in anchors.items()])
         age = p["idle"]["nvidia_smi"].get("screen_age_ms")
         if age and age.get("n"):
             lines += ["", "Age of the freshest GPU data when it is drawn (frame time − the agent's read time), next to "
