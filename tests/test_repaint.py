@@ -1,17 +1,20 @@
 """Repainting only what changed: log lines drawn on the frame after they arrive (one batch for
 what arrives before that frame), a GPU's new reading repaints its own row, unchanged titles cost
-nothing."""
+nothing, a changed title repaints the border rows that show it."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from rich.text import Text
+from textual.geometry import Region
+
 from console.model import LogLine
 from console.observe.lines import classify_line
-from console.ui.app import set_titles
 from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
 from console.ui.throughput_pane import ThroughputPane
+from console.ui.titled_box import TitledBox
 from tests.snapshot_apps.scenarios import NOW, make_app
 
 SIZE = (120, 40)
@@ -90,18 +93,28 @@ async def test_a_new_reading_of_one_gpu_repaints_its_row_and_keeps_the_others():
         assert "   7%" in pane._cache[3].text and pane._cache[3] is not drawn[3]
 
 
-async def test_titles_that_did_not_change_are_not_set_again():
+async def test_a_title_change_repaints_the_border_rows_not_the_pane_in_the_box():
+    """Unchanged titles cost nothing; a subtitle that counts seconds ("log grew 12s ago") repaints
+    the box's two border rows, and they draw as Textual's repaint of the whole box does."""
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        box = app.query_one("#gpus-box")
-        refreshed = []
-        refresh = box.refresh
-        box.refresh = lambda *args, **kwargs: (refreshed.append(args), refresh(*args, **kwargs))[1]
+        box = app.query_one("#processes-box", TitledBox)
+        repainted: list[Region] = []
+        exchange = box._exchange_repaint_regions
+        box._exchange_repaint_regions = lambda: (regions := exchange(), repainted.extend(regions))[0]
         app.refresh_panes()
-        assert refreshed == []
-        set_titles(box, "GPUs", "a new subtitle")
-        assert refreshed and box.border_subtitle == "a new subtitle"
+        await pilot.pause()
+        assert repainted == []
+
+        box.set_titles("Processes · 3 alive", Text("log grew 12s ago"))
+        await pilot.pause()
+        width, height = box.outer_size
+        assert sorted(repainted) == [Region(0, 0, width, 1), Region(0, height - 1, width, 1)]
+        drawn = [list(strip) for strip in box.render_lines(box.outer_size.region)]
+        box.refresh()
+        assert [list(strip) for strip in box.render_lines(box.outer_size.region)] == drawn
+        assert "log grew 12s ago" in "".join(segment.text for segment in drawn[-1])
 
 
 async def test_a_new_sample_is_drawn_on_the_next_frame_not_the_next_tick():

@@ -14,14 +14,12 @@ import math
 import time
 from collections.abc import Callable
 from typing import Protocol
-from weakref import WeakKeyDictionary
 
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.dom import NoScreen
 from textual.message import Message
-from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.config import Config
@@ -53,6 +51,7 @@ from console.ui.run_view import (
 )
 from console.ui.status_bar import StatusBar, StatusView
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
+from console.ui.titled_box import TitledBox
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
@@ -134,20 +133,6 @@ class VerdictReady(Message):
 
 #: The titles each box was last given. Textual hands a title back as markup, never equal to the
 #: Text it was given: comparing against that repainted every box (the whole screen) every tick.
-_shown_titles: WeakKeyDictionary[Widget, tuple[Text | str, Text | str]] = WeakKeyDictionary()
-
-
-def set_titles(box: Widget, title: Text | str, subtitle: Text | str) -> None:
-    """Set a box's border title and subtitle only when they changed: each set repaints the box,
-    and the titles are recomputed every tick."""
-    shown_title, shown_subtitle = _shown_titles.get(box, (None, None))
-    if shown_title != title:
-        box.border_title = title
-    if shown_subtitle != subtitle:
-        box.border_subtitle = subtitle
-    _shown_titles[box] = (title, subtitle)
-
-
 class PulseApp(ThemedApp):
     """The console for one run on one target."""
 
@@ -226,7 +211,7 @@ class PulseApp(ThemedApp):
         self.progress_line = query(ProgressBarLine)
         self.search_input = query("#search", Input)
         self.footer = query(Footer)
-        self.gpus_box, self.processes_box, self.log_box = query("#gpus-box"), query("#processes-box"), query("#log-box")
+        self.gpus_box, self.processes_box, self.log_box = (query(f"#{name}-box", TitledBox) for name in ("gpus", "processes", "log"))
         query("#throughput-box").border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._size_classes()
@@ -383,7 +368,7 @@ class PulseApp(ThemedApp):
         sample = self.state.latest
         gpus_box = self.gpus_box
         subtitle, level = self.gpu_subtitle(sample)
-        set_titles(gpus_box, "GPUs", Text(subtitle))  # target text: never parsed as markup
+        gpus_box.set_titles("GPUs", Text(subtitle))  # target text: never parsed as markup
         gpus_box.set_class(level == "warn", "-warn")
         gpus_box.set_class(level == "crit", "-crit")
 
@@ -405,7 +390,7 @@ class PulseApp(ThemedApp):
             # flip repaints the whole box with the table in it. Never past the stall limit, though.
             just_now = silent < JUST_NOW_S and not stalled
             grew = "log grew just now" if just_now else f"log grew {format_duration(silent)} ago"
-        set_titles(processes_box, title, Text(grew))
+        processes_box.set_titles(title, Text(grew))
         processes_box.set_class(stalled, "-crit")
         processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
         self._refresh_log_titles()
@@ -453,7 +438,7 @@ class PulseApp(ThemedApp):
         problems = len(self.state.spans.problems)
         if problems:
             parts.append(f"{problems} problem{'s' if problems != 1 else ''} · {'[/]' if pane.search_text else 'n/N'} jump")
-        set_titles(box, Text(f"Log · {path}"), Text(" · ".join(parts)))
+        box.set_titles(Text(f"Log · {path}"), Text(" · ".join(parts)))
         box.set_class(not pane.following and pane.unseen > 0, "-warn")
 
     @on(LogPane.FollowChanged)

@@ -7,7 +7,7 @@ compute a run's figures from its RunState the same way.
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Input
 
 from console.config import MetricsConfig
@@ -18,6 +18,7 @@ from console.ui.log_pane import LogPane
 from console.ui.process_pane import ProcessPane
 from console.ui.progress_bar_line import ProgressBarLine, ProgressBarView
 from console.ui.throughput_pane import ThroughputPane, ThroughputView
+from console.ui.titled_box import TitledBox
 
 #: The window of "current / average / min" throughput figures.
 RATE_WINDOW_S = 300.0
@@ -40,14 +41,14 @@ ETA_LINES_SCANNED = 2000
 def compose_run_panes(max_lines: int, *, search: bool = False) -> ComposeResult:
     """The four boxed panes (ids `gpus`, `processes`, `throughput`, `log`, with the live progress line
     `progress-line` under the log); `search` adds the log filter box."""
-    with Vertical(id="gpus-box", classes="box"):
+    with TitledBox(id="gpus-box", classes="box"):
         yield GpuPane(id="gpus")
     with Horizontal(id="middle"):
-        with Vertical(id="processes-box", classes="box"):
+        with TitledBox(id="processes-box", classes="box"):
             yield ProcessPane(id="processes")
-        with Vertical(id="throughput-box", classes="box"):
+        with TitledBox(id="throughput-box", classes="box"):
             yield ThroughputPane(id="throughput")
-    with Vertical(id="log-box", classes="box"):
+    with TitledBox(id="log-box", classes="box"):
         if search:
             yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
         yield LogPane(id="log", max_lines=max_lines)
