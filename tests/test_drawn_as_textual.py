@@ -171,3 +171,11 @@ async def test_a_cropped_frame_writes_what_textuals_compositor_writes_and_asks_o
         screen._compositor.render_partial_update()
         assert "log" in asked and not {"status", "gpus", "gpus-box", "processes", "throughput"} & set(asked)
         assert not any(isinstance(widget, Footer) for widget in screen.walk_children() if widget.id in asked and widget.id)
+
+        # A stalled run's second: the status line's age and the processes box's subtitle. The
+        # panes between them are inside the box around the two, and are not asked.
+        asked.clear()
+        box = app.query_one("#processes-box").region
+        screen._compositor._dirty_regions.update([region["status"], Region(box.x, box.bottom - 1, box.width, 1)])
+        screen._compositor.render_partial_update()
+        assert {"status", "processes-box"} <= set(asked) and not {"gpus", "processes", "throughput", "log"} & set(asked)
