@@ -131,8 +131,6 @@ class VerdictReady(Message):
         self.show = show
 
 
-#: The titles each box was last given. Textual hands a title back as markup, never equal to the
-#: Text it was given: comparing against that repainted every box (the whole screen) every tick.
 class PulseApp(ThemedApp):
     """The console for one run on one target."""
 

@@ -14,6 +14,8 @@ from textual.geometry import Region
 
 
 class TitledBox(Vertical):
+    #: The titles last given. Textual hands a title back as markup, never equal to the Text it was
+    #: given: comparing with that set them again every tick.
     _shown: tuple[Text | str | None, Text | str | None] = (None, None)
     _titles_changing = False
 
