@@ -38,6 +38,7 @@ from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, si
+from console.ui.titled_box import TitledBox
 from console.units import format_duration
 
 REFRESH_S = 1.0
@@ -144,7 +145,6 @@ class NodeScreen(CroppedScreen):
 
     def on_mount(self) -> None:
         self.query_one("#gpus-box").border_title = f"GPUs · {self.node.name}"
-        self.query_one("#processes-box").border_title = "Processes"
         self.query_one("#throughput-box").border_title = "Throughput"
         log_box = self.query_one("#log-box")
         log_box.border_title = f"Log · {self.config.run.log or 'none on this node'}"
@@ -165,7 +165,8 @@ class NodeScreen(CroppedScreen):
             self.query_one(ProcessPane).show(sample.processes)
         self.query_one(ThroughputPane).show(throughput_view(self.state, self.config.metrics, self.state.clock()))
         verdict = self.node.verdict
-        self.query_one("#processes-box").border_subtitle = f"{verdict.name}: {verdict.summary}" if verdict else ""
+        # Set each second: a box title set directly repaints the box and its pane every time.
+        self.query_one("#processes-box", TitledBox).set_titles("Processes", f"{verdict.name}: {verdict.summary}" if verdict else "")
 
     def flush_log(self) -> None:
         pane = self.query_one(LogPane)

@@ -40,6 +40,14 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         await wait_for(pilot, lambda: app.screen.query_one(LogPane).line_count > 0)
         assert app.screen.query_one(ProcessPane).row_count == 1
         assert app.screen.query_one("#log-box").border_subtitle == "lines come every 1s"  # the node's pace
+        box = app.screen.query_one("#processes-box")
+        app.screen.repaint()
+        assert box.border_title == "Processes" and box.border_subtitle.startswith("healthy: ")
+        refreshed: list = []
+        refresh = box.refresh
+        box.refresh = lambda *args, **kwargs: (refreshed.append(args), refresh(*args, **kwargs))[1]
+        app.screen.repaint()  # as each second: the same verdict repaints nothing of the box
+        assert refreshed == []
         await pilot.press("escape")
         assert app.screen is app.fleet_screen
 
