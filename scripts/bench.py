@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the markdown")
     parser.add_argument("--out", metavar="FILE", help="also write the markdown report to FILE")
     parser.add_argument("--only", metavar="PHASES", help=f"comma-separated subset of {','.join(PHASE_NAMES)}")
+    parser.add_argument("--memory-watch", type=float, metavar="SECONDS",
+                        help="how long the memory phase watches the run after its flood (default 180, 30 with --quick)")
     parser.add_argument("--child", nargs=3, metavar=("PHASE", "SPEC", "RESULT"), help=argparse.SUPPRESS)
     return parser
 
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"scripts/bench: {name}…", file=sys.stderr, flush=True)
                 phase_started = time.monotonic()
                 try:
-                    results[name] = getattr(phases, f"run_{name}")(world, args.quick)
+                    options = {"watch_s": args.memory_watch} if name == "memory" and args.memory_watch else {}
+                    results[name] = getattr(phases, f"run_{name}")(world, args.quick, **options)
                 except Exception as exc:  # one broken phase must not lose the others' figures
                     failed = True
                     results[name] = {"error": f"{type(exc).__name__}: {exc}"}

@@ -9,11 +9,14 @@ reading had been counted then).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +96,40 @@ def rss_mib(pid: int | str = "self") -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
+
+
+_PYMALLOC_IN_USE = re.compile(rb"# bytes in allocated blocks\s*=\s*([\d,]+)")
+
+
+def heap_mib() -> float:
+    """What this process has allocated and not freed, MiB: Python's small objects (pymalloc's
+    blocks in use) plus malloc's chunks in use (Python's larger objects and every C library's:
+    glibc's mallinfo2). RSS moves in the allocator's steps (0.1 MiB and more at a time); this
+    moves by the byte. pymalloc reports only through `sys._debugmallocstats`, on fd 2, which is
+    sent to a file meanwhile: call it where no other thread writes to stderr."""
+    with tempfile.TemporaryFile() as report:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(report.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        report.seek(0)
+        found = _PYMALLOC_IN_USE.search(report.read())
+    pymalloc = int(found.group(1).replace(b",", b"")) if found else 0
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return (pymalloc + info.uordblks + info.hblkhd) / 2**20
 
 
 @dataclass(frozen=True)

@@ -37,3 +37,15 @@ def ratio(numerator: float | None, denominator: float | None, digits: int = 1) -
     if numerator is None or denominator is None or denominator <= 0:
         return None
     return round(numerator / denominator, digits)
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """The least-squares slope of y on x over (x, y) points; None for fewer than two distinct x."""
+    if len(points) < 2:
+        return None
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        return None
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
