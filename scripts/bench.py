@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="FILE", help="also write the markdown report to FILE")
     parser.add_argument("--only", metavar="PHASES", help=f"comma-separated subset of {','.join(PHASE_NAMES)}")
     parser.add_argument("--memory-watch", type=float, metavar="SECONDS",
-                        help="how long the memory phase watches the run after its flood (default 180, 30 with --quick)")
+                        help="how long the memory phase watches the run after its flood (default 300, 30 with --quick)")
     parser.add_argument("--child", nargs=3, metavar=("PHASE", "SPEC", "RESULT"), help=argparse.SUPPRESS)
     return parser
 

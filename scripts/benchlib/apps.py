@@ -309,20 +309,23 @@ async def memory(spec: dict) -> dict:
         out["ingest_s"] = round(time.monotonic() - started, 2)
         gc.collect()
         out["rss_after_lines_mib"] = round(procs.rss_mib(), 1)
-        # A reading a second, into columns allocated up front: readings kept as they come would
-        # grow this process's heap by ~0.6 MiB/h themselves.
+        # A reading a second, after a full collection (garbage waiting for one is not held: it
+        # wandered by ~0.5 MiB), into columns allocated up front (readings kept as they come
+        # grew this process's heap by ~0.6 MiB/h themselves).
         count = max(int(spec["seconds"]), 2)
         at, rss, heap, blocks = (array("d", bytes(8 * count)) for _ in range(4))
         watched = time.monotonic()
         for index in range(count):
             await asyncio.sleep(1.0)
+            gc.collect()
             at[index], rss[index], heap[index] = time.monotonic() - watched, procs.rss_mib(), procs.heap_mib()
             blocks[index] = sys.getallocatedblocks()
     out["rss_end_mib"] = round(rss[-1], 1)
-    # Growth over the second half of the window (start-up settled), per hour. RSS moves in the
-    # allocator's steps (0.1 MiB and more), so over 90 s one step reads as ~4 MiB/h: it is given,
-    # from its two ends, but the goal is judged on the heap (what the console holds: Python's
-    # objects and malloc's chunks in use), which moves by the byte: its least-squares slope.
+    # Growth over the second half of the window, per hour: the first minutes fill bounded caches
+    # (Rich's 4,096 cell widths, the last minute of samples: ~0.5 MiB). RSS moves in the
+    # allocator's steps (0.1 MiB and more), so over minutes one step reads as MiB an hour: it is
+    # given, from its two ends, but the goal is judged on the heap (what the console holds:
+    # Python's objects and malloc's chunks in use), which moves by the byte: its least-squares slope.
     half = count // 2
     span_h = (at[-1] - at[half]) / 3600
     out["rss_growth_mib_per_hour"] = round((rss[-1] - rss[half]) / span_h, 2)

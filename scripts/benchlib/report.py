@@ -261,7 +261,7 @@ def markdown(result: dict) -> str:
                                             [f"+{mem['seconds']} s", _fmt(mem["rss_end_mib"])]])
         lines += ["", f"Growth over the second half of the window, per hour: the heap (Python's objects and malloc's "
                   f"chunks in use) {_fmt(mem['heap_late_mib'][0], 2)} → {_fmt(mem['heap_late_mib'][1], 2)} MiB, "
-                  f"{_fmt(mem['heap_growth_mib_per_hour'], 2)} MiB per hour (least squares over a reading a second); "
+                  f"{_fmt(mem['heap_growth_mib_per_hour'], 2)} MiB per hour (least squares over a reading a second, each after a full collection); "
                   f"RSS {_fmt(mem['rss_growth_mib_per_hour'], 2)} MiB per hour from its two ends (it moves in the "
                   f"allocator's steps of 0.1 MiB and more); Python's allocated blocks {mem['heap_blocks_late'][0]:,} → "
                   f"{mem['heap_blocks_late'][1]:,}."]
