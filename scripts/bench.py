@@ -1,6 +1,6 @@
 """Pulse against the ssh one-liners it replaces, on a real sshd on 127.0.0.1.
 
-    scripts/bench [--quick] [--json] [--out FILE] [--only poll,tail,...]
+    scripts/bench [--quick] [--json] [--out FILE] [--only poll,tail,...] [--memory-watch SECONDS]
 
 Phases: 1 poll, 2 tail, 3 flood, 4 idle, 5 memory, 6 start, 7 diagnosis, 8 silence, and 9 fleet
 only when named in --only (see benchlib/).
@@ -29,13 +29,20 @@ PHASE_NAMES = ("poll", "tail", "flood", "idle", "memory", "start", "diagnosis", 
 DEFAULT_PHASES = tuple(name for name in PHASE_NAMES if name != "fleet")
 
 
+def _watch_seconds(text: str) -> float:
+    seconds = float(text)
+    if seconds < 10:
+        raise argparse.ArgumentTypeError(f"{text}: at least 10 seconds (the growth is a slope over the second half)")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, 10 s idle, 200k lines: under a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the markdown")
     parser.add_argument("--out", metavar="FILE", help="also write the markdown report to FILE")
     parser.add_argument("--only", metavar="PHASES", help=f"comma-separated subset of {','.join(PHASE_NAMES)}")
-    parser.add_argument("--memory-watch", type=float, metavar="SECONDS",
+    parser.add_argument("--memory-watch", type=_watch_seconds, metavar="SECONDS",
                         help="how long the memory phase watches the run after its flood (default 300, 30 with --quick)")
     parser.add_argument("--child", nargs=3, metavar=("PHASE", "SPEC", "RESULT"), help=argparse.SUPPRESS)
     return parser

@@ -293,7 +293,7 @@ async def _idle_window(spec: dict, state: RunState) -> dict:
 
 
 async def memory(spec: dict) -> dict:
-    """RSS of the real console (the Monitor over SSH into RunState and the app) for a fixed
+    """Heap and RSS of the real console (the Monitor over SSH into RunState and the app) for a fixed
     wall-clock time: a flood of lines through the follower first, then the run watched at 1 Hz."""
     config = config_from_spec(spec["config"])
     state = RunState()
@@ -302,7 +302,7 @@ async def memory(spec: dict) -> dict:
     async with app.run_test(size=SIZE):
         await ready(state)
         gc.collect()
-        out["rss_start_mib"] = round(procs.rss_mib(), 1)
+        out["rss_start_mib"], out["heap_start_mib"] = round(procs.rss_mib(), 1), round(procs.heap_mib(), 2)
         started = time.monotonic()
         out["lines"] = await writer(spec["writer"])
         await until(lambda: state.lines_received >= out["lines"], 120, "the flood's last line", 0.05)
@@ -320,12 +320,14 @@ async def memory(spec: dict) -> dict:
             gc.collect()
             at[index], rss[index], heap[index] = time.monotonic() - watched, procs.rss_mib(), procs.heap_mib()
             blocks[index] = sys.getallocatedblocks()
-    out["rss_end_mib"] = round(rss[-1], 1)
+    out["rss_end_mib"], out["watched_s"] = round(rss[-1], 1), round(at[-1])
     # Growth over the second half of the window, per hour: the first minutes fill bounded caches
-    # (Rich's 4,096 cell widths, the last minute of samples: ~0.5 MiB). RSS moves in the
-    # allocator's steps (0.1 MiB and more), so over minutes one step reads as MiB an hour: it is
-    # given, from its two ends, but the goal is judged on the heap (what the console holds:
-    # Python's objects and malloc's chunks in use), which moves by the byte: its least-squares slope.
+    # (Rich's 4,096 cell widths, the last minute of samples: ~0.5 MiB). RSS counts the pages the
+    # process has touched: it rises in steps past its high-water mark and rarely falls, so over
+    # minutes one step reads as MiB an hour, and after a flood it stays put while the heap grows
+    # into the pages the flood touched. It is given, from its two ends, but the goal is judged on
+    # the heap (what the console holds: Python's objects and malloc's chunks in use), which moves
+    # by the byte: its least-squares slope.
     half = count // 2
     span_h = (at[-1] - at[half]) / 3600
     out["rss_growth_mib_per_hour"] = round((rss[-1] - rss[half]) / span_h, 2)

@@ -368,7 +368,7 @@ def one_start(home: Path, timeout_s: float = 30.0) -> dict:
 def run_start(world: World, quick: bool) -> dict:
     # Started as installed: pip compiles a wheel's modules as it installs them. A checkout gets its
     # bytecode when Python first imports it, unless PYTHONDONTWRITEBYTECODE is set (as on this
-    # bench's machine), and then every start compiled the console's modules again (~85 ms).
+    # bench's machine), and then every start compiled the console's modules again (~70 ms).
     compileall.compile_dir(REPO_ROOT / "console", quiet=1)
     runs = [one_start(world.dir / "home-clean") for _ in range(1 if quick else 5)]
     return {name: summary([r[name] for r in runs if name in r]) for name in ("first_output_ms", "full_frame_ms", "first_log_line_ms")}

@@ -111,8 +111,8 @@ _PYMALLOC_IN_USE = re.compile(rb"# bytes in allocated blocks\s*=\s*([\d,]+)")
 def heap_mib() -> float:
     """What this process has allocated and not freed, MiB: Python's small objects (pymalloc's
     blocks in use) plus malloc's chunks in use (Python's larger objects and every C library's:
-    glibc's mallinfo2). RSS moves in the allocator's steps (0.1 MiB and more at a time); this
-    moves by the byte. pymalloc reports only through `sys._debugmallocstats`, on fd 2, which is
+    glibc's mallinfo2). RSS counts the pages ever touched and rarely falls; this moves by the
+    byte, both ways. pymalloc reports only through `sys._debugmallocstats`, on fd 2, which is
     sent to a file meanwhile: call it where no other thread writes to stderr."""
     with tempfile.TemporaryFile() as report:
         sys.stderr.flush()

@@ -255,15 +255,15 @@ def markdown(result: dict) -> str:
     if "memory" in p and "rss_after_lines_mib" in p["memory"]:
         mem = p["memory"]
         lines += ["", f"## 5. Memory (the real console over SSH: {mem['lines']:,} lines at 50,000/s, then "
-                  f"{mem['seconds']} s of wall-clock time watching the run at 1 Hz)", ""]
+                  f"{mem['watched_s']} s of wall-clock time watching the run at 1 Hz)", ""]
         lines += _table(["at", "RSS MiB"], [["start (first sample in)", _fmt(mem["rss_start_mib"])],
                                             [f"{mem['lines']:,} lines in ({mem['ingest_s']} s)", _fmt(mem["rss_after_lines_mib"])],
-                                            [f"+{mem['seconds']} s", _fmt(mem["rss_end_mib"])]])
+                                            [f"+{mem['watched_s']} s", _fmt(mem["rss_end_mib"])]])
         lines += ["", f"Growth over the second half of the window, per hour: the heap (Python's objects and malloc's "
                   f"chunks in use) {_fmt(mem['heap_late_mib'][0], 2)} → {_fmt(mem['heap_late_mib'][1], 2)} MiB, "
                   f"{_fmt(mem['heap_growth_mib_per_hour'], 2)} MiB per hour (least squares over a reading a second, each after a full collection); "
-                  f"RSS {_fmt(mem['rss_growth_mib_per_hour'], 2)} MiB per hour from its two ends (it moves in the "
-                  f"allocator's steps of 0.1 MiB and more); Python's allocated blocks {mem['heap_blocks_late'][0]:,} → "
+                  f"RSS {_fmt(mem['rss_growth_mib_per_hour'], 2)} MiB per hour from its two ends (it counts the pages "
+                  f"ever touched: it rises in steps and rarely falls); Python's allocated blocks {mem['heap_blocks_late'][0]:,} → "
                   f"{mem['heap_blocks_late'][1]:,}."]
     if "start" in p and "full_frame_ms" in p["start"]:
         s = p["start"]
