@@ -10,6 +10,7 @@ reading had been counted then).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import re
@@ -126,12 +127,17 @@ def heap_mib() -> float:
         report.seek(0)
         found = _PYMALLOC_IN_USE.search(report.read())
     pymalloc = int(found.group(1).replace(b",", b"")) if found else 0
+    info = _mallinfo2()()
+    return (pymalloc + info.uordblks + info.hblkhd) / 2**20
+
+
+@functools.cache
+def _mallinfo2():
     mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
     if mallinfo2 is None:
         raise RuntimeError("the heap's size is read with glibc's mallinfo2 (glibc 2.33 or later): not found here")
     mallinfo2.restype = _MallInfo2
-    info = mallinfo2()
-    return (pymalloc + info.uordblks + info.hblkhd) / 2**20
+    return mallinfo2
 
 
 @dataclass(frozen=True)
