@@ -28,6 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
+from console.ui.cropped_screen import ScrolledLines
 from console.ui.kept_scrollbar import KeptScrollBars
 from console.ui.plain_lines import PlainLines
 from console.ui.styles import KeptStyles, background_style, sgr_style, text_style
@@ -62,7 +63,7 @@ def line_number(line: LogLine) -> int:
     return line.number
 
 
-class LogPane(PlainLines, KeptStyles, KeptScrollBars, ScrollView, can_focus=True):
+class LogPane(PlainLines, ScrolledLines, KeptStyles, KeptScrollBars, ScrollView, can_focus=True):
     """A bounded, styled, filterable tail of the run's log."""
 
     BINDINGS = [Binding("end", "follow", "Follow", show=False)]
@@ -389,10 +390,15 @@ class LogPane(PlainLines, KeptStyles, KeptScrollBars, ScrollView, can_focus=True
             return Style(bgcolor=style.bgcolor, bold=style.bold)
         return text_style(self, component)
 
-    def render_line(self, y: int) -> Strip:
+    def line_renderer(self) -> Callable[[int], Strip]:
         scroll_x, scroll_y = self.scroll_offset
-        index = scroll_y + y
         width = self.scrollable_content_region.width
+        return lambda y: self._line_at(scroll_y + y, scroll_x, width)
+
+    def render_line(self, y: int) -> Strip:
+        return self.line_renderer()(y)
+
+    def _line_at(self, index: int, scroll_x: int, width: int) -> Strip:
         if index >= len(self._shown):
             return Strip.blank(width, self.base_style)
         placement = (scroll_x, width)

@@ -11,6 +11,7 @@ between frames, so their lines cost a lookup.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -43,6 +44,11 @@ class PlainLines:
             or self.opacity != 1.0
         )
 
+    def line_renderer(self: Any) -> Callable[[int], Strip]:
+        """What draws line y in one render_lines call: render_line, unless the widget's lines share
+        a placement it works out once per call instead of once per line."""
+        return self.render_line
+
     def render_lines(self: Any, crop: Region) -> list[Strip]:
         if self._styled():
             return super().render_lines(crop)
@@ -50,9 +56,10 @@ class PlainLines:
         pad = padding_style(base_background, background)
         width = self.size.width
         line_filters = self.get_line_filters()
+        render_line = self.line_renderer()
         strips = []
         for y in crop.line_range:
-            strip = self.render_line(y).adjust_cell_length(width, pad)
+            strip = render_line(y).adjust_cell_length(width, pad)
             for line_filter in line_filters:
                 strip = strip.apply_filter(line_filter, background)
             strips.append(strip)
