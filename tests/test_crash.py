@@ -3,16 +3,13 @@ state folder and one line saying where, also when Textual catches it inside the 
 
 from __future__ import annotations
 
-import shutil
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from console.crash import EXIT_CRASH, report_crash
+from tests.tmux import TmuxSession, needs_tmux
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT_S = 60.0
@@ -47,25 +44,21 @@ def test_report_crash_saves_the_traceback_for_the_owner_and_says_where(tmp_path,
     assert capsys.readouterr().err == f"pulse: crashed (KeyError: 'gpus'); traceback saved in {saved}\n"
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup --test)")
+@needs_tmux
 def test_a_crash_inside_the_console_exits_70_and_says_where_its_traceback_is(tmp_path):
     script = tmp_path / "crashing_console.py"
     script.write_text(CRASHING_CONSOLE)
     rc_file = tmp_path / "rc"
-    tmux = ["tmux", "-L", f"pulse-crash-{tmp_path.name}"]
     command = (
         f"cd {REPO} && XDG_STATE_HOME={tmp_path / 'state'} PYTHONPATH={REPO} TEXTUAL_ANIMATIONS=none "
         f"{sys.executable} {script}; echo $? > {rc_file}; sleep 600"
     )
-    subprocess.run([*tmux, "new-session", "-d", "-s", "crash", "-x", "200", "-y", "50", command], check=True)
-    try:
+    with TmuxSession(f"pulse-crash-{tmp_path.name}", command, (200, 50)) as terminal:
         deadline = time.monotonic() + WAIT_S
         while not (rc_file.exists() and rc_file.read_text().strip()):
             assert time.monotonic() < deadline, "the crashing console never exited"
             time.sleep(0.1)
-        screen = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-t", "crash"], capture_output=True, text=True).stdout
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        screen = "\n".join(terminal.screen("-J"))
     assert rc_file.read_text().strip() == str(EXIT_CRASH)
     [saved] = (tmp_path / "state" / "pulse" / "crashes").glob("crash-*.txt")
     text = saved.read_text()

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from console.demo.run import PACKAGE_ROOT, RECORD_NAME
+from tests.tmux import TmuxSession, needs_tmux
 
 PULSE = PACKAGE_ROOT / ".venv" / "bin" / "pulse"
 WAIT_S = 90.0
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup --test)")
+pytestmark = needs_tmux
 
 
 def descendants(pid: int) -> set[int]:
@@ -43,11 +42,8 @@ def running(pid: int) -> bool:
 def test_pulse_demo_shows_the_run_and_q_leaves_no_process(tmp_path):
     if not PULSE.exists():
         pytest.skip("pulse is not installed in .venv (.venv/bin/pip install -e .)")
-    socket = f"pulse-demo-smoke-{tmp_path.name}"
-    tmux = ["tmux", "-L", socket]
     command = f"cd {PACKAGE_ROOT} && TMPDIR={tmp_path} TEXTUAL_ANIMATIONS=none {PULSE} demo"
-    subprocess.run([*tmux, "new-session", "-d", "-s", "demo", "-x", "120", "-y", "40", command], check=True)
-    try:
+    with TmuxSession(f"pulse-demo-smoke-{tmp_path.name}", command, (120, 40)) as terminal:
         deadline = time.monotonic() + WAIT_S
         records: list[Path] = []
         while not records:
@@ -55,17 +51,15 @@ def test_pulse_demo_shows_the_run_and_q_leaves_no_process(tmp_path):
             records = list(tmp_path.glob(f"pulse-demo-*/{RECORD_NAME}"))
             time.sleep(0.1)
         record = json.loads(records[0].read_text())
-        screen = ""
-        while not ("H200" in screen and "target" in screen and "step " in screen and "loss" in screen):
-            assert time.monotonic() < deadline, f"the screen never showed GPUs and log lines:\n{screen}"
-            time.sleep(0.25)
-            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "demo"], capture_output=True, text=True).stdout
+        terminal.wait_for(
+            lambda rows: all(any(word in row for row in rows) for word in ("H200", "target", "step ", "loss")),
+            deadline - time.monotonic(),
+            "the screen never showed GPUs and log lines",
+        )
         started = {record["pid"], record["trainer_pid"], *descendants(record["pid"])}
         assert record["trainer_pid"] in started and len(started) >= 3  # demo, trainer, the agents' shells
-        subprocess.run([*tmux, "send-keys", "-t", "demo", "q"], check=True)
+        terminal.keys("q")
         while any(running(pid) for pid in started):
             assert time.monotonic() < deadline, f"still running after q: {[p for p in started if running(p)]}"
             time.sleep(0.1)
         assert not Path(record["dir"]).exists()
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
