@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 from textual._compositor import Compositor
 
 from console.ui.cropped_screen import CroppedCompositor, ScrollingChopsUpdate
 from console.ui.log_pane import LogPane
 from tests.snapshot_apps.scenarios import make_app
 from tests.snapshot_apps.scrolling_log import BATCHES, torchrun_lines
+from tests.tmux import TmuxSession, needs_tmux
 from tests.vt_screen import VtScreen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,30 +187,18 @@ async def test_what_else_is_over_or_in_the_log_is_drawn_in_place_and_the_termina
         assert log.size.height < SIZE[1] - 20 and terminal.frame_bytes[-1][0]
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup --test)")
+@needs_tmux
 def test_in_a_real_terminal_the_scrolled_screen_is_what_textual_draws(tmp_path):
     """tmux as the terminal: the console's own driver writes the frames, lines arrive every 50 ms;
     the screen tmux shows is then compared with Textual's full frame of the same screen."""
     out = tmp_path / "frame.json"
-    tmux = ["tmux", "-L", f"pulse-scroll-{tmp_path.name}"]
-    # COLUMNS and LINES (set where the tests run) would override the terminal's size for Textual.
-    command = f"cd {ROOT} && env -u COLUMNS -u LINES TEXTUAL_ANIMATIONS=none {sys.executable} -m tests.snapshot_apps.scrolling_log {out}"
-    subprocess.run([*tmux, "new-session", "-d", "-s", "scroll", "-x", str(SIZE[0]), "-y", str(SIZE[1]), command], check=True)
-    try:
+    command = f"cd {ROOT} && TEXTUAL_ANIMATIONS=none {sys.executable} -m tests.snapshot_apps.scrolling_log {out}"
+    with TmuxSession(f"pulse-scroll-{tmp_path.name}", command, SIZE) as terminal:
         deadline = time.monotonic() + 60
         while not out.exists():
             assert time.monotonic() < deadline, "the app never wrote its frame"
             time.sleep(0.1)
         frame = json.loads(out.read_text())
         expected = [row.rstrip() for row in frame["rows"]]
-        shown: list[str] = []
-        deadline = time.monotonic() + 10  # for tmux to show the last frame
-        while shown != expected and time.monotonic() < deadline:
-            shown = subprocess.run([*tmux, "capture-pane", "-p", "-t", "scroll"], capture_output=True, text=True).stdout.splitlines()
-            shown = [row.rstrip() for row in shown] + [""] * (SIZE[1] - len(shown))
-            time.sleep(0.1)
-        differing = [f"row {y}:\n  tmux    {a!r}\n  textual {b!r}" for y, (a, b) in enumerate(zip(shown, expected)) if a != b]
-        assert not differing, "\n".join(differing)
+        terminal.wait_for(lambda rows: rows == expected, 10, "tmux never showed Textual's frame:\n" + "\n".join(expected) + "\n")
         assert frame["scrolled_frames"] >= len(BATCHES) - 2  # the first line's frame after a full one writes the pane
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)

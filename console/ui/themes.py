@@ -20,8 +20,10 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from textual import constants
 from textual.app import App
 from textual.color import Color, ColorParseError
+from textual.driver import Driver
 from textual.screen import Screen
 from textual.theme import Theme
 
@@ -194,6 +196,13 @@ class ThemedApp(App[int]):
 
     def get_default_screen(self) -> Screen:
         return CroppedScreen(id="_default")
+
+    def get_driver_class(self) -> type[Driver]:
+        if sys.platform == "win32" or constants.DRIVER is not None:
+            return super().get_driver_class()  # Windows' driver, or the one TEXTUAL_DRIVER names
+        from console.ui.input_driver import QuietLinuxDriver  # Textual's LinuxDriver, made quieter
+
+        return QuietLinuxDriver
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Textual's own themes lack Pulse's line colours: borrow the default theme's.

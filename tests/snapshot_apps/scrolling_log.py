@@ -1,6 +1,7 @@
 """The console over a real HF Trainer run's log, in a real terminal, as a real torchrun run's lines
 arrive one batch at a time: then it writes what Textual's own compositor draws of its screen from
-scratch, and how many of its frames scrolled the terminal, to the JSON file named by its argument.
+scratch, and how many of its frames scrolled the terminal, to the JSON file named by its argument;
+then it runs until q.
 
     python -m tests.snapshot_apps.scrolling_log OUT.json
 """
@@ -59,9 +60,7 @@ async def main(out: Path) -> None:
     textuals.reflow(screen, screen.size)
     rows = ["".join(strip.text for strip in chops.values()) for chops in textuals._render_chops(screen.size.region, lambda y: True)]
     out.write_text(json.dumps({"rows": rows, "scrolled_frames": scrolled}))
-    await asyncio.sleep(120)  # the test reads the terminal, then ends the session
-    app.exit()
-    await running
+    await running  # until q, or the test ends the terminal
 
 
 if __name__ == "__main__":

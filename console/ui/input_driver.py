@@ -1,0 +1,82 @@
+"""Textual's terminal driver, with an input thread that sleeps until there is input.
+
+Textual's own input thread wakes ten times a second to see whether it should stop and whether a
+lone escape has waited long enough to be a key: ~0.1 % of a core on a console left open for days,
+as much as the rest of its idle drawing of a log line. This one waits on the terminal and on a
+pipe written when it must stop, with a timeout only while the key parser has one pending.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+from codecs import getincrementaldecoder
+from threading import Event
+
+from textual._time import get_time
+from textual._xterm_parser import XTermParser
+from textual.drivers.linux_driver import LinuxDriver
+
+
+class WakingEvent(Event):
+    """An Event that also writes a byte to a pipe when set, for a thread blocked in select."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+
+    def set(self) -> None:
+        super().set()
+        os.write(self.wake_write, b"\0")
+
+    def close(self) -> None:
+        for fd in (self.wake_read, self.wake_write):
+            try:
+                os.close(fd)
+            except OSError:  # closed already
+                pass
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.wake_read, 64):
+                pass
+        except BlockingIOError:
+            pass
+
+
+class QuietLinuxDriver(LinuxDriver):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.exit_event = WakingEvent()
+
+    def close(self) -> None:
+        super().close()
+        exit_event = self.exit_event
+        assert isinstance(exit_event, WakingEvent)
+        exit_event.close()
+
+    def run_input_thread(self) -> None:
+        exit_event = self.exit_event
+        assert isinstance(exit_event, WakingEvent)
+        exit_event.drain()  # a wake-up left from the last stop (suspend and resume start the thread again)
+        parser = XTermParser(self._debug)
+        decode = getincrementaldecoder("utf-8")().decode
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.fileno, selectors.EVENT_READ)
+            selector.register(exit_event.wake_read, selectors.EVENT_READ)
+            while not exit_event.is_set():
+                # Only a part-read escape sequence has a deadline: after it, it is keys on its own.
+                deadline = parser._timeout_time
+                for key, _ in selector.select(None if deadline is None else max(deadline - get_time(), 0.0)):
+                    if key.fd == exit_event.wake_read:
+                        exit_event.drain()
+                        continue
+                    data = decode(os.read(self.fileno, 4096))
+                    if not data:  # end of input (stdin piped, not a terminal): nothing more to wait for
+                        selector.unregister(self.fileno)
+                        continue
+                    for event in parser.feed(data):
+                        self.process_message(event)
+                for event in parser.tick():
+                    self.process_message(event)
