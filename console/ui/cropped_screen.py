@@ -53,6 +53,8 @@ class CroppedCompositor(Compositor):
     #: The partial frame being drawn: the spans it writes, (x1, x2) by line, and those lines in order.
     _spans: dict[int, list[tuple[int, int]]] | None = None
     _span_lines: list[int] = []
+    #: Widgets the partial frame being drawn has already rendered whole, and their strips.
+    _rendered: dict[Widget, list[Strip]] = {}
     #: A ScrolledLines widget and its scrollbars as the terminal shows them: each one's region and
     #: strips, from the last frame that drew the widget. None when not known.
     _drawn_lines: dict[Widget, tuple[Region, list[Strip]]] | None = None
@@ -84,7 +86,7 @@ class CroppedCompositor(Compositor):
         try:
             chops = self._render_chops(crop, by_line.__contains__)
         finally:
-            self._spans, self._span_lines = None, []
+            self._spans, self._span_lines, self._rendered = None, [], {}
         chop_ends = [cut_set[1:] for cut_set in self.cuts]
         if scroll is None:
             return ChopsUpdate(chops, spans, chop_ends)
@@ -105,6 +107,7 @@ class CroppedCompositor(Compositor):
             return None
         drawn = self._drawn_lines
         now = self._drawn_lines = {part: (shown, part.render_lines(Region(0, 0, *shown.size))) for part, shown in parts.items()}
+        self._rendered = {part: lines for part, (_, lines) in now.items()}
         if drawn is None or drawn.keys() != now.keys() or any(drawn[part][0] != shown for part, (shown, _) in now.items()):
             return None
         rows = moved_up(drawn[widget][1], now[widget][1])
@@ -138,9 +141,14 @@ class CroppedCompositor(Compositor):
                 continue
             # Whole lines of the widget's visible columns: a frame divides each line at the
             # widgets' edges, so a strip must span them.
+            # The plan for a scroll has rendered a ScrolledLines widget and its scrollbars whole.
+            rendered = self._rendered.get(widget) if shown == region else None
             for top, bottom in self._written_lines(shown, crop):
                 lines = Region(shown.x, top, shown.width, bottom - top)
-                yield region, lines, widget.render_lines(lines.translate(-region.offset))
+                if rendered is None:
+                    yield region, lines, widget.render_lines(lines.translate(-region.offset))
+                else:
+                    yield region, lines, rendered[top - region.y : bottom - region.y]
 
     def _written_lines(self, shown: Region, crop: Region) -> Iterator[tuple[int, int]]:
         """The runs (top, bottom) of `shown`'s lines inside `crop` that the frame writes within
