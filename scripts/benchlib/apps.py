@@ -112,20 +112,24 @@ class StampedRunState(RunState):
 def watch_screen(app: PulseApp) -> dict[int, float]:
     """Time (time.time()) each log line was first drawn by the log pane, by line number.
 
-    Wraps the pane's render_line, which the compositor calls for each visible row of a frame.
+    Wraps what draws the pane's rows (`line_renderer`, also behind its render_line), which the
+    compositor asks for in each frame that draws the pane.
     """
     pane = app.log_pane
     drawn: dict[int, float] = {}
-    render_line = pane.render_line
+    line_renderer = pane.line_renderer
 
-    def timed_render_line(y: int):
-        index = pane.scroll_offset.y + y
-        shown = pane._shown
-        if index < len(shown):
-            drawn.setdefault(shown[index].number, time.time())
-        return render_line(y)
+    def timed_line_renderer():
+        render_line, top, shown = line_renderer(), pane.scroll_offset.y, pane._shown
 
-    pane.render_line = timed_render_line
+        def timed_render_line(y: int):
+            if top + y < len(shown):
+                drawn.setdefault(shown[top + y].number, time.time())
+            return render_line(y)
+
+        return timed_render_line
+
+    pane.line_renderer = timed_line_renderer
     return drawn
 
 
