@@ -27,6 +27,8 @@ PHASE_NAMES = ("poll", "tail", "flood", "idle", "memory", "start", "diagnosis", 
 #: The fleet runs only when named (--only fleet): its 256 simulated nodes run 256 agents on this
 #: machine, more than a small shared box has cores for.
 DEFAULT_PHASES = tuple(name for name in PHASE_NAMES if name != "fleet")
+#: How long the memory phase watches the run after its flood (s): in full, with --quick.
+MEMORY_WATCH_S = (300, 30)
 
 
 def _watch_seconds(text: str) -> float:
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="FILE", help="also write the markdown report to FILE")
     parser.add_argument("--only", metavar="PHASES", help=f"comma-separated subset of {','.join(PHASE_NAMES)}")
     parser.add_argument("--memory-watch", type=_watch_seconds, metavar="SECONDS",
-                        help="how long the memory phase watches the run after its flood (default 300, 30 with --quick)")
+                        help=f"how long the memory phase watches the run after its flood (default {MEMORY_WATCH_S[0]}, {MEMORY_WATCH_S[1]} with --quick)")
     parser.add_argument("--child", nargs=3, metavar=("PHASE", "SPEC", "RESULT"), help=argparse.SUPPRESS)
     return parser
 
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"scripts/bench: {name}…", file=sys.stderr, flush=True)
                 phase_started = time.monotonic()
                 try:
-                    options = {"watch_s": args.memory_watch} if name == "memory" and args.memory_watch else {}
+                    options = {"watch_s": args.memory_watch or MEMORY_WATCH_S[args.quick]} if name == "memory" else {}
                     results[name] = getattr(phases, f"run_{name}")(world, args.quick, **options)
                 except Exception as exc:  # one broken phase must not lose the others' figures
                     failed = True
