@@ -25,24 +25,28 @@ class WakingEvent(Event):
         super().__init__()
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
 
     def set(self) -> None:
         super().set()
-        os.write(self.wake_write, b"\0")
-
-    def close(self) -> None:
-        for fd in (self.wake_read, self.wake_write):
-            try:
-                os.close(fd)
-            except OSError:  # closed already
-                pass
+        try:
+            os.write(self.wake_write, b"\0")
+        except (BlockingIOError, OSError):  # a full pipe wakes the thread as well; a closed one has none to wake
+            pass
 
     def drain(self) -> None:
         try:
             while os.read(self.wake_read, 64):
                 pass
-        except BlockingIOError:
+        except (BlockingIOError, OSError):
             pass
+
+    def close(self) -> None:
+        """Close the pipe, once: its numbers are forgotten, so that nothing reads or writes another file that took them."""
+        for fd in (self.wake_read, self.wake_write):
+            if fd >= 0:
+                os.close(fd)
+        self.wake_read = self.wake_write = -1
 
 
 class QuietLinuxDriver(LinuxDriver):
@@ -62,7 +66,8 @@ class QuietLinuxDriver(LinuxDriver):
         exit_event.drain()  # a wake-up left from the last stop (suspend and resume start the thread again)
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
-        with selectors.DefaultSelector() as selector:
+        # select(2), as Textual's own driver: epoll refuses a stdin that is /dev/null or a file.
+        with selectors.SelectSelector() as selector:
             selector.register(self.fileno, selectors.EVENT_READ)
             selector.register(exit_event.wake_read, selectors.EVENT_READ)
             while not exit_event.is_set():
@@ -72,11 +77,13 @@ class QuietLinuxDriver(LinuxDriver):
                     if key.fd == exit_event.wake_read:
                         exit_event.drain()
                         continue
-                    data = decode(os.read(self.fileno, 4096))
+                    data = os.read(self.fileno, 4096)
                     if not data:  # end of input (stdin piped, not a terminal): nothing more to wait for
                         selector.unregister(self.fileno)
                         continue
-                    for event in parser.feed(data):
-                        self.process_message(event)
+                    text = decode(data)
+                    if text:  # a character's first bytes decode to nothing until the rest arrives; "" is the parser's end of input
+                        for event in parser.feed(text):
+                            self.process_message(event)
                 for event in parser.tick():
                     self.process_message(event)

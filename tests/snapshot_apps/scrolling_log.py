@@ -1,7 +1,7 @@
 """The console over a real HF Trainer run's log, in a real terminal, as a real torchrun run's lines
 arrive one batch at a time: then it writes what Textual's own compositor draws of its screen from
-scratch, and how many of its frames scrolled the terminal, to the JSON file named by its argument;
-then it runs until q.
+scratch, how many of its frames scrolled the terminal, and its driver and input thread, to the
+JSON file named by its argument; then it runs until q.
 
     python -m tests.snapshot_apps.scrolling_log OUT.json
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -59,7 +60,19 @@ async def main(out: Path) -> None:
     textuals = Compositor()
     textuals.reflow(screen, screen.size)
     rows = ["".join(strip.text for strip in chops.values()) for chops in textuals._render_chops(screen.size.region, lambda y: True)]
-    out.write_text(json.dumps({"rows": rows, "scrolled_frames": scrolled}))
+    driver = app._driver
+    key_thread = getattr(driver, "_key_thread", None)
+    out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "scrolled_frames": scrolled,
+                "driver": type(driver).__name__,
+                "pid": os.getpid(),
+                "input_thread": key_thread.native_id if key_thread is not None else None,
+            }
+        )
+    )
     await running  # until q, or the test ends the terminal
 
 
