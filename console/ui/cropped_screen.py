@@ -181,7 +181,7 @@ def _scrolled_parts(visible: dict[Widget, tuple[Region, Region]], width: int) ->
         ((widget, region) for widget, (region, clip) in visible.items() if isinstance(widget, ScrolledLines) and clip.contains_region(region)),
         (None, None),
     )
-    if widget is None or region is None:
+    if widget is None:
         return None
     band = Region(0, region.y, width, region.height)
     # Every row of the band moves: what else is in it must be the widget's own scrollbars or its
@@ -220,8 +220,7 @@ class CroppedScreen(Screen):
 
     def _compositor_refresh(self) -> None:
         super()._compositor_refresh()
-        app = self.app
-        if app._batch_count or app.is_inline or self is not app.screen:
-            # Textual drops a frame drawn inside a batch, and a screen beneath another is drawn
-            # by the top one's compositor: the terminal may not show this one's last frame.
+        if self.app._batch_count:
+            # Textual drops a frame drawn while it batches updates (an async batch, as a
+            # recompose holds, spans frames): the terminal does not show this one.
             self._compositor.forget_drawn_lines()

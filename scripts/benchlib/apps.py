@@ -397,8 +397,9 @@ async def silence(spec: dict) -> dict:
 
 
 async def console_in_terminal(spec: dict) -> dict:
-    """The real console with Textual's own terminal driver on this process's terminal (the
-    parent's pseudo-terminal), until `q`: what the parent types reaches it as keys do."""
+    """The real console with its terminal driver (console/ui/input_driver.py: Textual's, its input
+    thread made quieter) on this process's terminal (the parent's pseudo-terminal), until `q`:
+    what the parent types reaches it as keys do."""
     config = config_from_spec(spec["config"])
     state = RunState()
     await monitored_app(config, state).run_async()

@@ -228,7 +228,7 @@ def idle_anchors(world: World) -> dict[str, list[str]]:
 
 def console_idle_in_terminal(world: World, config, seconds: float) -> float:
     """The console's CPU (% of one core) as the anchors are measured: the real console with
-    Textual's own driver drawing into a pseudo-terminal of SIZE, its whole process."""
+    its own terminal driver drawing into a pseudo-terminal of SIZE, its whole process."""
     spec_path, result_path = world.dir / "idle-terminal-spec.json", world.dir / "idle-terminal-result.json"
     spec_path.write_text(json.dumps({"config": config_to_spec(config)}))
     env = {**os.environ, "TEXTUAL_ANIMATIONS": "none", "HOME": str(world.dir / "home-clean")}

@@ -219,7 +219,7 @@ def markdown(result: dict) -> str:
             t = p["flood"]["terminal"]
             lines += ["", *_table(["offered lines/s", "written", "keys", "median ms", "p95 ms", "p99 ms", "max ms", "missed (> 2 s)"],
                                   [[_fmt(t["rate"]), _fmt(t["written"]), t["key_ms"]["n"], *_stats(t["key_ms"]), t["missed"]]])]
-            lines += ["", "(`f` typed into a pseudo-terminal running the console with Textual's own driver, timed to the "
+            lines += ["", "(`f` typed into a pseudo-terminal running the console with its own terminal driver, timed to the "
                       "first output that draws its effect.)"]
     if "idle" in p and "nvidia_smi" in p["idle"]:
         lines += ["", "## 4. Idle cost (demo run, 8 GPUs, 1 Hz, % of one core)", ""]
@@ -237,7 +237,7 @@ def markdown(result: dict) -> str:
         anchors = p["idle"].get("anchors") or {}
         console = p["idle"].get("terminal")
         if console is not None:
-            lines += ["", "The console with Textual's own driver drawing into a 120×40 pseudo-terminal, its whole process, "
+            lines += ["", "The console with its own terminal driver drawing into a 120×40 pseudo-terminal, its whole process, "
                       "beside terminal monitors drawing the same terminal once a second (nvitop needs NVML: not here):", ""]
             lines += _table(["program", "CPU % of one core", "Pulse ÷ it"],
                             [["Pulse", _fmt(console, 2), "—"]]
