@@ -139,10 +139,10 @@ class CroppedCompositor(Compositor):
             shown = region.intersection(clip)
             if not shown.overlaps(crop):
                 continue
-            # Whole lines of the widget's visible columns: a frame divides each line at the
-            # widgets' edges, so a strip must span them.
             # The plan for a scroll has rendered a ScrolledLines widget and its scrollbars whole.
             rendered = self._rendered.get(widget) if shown == region else None
+            # Whole lines of the widget's visible columns: a frame divides each line at the
+            # widgets' edges, so a strip must span them.
             for top, bottom in self._written_lines(shown, crop):
                 lines = Region(shown.x, top, shown.width, bottom - top)
                 if rendered is None:
