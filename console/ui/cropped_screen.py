@@ -192,8 +192,8 @@ def _scrolled_parts(visible: dict[Widget, tuple[Region, Region]], width: int) ->
         shown = other_region.intersection(clip)
         if other is widget or other in containers or not shown.overlaps(band):
             continue
-        if other.parent is not widget:
-            return None
+        if other.parent is not widget or shown != other_region:
+            return None  # another widget would move with the rows; a clipped scrollbar's rows are not its own
         parts[other] = shown
     return parts
 

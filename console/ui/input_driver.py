@@ -31,14 +31,14 @@ class WakingEvent(Event):
         super().set()
         try:
             os.write(self.wake_write, b"\0")
-        except (BlockingIOError, OSError):  # a full pipe wakes the thread as well; a closed one has none to wake
+        except OSError:  # a full pipe (BlockingIOError) wakes the thread as well; a closed one has none to wake
             pass
 
     def drain(self) -> None:
         try:
             while os.read(self.wake_read, 64):
                 pass
-        except (BlockingIOError, OSError):
+        except OSError:  # emptied (BlockingIOError), or closed
             pass
 
     def close(self) -> None:
