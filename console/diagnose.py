@@ -4,46 +4,41 @@
 wrong, shows the observations that say so, the next step, and the action that takes it (its `step`,
 one of NEXT_STEPS; the console binds each to a key).
 
-Rules, first match wins ("alive" = a matched process not a zombie; "silent" = no log
-growth for longer than the silence limit, or no throughput line for longer than the limit
-for progress; "busy" = a process of the run over `stall.cpu_idle_pct` by the delta of
-utime+stime over the sampling window (never ps's lifetime average), or the run's own use of
-a GPU over `stall.gpu_idle_pct`: its processes' SM % when read (NVML process samples, pmon),
-else the device's use when a process of the run is on it (in a PID namespace, where a driver
-may list host PIDs, the device's use unless every process of the run waits). A process whose
-dumped threads all wait (a collective, a CUDA synchronize, a queue, a lock, I/O) is never busy,
-even at 100 % CPU; threads py-spy saw idle count as waiting only in a process that is idle on
-the CPU too (one sample of a busy process can catch every thread between two bursts of work)).
+A verdict is earned. "Healthy" needs evidence of progress: the log writing within its rhythm
+(console.stall), or, once the log is quiet past the floor, the run's stacks moving while they were
+recorded (py-spy record: two stacks or more that are not waits, or a main thread that sleeps in its
+own loop and wakes). Without such evidence the verdict is never healthy: it says what is missing.
+A problem line is judged by what followed it: one of kind oom, cuda or nccl after which the run
+made progress (a step, rate or loss line; stacks that move; for a family that handles itself,
+console.observe.recovered, a log still within its rhythm) is a recovered warning, counted; it is
+fatal when the process died, or nothing followed it while it is recent.
 
-The silence limit is the run's own rhythm: QUIET_INTERVALS of its usual gap between writes
-(between throughput lines for progress), at least QUIET_FLOOR_S; UNLEARNED_QUIET_S while no
-rhythm is known (a run that logs rarely); `stall.log_silent_s` overrides it. A one-shot look
-(`pulse check`) has no history: it estimates the usual gap from the log itself, the run's writing
-time over the writes the log holds (lifetime_write_interval_s).
-After QUIET_SHOWN_INTERVALS usual gaps without a write the summary says "quiet N s,
-usually writes every X s" instead of "its log progresses".
-
-A log that showed a framework starting a progress display drawn only on a terminal
-(Lightning's RichProgressBar; console.observe.progress) and no progress since says nothing
-by its silence: the run's own processes tell, and the verdict names the framework and the
-setting that puts progress into the log, never "log progresses".
+Rules, first match wins ("alive" = a matched process not a zombie; "busy" = a process of the run
+over `stall.cpu_idle_pct` by the delta of utime+stime over the sampling window (never ps's
+lifetime average), or the run's own use of a GPU over `stall.gpu_idle_pct`: its processes' SM %
+when read, else the device's use when a process of the run is on it. A process whose dumped
+threads all wait (a collective, a rendezvous, a CUDA synchronize, a queue, a lock, I/O), or that
+the recording saw waiting or still, is never busy, even at 100 % CPU):
 
 | verdict             | when                                                                             | step           |
 | ------------------- | -------------------------------------------------------------------------------- | -------------- |
 | unknown             | no process reading and no log reading at all                                     | —              |
-| oom                 | an OOM line since the launch (not one of a dead thread's while the process lives); nothing alive, or the line recent | warmup/restart |
+| oom                 | an OOM line since the launch the run did not recover from (nothing alive, or recent with no progress after) | warmup/restart |
 | diverged            | a NaN/Inf loss line since the launch                                             | log            |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | restart        |
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —              |
 | dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | log            |
 | hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | restart        |
-| healthy             | alive, busy, and its progress drawn only on a terminal (the framework, the setting that logs it) | —              |
-| buffered            | alive, busy, silent, stdout a regular file without -u                            | restart        |
-| hung                | alive, silent, and idle, or a rank stopped on its own data while another spins (the collective and the ranks not in it, the straggler, a waiting main thread's DataLoader workers) | dump           |
-| unknown             | alive, busy and silent with unbuffered stdout (stacks tell; no rule does)        | dump           |
+| healthy             | busy, not yet recorded, and its progress drawn only on a terminal (the framework, the setting that logs it) | —              |
+| (no log progress)   | quiet past the floor, or stalled, or no log: judged by the stacks below          |                |
+| buffered            | the recorded stacks move (or it is busy), stdout a regular file without -u, the log only whole buffers | restart        |
+| healthy             | the recorded stacks move: "quiet N s, but the run works: X moves in F"           | —              |
+| unknown             | recorded busy in one place (a long call): another look tells                      | dump           |
+| hung                | recorded, nothing moves: every thread waits (the collective and the ranks not in it, the straggler, a rank alone at init_process_group and who never joined, the DataLoader workers, a kernel that does not end) | dump |
+| hung / buffered     | not recorded (py-spy refused), stalled: idle (hung) or busy into a buffered file  | dump/restart   |
+| unknown             | not recorded, quiet past the floor but not stalled: what is missing, what would tell | dump      |
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | dump           |
-| healthy             | the log progresses, or not yet silent with progress drawn only on a terminal (said so, never "progresses"; in a PID namespace, unseen GPU PIDs are an evidence line) | —              |
-| unknown             | otherwise (no log to judge progress by)                                          | log            |
+| healthy             | the log progresses within its rhythm (said "quiet" past a few of its intervals), with the problems it went on past | — |
 
 `severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
 """
@@ -57,7 +52,10 @@ from console.config import Config
 from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
 from console.observe.progress import TerminalOnlyProgress
+from console.observe.pyspy import RECORD_HZ, RECORD_S
+from console.observe.roles import fold_helpers
 from console.state import RATE_UNITS
+from console.stall import Silence
 from console.units import format_duration, format_indices, spread
 
 VERDICTS = (
@@ -92,16 +90,13 @@ _SEVERITY = {
 
 #: A throughput line this many usual intervals late is missing, not just slow to come (with an explicit limit).
 RATE_GAPS = 3
-#: Silent for this many of the run's usual intervals between writes (or progress updates) is a stall.
-QUIET_INTERVALS = 20
-#: ...but never sooner than this: a run that writes many times a second may pause a moment (a GC, a save).
-QUIET_FLOOR_S = 10.0
-#: Without a learned rhythm (a fresh look at the log, a run that logs rarely) a stall starts here.
-UNLEARNED_QUIET_S = 300.0
-#: After this many usual intervals without a write the log is called quiet rather than progressing.
-QUIET_SHOWN_INTERVALS = 3
-#: ...and never before this many seconds.
-QUIET_SHOWN_S = 2.0
+#: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
+RECOVERABLE_KINDS = (LineKind.OOM, LineKind.CUDA_ERROR, LineKind.NCCL_TIMEOUT)
+#: Python's buffer for a file is its block size (st_blksize, 4 KiB or a multiple): a block-buffered
+#: stdout writes its log in whole multiples of this.
+BUFFER_BYTES = 4096
+#: How the evidence names a recording of the stacks (console.observe.pyspy_run.record).
+RECORD_TEXT = f"{RECORD_S} s at {RECORD_HZ} Hz"
 #: How many problems a verdict quotes (each by the line that names it).
 _QUOTED_LINES = 3
 _QUOTE_CHARS = 160
@@ -119,6 +114,19 @@ class ProblemLine:
     """Seconds since that line arrived; None when unknown (a tail read has no times)."""
     thread: str | None = None
     """The thread whose uncaught exception this is, when it is one."""
+    progress_after: bool = False
+    """The log reported progress (steps, rates, losses) after the problem's last line."""
+    family: str | None = None
+    """The family of problems its framework handles itself (console.observe.recovered), if one."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredFamily:
+    """How often a family of self-handled problems occurred since the launch: '23 autotune configs skipped'."""
+
+    text: str
+    """'23 autotune configs skipped: out of shared memory'."""
+    family: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +169,11 @@ class StackSummary:
     """The process's parent PID (a worker's rank)."""
     cpu_pct: float | None = None
     """The process's CPU% over the sampling window."""
+    motion: str | None = None
+    """How the thread moved while it was recorded (console.observe.pyspy.MOTIONS): moving, paced, busy,
+    waiting or still; None when it was not recorded."""
+    run_env: tuple[tuple[str, str], ...] = ()
+    """The process's RANK, WORLD_SIZE, MASTER_ADDR, ... (a rank waiting at start-up is named by them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +213,8 @@ class Evidence:
     """log_write_interval_s was estimated from one look at the log (its size over the run's writing time), not learned."""
     problems: tuple[ProblemLine, ...] = ()
     """Problem lines since the last launch, oldest first."""
+    families: tuple[RecoveredFamily, ...] = ()
+    """The self-handled problem families seen since the last launch, each counted."""
     dead_threads: tuple[DeadThread, ...] = ()
     """Threads that died of an uncaught exception, as the log tells."""
     nccl: tuple[NcclFact, ...] = ()
@@ -207,6 +222,7 @@ class Evidence:
     flight: tuple[FlightRecord, ...] = ()
     """The ranks' flight-recorder dumps, when the run wrote them."""
     stacks: tuple[StackSummary, ...] = ()
+    """Each dumped thread (identical ones folded), with how it moved while recorded."""
     stack_error: str | None = None
     """Why no stacks were dumped when a dump was tried (with its advice)."""
     stacks_missing: tuple[str, ...] = ()
@@ -326,42 +342,21 @@ def is_problem(name: str) -> bool:
     return name != "healthy"
 
 
-def silence_limit_s(override: float | None, usual_interval_s: float | None) -> float:
-    """Seconds of silence that make a stall: `override` when set, else the run's rhythm (see the module doc)."""
-    if override is not None:
-        return override
-    if usual_interval_s is None:
-        return UNLEARNED_QUIET_S
-    return max(QUIET_FLOOR_S, QUIET_INTERVALS * usual_interval_s)
-
-
-def rhythm_text(interval_s: float | None) -> str:
-    """'usually writes every 0.3 s', or that no rhythm is known yet."""
-    if interval_s is None:
-        return "its rhythm not learned yet"
-    return f"usually writes every {format_duration(interval_s, tenths=True)}"
-
-
-#: Write boundaries a tail needs before it says anything about the log's rhythm.
-MIN_TAIL_WRITES = 20
-
-
-def lifetime_write_interval_s(tail: str, log_size: int, written_for_s: float | None) -> float | None:
-    """The log's usual gap between writes, from one look: the time the run has been writing
-    (`written_for_s`) over the writes its log holds, counted from the tail's density of line ends
-    and redraws (`\n`, a lone `\r`). None when the tail is too thin to say."""
-    if not tail or log_size <= 0 or written_for_s is None or written_for_s <= 0:
-        return None
-    writes_in_tail = tail.count("\n") + tail.count("\r") - tail.count("\r\n")
-    if writes_in_tail < MIN_TAIL_WRITES:
-        return None
-    writes = log_size * writes_in_tail / len(tail.encode("utf-8", "replace"))
-    return written_for_s / writes
-
-
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
     """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
     return _Diagnosis(evidence, config).verdict()
+
+
+#: Verdicts the run's stacks can change: a run whose log shows no progress (it may wait, or work
+#: quietly), a buffered one, an out-of-memory line it may have gone on past.
+STACKS_DECIDE = frozenset(("hung", "unknown", "buffered", "oom"))
+
+
+def wants_stacks(evidence: Evidence, config: Config) -> bool:
+    """The verdict on `evidence` cannot be earned without the run's stacks (none were taken yet)."""
+    if evidence.stacks or evidence.stack_error or not any(p.state not in ("Z", "X") for p in evidence.processes):
+        return False
+    return evidence.terminal_only_progress is not None or diagnose(evidence, config).name in STACKS_DECIDE
 
 
 class _Diagnosis:
@@ -371,6 +366,8 @@ class _Diagnosis:
         self.slow_fraction = config.metrics.slow_fraction
         self.has_warmup = config.warmup.command is not None
         self.alive = tuple(p for p in ev.processes if p.state not in ("Z", "X"))
+        self.silence = Silence(ev.log_silent_s, ev.log_write_interval_s, ev.log_rhythm_estimated, self.stall.log_silent_s,
+                               grew=ev.log_growth > 0)
 
     # -- observations --------------------------------------------------------
 
@@ -382,7 +379,9 @@ class _Diagnosis:
             threads.setdefault(t.pid, []).append(t)
         idle_cpu = {p.pid for p in self.alive if p.cpu_pct is None or p.cpu_pct <= self.stall.cpu_idle_pct}
         return {
-            pid for pid, found in threads.items() if all(t.wait or (t.idle and pid in idle_cpu) for t in found)
+            pid
+            for pid, found in threads.items()
+            if all(t.wait or t.motion in ("waiting", "still") or (t.idle and pid in idle_cpu) for t in found)
         }
 
     def _working(self) -> list[ProcessReading]:
@@ -429,39 +428,49 @@ class _Diagnosis:
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
 
-    def _log_limit(self) -> float:
-        return silence_limit_s(self.stall.log_silent_s, self.ev.log_write_interval_s)
-
     def _rate_limit(self) -> float:
         ev, override = self.ev, self.stall.log_silent_s
         if override is not None:
             return max(override, RATE_GAPS * (ev.rate_interval_s or 0.0))
-        return silence_limit_s(None, ev.rate_interval_s)
+        return Silence(None, ev.rate_interval_s).limit_s
 
     def _silent(self) -> bool:
-        """No log growth past its limit, or no throughput line past the limit for progress."""
+        """No log growth past its stall limit, or no throughput line past the limit for progress."""
         ev = self.ev
-        if ev.log_growth == 0 and ev.log_silent_s is not None and ev.log_silent_s > self._log_limit():
-            return True
-        return ev.rate_silent_s is not None and ev.rate_silent_s > self._rate_limit()
-
-    def _progressing(self) -> bool:
-        return self.ev.log_growth > 0 or (self.ev.log_silent_s is not None and self.ev.log_silent_s <= self._log_limit())
-
-    def _quiet(self) -> bool:
-        """Not written for several of its usual intervals (not yet a stall): the header must not say it progresses."""
-        ev = self.ev
-        if ev.log_silent_s is None:
-            return False
-        usual = ev.log_write_interval_s
-        return ev.log_silent_s > max(QUIET_SHOWN_S, QUIET_SHOWN_INTERVALS * (usual or 0.0))
+        return self.silence.stalled or (ev.rate_silent_s is not None and ev.rate_silent_s > self._rate_limit())
 
     def _quiet_text(self) -> str:
-        ev = self.ev
-        return f"quiet {format_duration(ev.log_silent_s or 0.0)}, {rhythm_text(ev.log_write_interval_s)}"
+        return self.silence.quiet_text()
+
+    # -- what the stacks showed --------------------------------------------------
+
+    def _recorded(self) -> bool:
+        """The run's threads were recorded: how each moved is known."""
+        return any(t.motion is not None for t in self.ev.stacks)
+
+    def _movers(self) -> list[StackSummary]:
+        """Threads of the run's programs that moved while recorded (the loop turns), or a main thread
+        that sleeps in its own loop and wakes (paced)."""
+        return [
+            t for t in self.ev.stacks
+            if t.role not in ("launcher", "shell") and (t.motion == "moving" or (t.motion == "paced" and t.main))
+        ]
+
+    def _busy_in_one_place(self) -> list[StackSummary]:
+        return [t for t in self.ev.stacks if t.role not in ("launcher", "shell") and t.motion == "busy"]
+
+    def _motion_lines(self) -> list[str]:
+        """'MainThread of main (pid 545) moves: evaluate (quiet_eval.py:23)' for each thread that decided it."""
+        out = []
+        for t in self._movers()[:4]:
+            how = "sleeps in its own loop and wakes" if t.motion == "paced" else "moves"
+            out.append(f'thread "{t.name}" of {_who(t)} {how} (recorded {RECORD_TEXT}): {t.where}')
+        for t in self._busy_in_one_place()[:2]:
+            out.append(f'thread "{t.name}" of {_who(t)} is on the CPU in one place the whole recording: {t.where}')
+        return out
 
     def _recent(self, line: ProblemLine) -> bool:
-        return line.age_s is None or line.age_s <= self._log_limit()
+        return line.age_s is None or line.age_s <= self.silence.limit_s
 
     def _of_kind(self, *kinds: LineKind) -> list[ProblemLine]:
         return [p for p in self.ev.problems if p.kind in kinds]
@@ -473,7 +482,7 @@ class _Diagnosis:
         if not ev.processes:
             return [f"no process of the run found ({ev.process_error})" if ev.process_error else "no process of the run found"]
         lines = []
-        for p in ev.processes:
+        for p in fold_helpers(ev.processes, self.stall.cpu_idle_pct):
             if p.cpu_pct is None:
                 cpu = "CPU unknown (one sample only)"
             else:
@@ -609,6 +618,11 @@ class _Diagnosis:
                 f"{', '.join(inside)} {'waits' if len(inside) == 1 else 'wait'} in {call}; "
                 f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {_user_frame(behind[0].where)}"
             )
+        if waiting and len(groups) == 1 and groups[0].count == 1:
+            main = waiting[0]
+            spinning = f", spinning at {main.cpu_pct:.0f}% CPU," if (main.cpu_pct or 0.0) > 50 else ""
+            return f"the main thread waits in {_call_text(main.collective)}{spinning} in {_user_frame(main.where)}" \
+                + self._own_kernel_text()
         if waiting:
             return f"every rank waits in {_call_text(waiting[0].collective)}"
         blocked = self._blocked_ranks()
@@ -617,9 +631,32 @@ class _Diagnosis:
             others = [_short_who(_who(t)) for t in self._program_threads() if t not in blocked]
             return f"{_short_who(_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
         mains = self._program_threads()
+        peers = [t for t in mains if t.wait == "rendezvous"]
+        if peers and len(peers) == len(mains):
+            world = dict(peers[0].run_env).get("WORLD_SIZE")
+            of = f" of {world}" if world else ""
+            who = ", ".join(_short_who(_who(t)) for t in peers)
+            return f"{who}{of} {'waits' if len(peers) == 1 else 'wait'} for peers that never joined, in {_user_frame(peers[0].where)}"
         if len(mains) == 1 and mains[0].wait:
             return f"the main thread {self._waits_on(mains[0])}"
+        if mains and all(t.motion in ("waiting", "still") for t in mains):
+            return f"the main thread is stopped in {_user_frame(mains[0].where)}"
         return "the run is alive and idle"
+
+    def _own_kernel_text(self) -> str:
+        """'; GPU 0 is 100% busy with the run's own work: a kernel that never ends', when it is."""
+        busy = [g for g in self.ev.gpus if self._gpu_used_by_run(g)]
+        if not busy:
+            return ""
+        names = ", ".join(f"GPU {g.index}" for g in busy)
+        return f"; {names} {'is' if len(busy) == 1 else 'are'} busy with the run's own work: a kernel that does not end"
+
+    def _gpu_used_by_run(self, g: GpuReading) -> bool:
+        """The run's processes (waiting or not) use GPU `g` by its per-process samples."""
+        run = self._run_gpu_pids(working_only=False)
+        if g.process_sm_pct is None or self.ev.in_pid_namespace:
+            return False
+        return sum(pct for pid, pct in g.process_sm_pct if pid in run) > 50.0
 
     def _waits_on(self, main: StackSummary) -> str:
         """'waits on its DataLoader workers (hf_trainer.py:75)', 'waits on queue get in pack_hidden (hung.py:9)'."""
@@ -634,21 +671,11 @@ class _Diagnosis:
         if not ev.log_exists:
             return [f"log {ev.log_path} does not exist"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
+        silence = self.silence
         if ev.log_silent_s is not None and ev.log_growth == 0:
-            if self.stall.log_silent_s is not None:
-                how = "set by [stall] log_silent_s"
-            elif ev.log_write_interval_s is None:
-                how = "until its rhythm is learned"
-            elif ev.log_rhythm_estimated:
-                how = "from its rhythm, estimated from the log's size over the run's life"
-            else:
-                how = "from its rhythm"
-            lines.append(
-                f"log silent {format_duration(ev.log_silent_s)}, {rhythm_text(ev.log_write_interval_s)} "
-                f"(a stall after {format_duration(self._log_limit())}, {how})"
-            )
+            lines.append(f"log silent {format_duration(ev.log_silent_s)}, {silence.rhythm_text()} ({silence.limit_text()})")
         elif ev.log_write_interval_s is not None:
-            lines.append(f"log {rhythm_text(ev.log_write_interval_s)}")
+            lines.append(f"log {silence.rhythm_text()}")
         if ev.terminal_only_progress is not None:
             lines.append(f"no progress reaches the log: {ev.terminal_only_progress.advice}")
         if ev.rate_silent_s is not None:
@@ -709,7 +736,7 @@ class _Diagnosis:
                 None,
             )
 
-        ooms = [p for p in self._of_kind(LineKind.OOM) if not self.alive or (self._recent(p) and p.thread is None)]
+        ooms = [p for p in self._of_kind(LineKind.OOM) if self._fatal(p)]
         if ooms:
             state = "the run is dead" if not self.alive else "a process is still alive"
             if any("OutOfResources" in p.text for p in ooms):
@@ -745,14 +772,14 @@ class _Diagnosis:
             return self._not_alive()
 
         dead = [t for t in ev.dead_threads if not t.progress_after]
-        if dead and (self._quiet() or not self._busy_cpu()):  # a busy run may still log its next step
+        if dead and (not self.silence.progressing or not self._busy_cpu()):  # a busy run may still log its next step
             return self._thread_died(dead)
 
         hidden = ev.terminal_only_progress
-        if hidden is not None and self._busy():  # its log's silence says nothing: the processes do
+        if hidden is not None and self._busy() and not self._recorded():  # its log's silence says nothing: the processes do
             return self._progress_off_log(hidden, "the run is busy")
-        if self._silent():
-            return self._stalled()
+        if self._silent() or self.silence.needs_stacks or ev.log_path is None or not ev.log_exists:
+            return self._without_log_progress()
 
         if ev.rate_now is not None and ev.rate_baseline and ev.rate_now < self.slow_fraction * ev.rate_baseline:
             return Verdict(
@@ -763,28 +790,51 @@ class _Diagnosis:
                 "dump",
             )
 
-        if ev.log_path is not None and ev.log_exists and self._progressing():
-            if hidden is not None:
-                return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")
-            if self._quiet():
-                summary = f"its log is {self._quiet_text()}; the run is alive"
-            else:
-                summary = "the run is alive and its log progresses"
-            return Verdict(
-                "healthy",
-                summary,
-                self._log_lines() + self._throughput_line() + self._process_lines() + self._gpu_lines(),
-                "nothing to do",
-                None,
-            )
+        if hidden is not None:
+            return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")
+        if self.silence.progressing:
+            summary = "the run is alive and its log progresses"
+        else:
+            summary = f"its log is {self._quiet_text()}; the run is alive"
+        return self._healthy(summary, self._log_lines())
 
+    def _healthy(self, summary: str, evidence: list[str]) -> Verdict:
+        """Healthy, on the evidence of progress given, with the problems the run went on past."""
         return Verdict(
-            "unknown",
-            "the run is alive but its progress cannot be judged",
-            self._process_lines() + self._log_lines() + self._gpu_lines(),
-            "configure the run's log (--log) so progress can be judged, or read it (l)",
-            "log",
+            "healthy",
+            summary,
+            evidence + self._recovered_lines() + self._throughput_line() + self._process_lines() + self._gpu_lines(),
+            "nothing to do",
+            None,
         )
+
+    # -- a problem judged by what followed it -------------------------------------
+
+    def _fatal(self, line: ProblemLine) -> bool:
+        """A problem line the run did not recover from: it died, or no progress came after it (while recent).
+
+        A dead thread's problem is the thread's (the process lives on: _thread_died judges it). A
+        family that handles itself (the autotuner skipping a config) is recovered while the run makes
+        progress by any sign: its log within its rhythm, or its stacks moving.
+        """
+        if not self.alive:
+            return True
+        if line.thread is not None or line.progress_after:
+            return False
+        if line.family is not None and (self.silence.progressing or self._movers()):
+            return False
+        if self._movers() and not self.silence.stalled:
+            return False  # the run works past it: its stacks move
+        return self._recent(line)
+
+    def _recovered_lines(self) -> list[str]:
+        """The problems the run went on past, each family counted, the rest by their line."""
+        ev = self.ev
+        lines = [f"{family.text} (the run went on)" for family in ev.families]
+        others = [p for p in ev.problems if p.kind in RECOVERABLE_KINDS and p.family is None and not self._fatal(p)]
+        for p in others[-_QUOTED_LINES:]:
+            lines.append(f"{p.kind.value}, recovered (progress followed): {_clip(p.text, _QUOTE_CHARS)}")
+        return lines
 
     def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
         """Healthy as far as can be told: the framework draws its progress on a terminal the log never sees."""
@@ -876,39 +926,102 @@ class _Diagnosis:
             "restart",
         )
 
-    def _stalled(self) -> Verdict:
+    def _without_log_progress(self) -> Verdict:
+        """The log shows no progress (quiet past the floor, stalled, or no log): the run's stacks must."""
         ev = self.ev
-        busy = self._busy()
+        if self._recorded():
+            return self._by_motion()
+        if self._silent():
+            return self._stalled_unseen()
+        quiet = self._log_state_text()
+        if ev.stack_error:
+            missing = f"its stacks could not be taken ({ev.stack_error})"
+        else:
+            missing = "its stacks have not been taken yet: they tell a loop that waits from one that is frozen"
+        return Verdict(
+            "unknown",
+            f"{quiet}: no evidence of progress; {missing}",
+            self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
+            f"take its stacks (d); without them it is hung once {self.silence.limit_text()} if still idle",
+            "dump",
+        )
+
+    def _quiet_for(self) -> str:
+        """'quiet 5m 12s', or what keeps the log from telling."""
+        ev = self.ev
+        if ev.log_exists and ev.log_silent_s is not None:
+            return f"quiet {format_duration(ev.log_silent_s)}"
+        return self._log_state_text()
+
+    def _log_state_text(self) -> str:
+        ev = self.ev
+        if ev.log_path is None:
+            return "no log is configured"
+        if not ev.log_exists:
+            return f"its log {ev.log_path} does not exist"
+        return f"its log is {self._quiet_text()}"
+
+    def _to_file(self, pids: set[int] | None = None) -> list[ProcessReading]:
+        """Processes (of `pids`, else the run's) whose stdout is block-buffered into a regular file, while
+        the log holds only whole buffers: empty, or a multiple of BUFFER_BYTES, all a buffered stdout
+        writes. A log of any other size had writes that were no buffer's (a flush of the run's own,
+        stderr): its silence is the run's, not a buffer's."""
+        if self.ev.log_size % BUFFER_BYTES:
+            return []
         waiting = self._waiting_pids()
-        to_file = [
-            p
-            for p in self.alive
-            if p.pid not in waiting and p.role != "launcher" and _is_regular_file(p.stdout) and p.unbuffered is False
+        return [
+            p for p in self.alive
+            if (p.pid in pids if pids is not None else p.pid not in waiting)
+            and p.role != "launcher" and _is_regular_file(p.stdout) and p.unbuffered is False
         ]
-        if busy and to_file:
-            return Verdict(
-                "buffered",
-                "the run is busy but its log is silent: stdout is block-buffered into a file",
-                self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
-                "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
-                "restart",
+
+    def _buffered(self, why: str, frames: list[str]) -> Verdict:
+        return Verdict(
+            "buffered",
+            f"{why}, but its log is {self._quiet_text()}: stdout is block-buffered into a file",
+            frames + self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
+            "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
+            "restart",
+        )
+
+    def _by_motion(self) -> Verdict:
+        """Judged by how the run's threads moved while recorded: the loop turns, or it waits."""
+        ev = self.ev
+        movers = self._movers()
+        if movers:
+            to_file = self._to_file({t.pid for t in movers})
+            if to_file:
+                return self._buffered("the run's loop turns", self._motion_lines())
+            if ev.terminal_only_progress is not None:
+                return self._progress_off_log(ev.terminal_only_progress, "its stacks move")
+            first = movers[0]
+            how = "sleeps in its own loop and wakes" if first.motion == "paced" else "moves"
+            return self._healthy(
+                f"{self._log_state_text()}, but the run works: {_who(first)} {how} in {_user_frame(first.where)}",
+                self._motion_lines() + self._log_lines() + self._stack_lines(),
             )
-        if not busy and (self._cpu_known() or ev.gpus):
+        busy = self._busy_in_one_place()
+        if busy and not self._blocked_ranks():
+            if self._to_file({t.pid for t in busy}):
+                return self._buffered("the run is busy", self._motion_lines())
+            first = busy[0]
             return Verdict(
-                "hung",
-                f"{self._hung_summary()}; quiet {format_duration(ev.log_silent_s or 0.0)}",
-                self._nccl_lines()
-                + self._dead_thread_lines(self.ev.dead_threads)
-                + self._rank_lines()
-                + self._worker_lines()
-                + self._log_lines()
-                + self._process_lines()
-                + self._gpu_lines()
-                + self._stack_lines()
-                + self._problem_lines(list(ev.problems)),
-                "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective)",
+                "unknown",
+                f"{self._log_state_text()}; the run is busy in one place: {_who(first)} in {_user_frame(first.where)}",
+                self._motion_lines() + self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
+                "look again (d): a long call (a checkpoint save, a compile) ends and moves; a livelock stays",
                 "dump",
             )
+        return self._hung()
+
+    def _stalled_unseen(self) -> Verdict:
+        """Stalled, and no recording of the stacks: judged by the run's CPU and GPU alone."""
+        ev = self.ev
+        busy = self._busy()
+        if busy and self._to_file():
+            return self._buffered("the run is busy", [])
+        if not busy and (self._cpu_known() or ev.gpus):
+            return self._hung()
         return Verdict(
             "unknown",
             f"the run is busy but its log is {self._quiet_text()}",
@@ -922,6 +1035,45 @@ class _Diagnosis:
             "dump the stacks (p) to see what it is busy with",
             "dump",
         )
+
+    def _hung(self) -> Verdict:
+        ev = self.ev
+        return Verdict(
+            "hung",
+            f"{self._hung_summary()}; {self._quiet_for()}",
+            self._nccl_lines()
+            + self._dead_thread_lines(self.ev.dead_threads)
+            + self._startup_lines()
+            + self._rank_lines()
+            + self._worker_lines()
+            + self._log_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+            + self._stack_lines()
+            + self._problem_lines(list(ev.problems)),
+            "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective, a peer)",
+            "dump",
+        )
+
+    def _startup_lines(self) -> list[str]:
+        """Ranks waiting for their peers before any collective: 'rank 0 of 2 waits in init_process_group …;
+        ranks in view: 0; never joined: 1'."""
+        waiting = [t for t in self._program_threads() if t.wait == "rendezvous"]
+        if not waiting:
+            return []
+        env = dict(waiting[0].run_env)
+        world = env.get("WORLD_SIZE", "")
+        seen = sorted({t.rank for t in self._program_threads() if t.rank is not None})
+        where = f" at {env['MASTER_ADDR']}:{env.get('MASTER_PORT', '?')}" if env.get("MASTER_ADDR") else ""
+        ranks = ", ".join(_short_who(_who(t)) for t in waiting)
+        line = f"{ranks} {'waits' if len(waiting) == 1 else 'wait'} for {'its' if len(waiting) == 1 else 'their'} peers" \
+            f" in {_user_frame(waiting[0].where)}{where}"
+        if world.isdigit():
+            line += f" (WORLD_SIZE {world}); ranks in view: {', '.join(map(str, seen)) or 'none'}"
+            missing = [str(r) for r in range(int(world)) if r not in seen]
+            if missing:
+                line += f"; never joined here: {', '.join(missing)}"
+        return [line]
 
 
 def _exception_type(line: str) -> str:

@@ -4,10 +4,14 @@ In parallel: two samples `window_s` apart from the sampling agent (processes wit
 delta, GPUs with each process's SM % on the second, the log's stat at both ends of the
 window) and the log's last bytes (problem kinds, throughput, dead threads, NCCL lines),
 unless the console already follows the log into a RunState. When NCCL's watchdog spoke, the
-ranks' flight-recorder dumps are read. Then, only when the run looks stuck (silent, idle or
-busy) or its progress is drawn only on a terminal (its log cannot tell), every rank and worker
-is dumped with py-spy in parallel, each summarised per thread.
-A key press to a verdict stays under ~3 s.
+ranks' flight-recorder dumps are read. Then, only when the verdict cannot be earned without
+them (console.diagnose.wants_stacks: the log shows no progress), every rank and worker is
+dumped with py-spy and recorded for a second (py-spy record, never pausing it), each thread
+summarised with how it moved. A key press to a verdict stays under ~4 s.
+
+A follower's RunState gives the same evidence without a command (state_evidence); RunLook
+judges a followed run from it every few seconds and looks at the stacks itself, once per quiet
+stretch of the log (StackLooks), for the console and `pulse watch` alike.
 """
 
 from __future__ import annotations
@@ -17,11 +21,20 @@ import base64
 import binascii
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from console.config import Config
-from console.diagnose import DeadThread, Evidence, ProblemLine, StackSummary, diagnose, lifetime_write_interval_s
+from console.config import Config, StallConfig
+from console.diagnose import (
+    DeadThread,
+    Evidence,
+    ProblemLine,
+    RecoveredFamily,
+    StackSummary,
+    Verdict,
+    diagnose,
+    wants_stacks,
+)
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
 from console.observe.lines import classify_line
@@ -36,20 +49,25 @@ from console.observe.nccl import (
     parse_flight_record,
 )
 from console.observe.pyspy import (
+    MOTIONS,
     ProcessDump,
+    ThreadSamples,
     classify_wait,
     collective_call,
     group_identical,
     main_thread,
     stack_signature,
+    thread_motion,
     where,
 )
-from console.observe.pyspy_run import DumpError, dump
+from console.observe.pyspy_run import DumpError, dump, record
+from console.observe.recovered import count_text, family_of, reason_of
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 from console.state import RunState
+from console.stall import Silence, interval_from_density, lifetime_write_interval_s
 
 DumpStacks = Literal["auto", "always", "never"]
 
@@ -66,8 +84,8 @@ MAX_FLIGHT_DUMPS = 64
 #: Throughput is the median of this many newest values (one noisy line is not a trend).
 RATE_VALUES = 5
 DUMP_TIMEOUT_S = 5.0
-#: Verdicts that a stack dump can explain (a busy run may only spin in a wait).
-_STUCK = ("hung", "unknown", "buffered")
+#: A verdict from what a follower holds compares the newest sample with one about this old.
+STATE_WINDOW_S = 10.0
 
 
 async def gather(
@@ -84,8 +102,8 @@ async def gather(
     `follower_state`: the console's RunState, when it already follows the log (its problem
     lines since the last launch and its throughput series are used; no tail is read).
     `launched_at`: the target-clock time of the console's last launch, if any.
-    `dump_stacks`: 'auto' dumps only when the run looks stuck. TargetError when the target
-    cannot be sampled.
+    `dump_stacks`: 'auto' dumps and records the stacks only when the verdict cannot be earned
+    without them (console.diagnose.wants_stacks). TargetError when the target cannot be sampled.
     """
     window_s = config.stall.sample_window_s if window_s is None else window_s
     sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True))
@@ -103,6 +121,7 @@ async def gather(
 
     if follower_state is not None:
         evidence = from_samples(first, last, config, follower_state, timed=True, launched_at=launched_at)
+        evidence = with_read_rhythm(evidence, follower_state)
     else:
         state = RunState()
         state.add_lines(tail_lines(tail_text, config, time.monotonic()))
@@ -112,10 +131,102 @@ async def gather(
         evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
     if dump_stacks == "never" or not evidence.processes:
         return evidence
-    # A log that cannot show progress (drawn only on a terminal) leaves the stacks to tell work from a spinning wait.
-    if dump_stacks == "auto" and diagnose(evidence, config).name not in _STUCK and evidence.terminal_only_progress is None:
+    if dump_stacks == "auto" and not wants_stacks(evidence, config):
         return evidence
     return await with_stacks(target, config, evidence)
+
+
+def state_evidence(state: RunState, config: Config, *, fresh_s: float | None = None) -> Evidence | None:
+    """Evidence from what a follower already holds (no command on the target): the newest sample against
+    one about STATE_WINDOW_S older. None before two samples, or when the newest is older than `fresh_s`
+    (the follower has lost the target)."""
+    samples = state.samples
+    if len(samples) < 2:
+        return None
+    if fresh_s is not None and (state.last_sample_at is None or state.clock() - state.last_sample_at > fresh_s):
+        return None
+    last = samples[-1]
+    first = next((s for s in samples if last.time - s.time <= STATE_WINDOW_S), samples[-2])
+    if first is last:
+        first = samples[-2]
+    return with_read_rhythm(from_samples(first, last, config, state, timed=True), state)
+
+
+class StackLooks:
+    """The run's stacks, looked at once per quiet stretch of its log and held for the verdicts between.
+
+    A stretch is the log at one size: once it grows, the look is forgotten. A look is due when the
+    verdict cannot be earned without the stacks (console.diagnose.wants_stacks): once when the quiet
+    passes the floor, and once more when it passes the stall limit (a quiet evaluation that then
+    hangs is caught). Never a look per frame: the verdicts in between reuse the one held.
+    """
+
+    def __init__(self) -> None:
+        self._stretch: tuple[str | None, int] | None = None
+        self._held: Evidence | None = None
+        self._stage = 0
+
+    @staticmethod
+    def _stage_of(evidence: Evidence, config: Config) -> int:
+        silence = Silence(evidence.log_silent_s, evidence.log_write_interval_s, evidence.log_rhythm_estimated,
+                          config.stall.log_silent_s, grew=evidence.log_growth > 0)
+        return 2 if silence.stalled else 1
+
+    def _enter(self, evidence: Evidence) -> None:
+        stretch = (evidence.log_path, evidence.log_size)
+        if stretch != self._stretch:
+            self._stretch, self._held, self._stage = stretch, None, 0
+
+    def due(self, evidence: Evidence, config: Config) -> bool:
+        """A look at the stacks is due for `evidence` (taken from the state, without stacks)."""
+        self._enter(evidence)
+        return self._stage < self._stage_of(evidence, config) and wants_stacks(evidence, config)
+
+    def remember(self, evidence: Evidence, config: Config) -> None:
+        """Hold a look's stacks (or why none could be taken) for the rest of its stretch."""
+        self._enter(evidence)
+        if evidence.stacks or evidence.stack_error:
+            self._held = evidence
+            self._stage = self._stage_of(evidence, config)
+
+    def apply(self, evidence: Evidence) -> Evidence:
+        """`evidence` with the stacks held for its stretch, if any."""
+        held = self._held
+        if held is None or (evidence.log_path, evidence.log_size) != self._stretch:
+            return evidence
+        return replace(evidence, stacks=held.stacks, stack_error=held.stack_error, stacks_missing=held.stacks_missing,
+                       flight=held.flight or evidence.flight)
+
+
+class RunLook:
+    """Verdicts on a run a follower feeds into `state`: from what it holds (cheap, every few seconds)
+    and, when a verdict cannot be earned without them, from the run's stacks, once per quiet stretch."""
+
+    def __init__(self, target: Target | None, config: Config, state: RunState) -> None:
+        self.target, self.config, self.state = target, config, state
+        self.looks = StackLooks()
+        self._estimated_s: float | None = None
+
+    @property
+    def usual_s(self) -> float | None:
+        """The log's usual gap between writes: learned by the follower, else as last estimated."""
+        return self.state.write_interval_s() or self._estimated_s
+
+    def cheap(self) -> tuple[Verdict | None, bool]:
+        """The verdict from the state and the stacks held (None before two samples), and whether a
+        look at the stacks is due (`full()` takes it; never without a target)."""
+        evidence = state_evidence(self.state, self.config)
+        if evidence is None:
+            return None, False
+        self._estimated_s = evidence.log_write_interval_s if evidence.log_rhythm_estimated else None
+        due = self.target is not None and self.looks.due(evidence, self.config)
+        return diagnose(self.looks.apply(evidence), self.config), due
+
+    async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
+        """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""
+        evidence = await gather(self.target, self.config, follower_state=self.state, launched_at=launched_at)
+        self.looks.remember(evidence, self.config)
+        return diagnose(evidence, self.config), evidence
 
 
 def dump_prefixes(processes: tuple[ProcessReading, ...]) -> list[str]:
@@ -195,13 +306,31 @@ async def read_tail(target: Target, config: Config, *, timeout: float, tail_byte
 def with_lifetime_rhythm(evidence: Evidence, tail: str) -> Evidence:
     """A one-shot look's evidence with the log's usual write gap estimated from the log itself
     (no history to learn it from): the oldest process's writing time over the writes the log holds."""
+    written_for = _written_for_s(evidence)
+    if written_for is None:
+        return evidence
+    return _estimated(evidence, lifetime_write_interval_s(tail, evidence.log_size, written_for))
+
+
+def with_read_rhythm(evidence: Evidence, state: RunState) -> Evidence:
+    """A followed log's evidence, before its rhythm is learned (a console opened on a run that had
+    gone quiet), with the rhythm estimated as `pulse check` does, at the density of what was read."""
+    written_for = _written_for_s(evidence)
+    if written_for is None:
+        return evidence
+    return _estimated(evidence, interval_from_density(state.read_writes, state.read_bytes, evidence.log_size, written_for))
+
+
+def _written_for_s(evidence: Evidence) -> float | None:
+    """How long the run has been writing its log (its oldest process's life up to the last write);
+    None when the rhythm is known already or nothing tells."""
     if evidence.log_write_interval_s is not None or evidence.log_silent_s is None:
-        return evidence
+        return None
     lives = [p.elapsed_s for p in evidence.processes if p.elapsed_s is not None and p.state not in ("Z", "X")]
-    if not lives:
-        return evidence
-    written_for = max(lives) - evidence.log_silent_s
-    interval = lifetime_write_interval_s(tail, evidence.log_size, written_for)
+    return max(lives) - evidence.log_silent_s if lives else None
+
+
+def _estimated(evidence: Evidence, interval: float | None) -> Evidence:
     if interval is None:
         return evidence
     return replace(evidence, log_write_interval_s=round(interval, 3), log_rhythm_estimated=True)
@@ -278,10 +407,26 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     # is not scanned (the fleet judges every node this way on each repaint).
     lines = state.current_lines() if state.problems else []
     spans = list(state.spans.problems)
+    # A problem is judged by what followed it: the last line of progress, and each problem's neighbours
+    # (the autotuner's "Runtime error during autotuning:" before it, "Ignoring this choice." after it).
+    last_progress = max((line.number for line in lines if _progress(line)), default=0)
+    texts = {line.number: line.text for line in lines}
+    families: dict[str, list] = {}
+    named = []
+    for p in spans:
+        around = [texts.get(n, "") for n in range(p.first - 1, p.last + 2)] + [p.name.text]
+        family = family_of(around)
+        named.append((p, family))
+        if family is not None:
+            families.setdefault(family.name, [family, 0, None])
+            entry = families[family.name]
+            entry[1] += 1
+            entry[2] = entry[2] or reason_of(family, around)
     # Each problem once, by the line that names it (a traceback's exception line, not "Traceback").
     problems = tuple(
-        ProblemLine(p.kind, p.name.text, round(now - p.name.time, 1) if timed else None, p.thread)
-        for p in spans[-MAX_PROBLEMS:]
+        ProblemLine(p.kind, p.name.text, round(now - p.name.time, 1) if timed else None, p.thread,
+                    progress_after=last_progress > p.last, family=family.name if family else None)
+        for p, family in named[-MAX_PROBLEMS:]
     )
     dead = tuple(
         DeadThread(
@@ -298,6 +443,7 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     values = [] if metric is None else state.values(metric, newest=RATE_VALUES)
     fields: dict = {
         "problems": problems,
+        "families": tuple(RecoveredFamily(count_text(f, n, why), f.name) for f, n, why in families.values()),
         "dead_threads": dead,
         "nccl": tuple(nccl),
         "terminal_only_progress": state.terminal_only_progress,
@@ -352,32 +498,109 @@ def dump_order(processes: tuple[ProcessReading, ...]) -> list[ProcessReading]:
     return live[:MAX_DUMPED]
 
 
-async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evidence:
-    """`evidence` with every rank's and worker's threads summarised, all dumped with py-spy in
-    parallel (DUMPS_AT_ONCE at a time, each bounded by DUMP_TIMEOUT_S); why none could be, if so."""
-    chosen = dump_order(evidence.processes)
+@dataclass(frozen=True, slots=True)
+class StacksTaken:
+    """What one look at the stacks of a run's processes took."""
+
+    dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]
+    recorded: dict[int, list[ThreadSamples]]
+    """pid → what py-spy record saw of its threads."""
+    woke: dict[int, int]
+    """tid → how often the thread was scheduled while it was recorded."""
+
+
+async def take_stacks(
+    target: Target, config: Config, processes: tuple[ProcessReading, ...], *, at_once: int = DUMPS_AT_ONCE
+) -> StacksTaken:
+    """Every rank's and worker's stack (dump_order), and how each thread moved: each process dumped with
+    py-spy, then every process recorded for RECORD_S (py-spy record, never pausing it), `at_once`
+    processes at a time, each bounded by DUMP_TIMEOUT_S; each thread's schedstat read just before and
+    just after the recordings. The dumps come first: the pause a dump makes wakes a blocked thread,
+    which must not read as a thread that woke by itself."""
+    chosen = dump_order(processes)
     if not chosen:
-        return evidence
-    limit = asyncio.Semaphore(DUMPS_AT_ONCE)
+        return StacksTaken([], {}, {})
+    limit = asyncio.Semaphore(at_once)
+    py_spy = config.target.py_spy
 
-    async def one(process: ProcessReading) -> ProcessDump:
+    async def bounded(work):
         async with limit:
-            return await dump(target, process.pid, py_spy=config.target.py_spy, timeout=DUMP_TIMEOUT_S)
+            return await work
 
-    results = await asyncio.gather(*(one(p) for p in chosen), return_exceptions=True)
-    for result in results:
-        if not isinstance(result, (ProcessDump, DumpError)):
+    dumped = await asyncio.gather(
+        *(bounded(dump(target, p.pid, py_spy=py_spy, timeout=DUMP_TIMEOUT_S)) for p in chosen), return_exceptions=True
+    )
+    alive = [p for p, result in zip(chosen, dumped) if isinstance(result, ProcessDump)]
+    pids = [p.pid for p in alive]
+    before = await read_timeslices(target, pids) if pids else {}
+    recorded = await asyncio.gather(
+        *(bounded(record(target, p.pid, py_spy=py_spy, timeout=DUMP_TIMEOUT_S)) for p in alive), return_exceptions=True
+    )
+    after = await read_timeslices(target, pids) if pids else {}
+    for result in (*dumped, *recorded):
+        if not isinstance(result, (ProcessDump, DumpError, list)):
             raise result
-    return with_dumps(evidence, list(zip(chosen, results)))
+    return StacksTaken(
+        dumps=list(zip(chosen, dumped)),
+        recorded={p.pid: samples for p, samples in zip(alive, recorded) if isinstance(samples, list)},
+        woke={tid: after[tid] - slices for tid, slices in before.items() if tid in after},
+    )
 
 
-def with_dumps(evidence: Evidence, dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]) -> Evidence:
-    """`evidence` with each process's dump summarised, or why none could be taken (pure)."""
+async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evidence:
+    """`evidence` with every rank's and worker's threads summarised and how each moved (take_stacks);
+    why none could be dumped, if so."""
+    taken = await take_stacks(target, config, evidence.processes)
+    if not taken.dumps:
+        return evidence
+    return with_dumps(evidence, taken.dumps, recorded=taken.recorded, woke=taken.woke, busy_pct=config.stall.cpu_idle_pct)
+
+
+def timeslices_script(pids: list[int]) -> str:
+    """Bash printing `PID TID SLICES` for every thread of `pids`: /proc's count of times each was scheduled."""
+    listed = " ".join(str(int(pid)) for pid in pids)
+    return (
+        f"for p in {listed}; do for t in /proc/$p/task/*; do "
+        'read -r _ _ n < "$t/schedstat" 2>/dev/null && echo "$p ${t##*/} $n"; done; done; true'
+    )
+
+
+def parse_timeslices(text: str) -> dict[int, int]:
+    """Thread id → times scheduled, from timeslices_script's output (a line that does not parse is left out)."""
+    found = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and all(word.isdigit() for word in words):
+            found[int(words[1])] = int(words[2])
+    return found
+
+
+async def read_timeslices(target: Target, pids: list[int]) -> dict[int, int]:
+    """How often each thread of `pids` has been scheduled so far (none when /proc cannot be read)."""
+    try:
+        result = await target.run(timeslices_script(pids), DUMP_TIMEOUT_S, login=False)
+    except TargetError:
+        return {}
+    return parse_timeslices(result.stdout)
+
+
+def with_dumps(
+    evidence: Evidence,
+    dumps: list[tuple[ProcessReading, ProcessDump | DumpError]],
+    *,
+    recorded: dict[int, list[ThreadSamples]] | None = None,
+    woke: dict[int, int] | None = None,
+    busy_pct: float = StallConfig().cpu_idle_pct,
+) -> Evidence:
+    """`evidence` with each process's dump summarised, or why none could be taken (pure); with
+    `recorded` (pid → what py-spy record saw) and `woke` (tid → times scheduled meanwhile), how each
+    thread moved (a thread over `busy_pct` CPU in the sampling window was on the CPU)."""
     stacks: list[StackSummary] = []
     failures: list[str] = []
     for process, result in dumps:
         if isinstance(result, ProcessDump):
-            stacks += summarise(result, process)
+            samples = None if recorded is None else recorded.get(process.pid, [])
+            stacks += summarise(result, process, samples, woke or {}, busy_pct)
         elif result.code in ("no_such_process", "unsupported_python") and process.role not in ("rank", "main"):
             continue  # a worker that ended meanwhile, or a child that is not Python (a shell, MPI's orted)
         else:
@@ -387,15 +610,30 @@ def with_dumps(evidence: Evidence, dumps: list[tuple[ProcessReading, ProcessDump
     return replace(evidence, stacks=tuple(stacks), stacks_missing=tuple(failures))
 
 
-def summarise(process: ProcessDump, reading: ProcessReading | None = None) -> tuple[StackSummary, ...]:
+def summarise(
+    process: ProcessDump,
+    reading: ProcessReading | None = None,
+    recorded: list[ThreadSamples] | None = None,
+    woke: dict[int, int] | None = None,
+    busy_pct: float = StallConfig().cpu_idle_pct,
+) -> tuple[StackSummary, ...]:
     """One StackSummary per group of identical threads of a py-spy dump, most common first.
 
     `reading`: the process as sampled, for its place in the run (label, role, rank, parent) and CPU.
+    `recorded`: what py-spy record saw of its threads, and `woke` how often each was scheduled
+    meanwhile: how each moved (a group of identical threads moved when one of them did).
     """
     main = main_thread(process)
+    by_tid = {samples.tid: samples for samples in recorded or ()}
+    busy = {t.tid for t in (reading.thread_cpu if reading is not None else ()) if (t.cpu_pct or 0.0) > busy_pct}
     out = []
     for count, thread in group_identical(process.threads):
         wait = classify_wait(thread)
+        motion = None
+        if recorded is not None:
+            alike = [t for t in process.threads if stack_signature(t) == stack_signature(thread)]
+            seen = [thread_motion(by_tid.get(t.thread_id), t, (woke or {}).get(t.thread_id), t.thread_id in busy) for t in alike]
+            motion = min((m for m in seen if m is not None), key=MOTIONS.index, default=None)
         out.append(
             StackSummary(
                 pid=process.pid,
@@ -413,6 +651,8 @@ def summarise(process: ProcessDump, reading: ProcessReading | None = None) -> tu
                 rank=reading.rank if reading is not None else None,
                 parent=reading.ppid if reading is not None else None,
                 cpu_pct=reading.cpu_pct if reading is not None else None,
+                motion=motion,
+                run_env=reading.run_env if reading is not None else (),
             )
         )
     return tuple(out)

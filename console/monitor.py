@@ -73,7 +73,8 @@ class Monitor:
             pacing = self.log_pacing
             paced = {} if pacing is None else {"poll_s": pacing.read_s, "batch_s": pacing.read_s, "hold_s": pacing.send_s}
             follower = LogFollower(
-                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress, **paced
+                self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress,
+                on_read=self.state.note_read, **paced
             )
             self._spawn(follower.run(), "log follower")
 

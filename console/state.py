@@ -102,8 +102,17 @@ class RunState:
         """Set when the log shows a framework starting whose progress display draws only on a
         terminal (so a silent log is not a stall by itself); cleared once progress reaches the log."""
         self._progress_point_at: float | None = None
+        self.read_bytes = 0
+        self.read_writes = 0
+        """Bytes of the current log the follower read, and the writes (line ends, redraws) they hold: the
+        log's density of writes, for a rhythm estimated before one is learned (console.stall)."""
 
     # -- writers -------------------------------------------------------------
+
+    def note_read(self, nbytes: int, writes: int) -> None:
+        """The follower read `nbytes` of the log holding `writes` writes."""
+        self.read_bytes += nbytes
+        self.read_writes += writes
 
     def add_sample(self, sample: Sample) -> None:
         samples = self.samples
@@ -197,6 +206,7 @@ class RunState:
         self.last_rate_at = None
         self.write_times.clear()
         self.log_mtimes.clear()
+        self.read_bytes = self.read_writes = 0
         self.log_first_line = self.lines_received + 1
         self.add_event("log", f"following {sanitize(path, 300)[0]}")  # a file name from the target: untrusted
 

@@ -15,16 +15,17 @@ from pathlib import Path
 
 from console.config import Config, RunConfig
 from console.diagnose import Evidence
-from console.evidence import dump_order, from_samples, with_dumps
+from console.evidence import TAIL_BYTES, dump_order, from_samples, with_dumps, with_lifetime_rhythm, with_read_rhythm
 from console.model import LogLine, Sample
 from console.observe.agent import UNREAD_GPU, python_unbuffered_flag, run_env
 from console.observe.follow import MAX_LINE_BYTES
 from console.observe.lines import classify_line
 from console.observe.nccl import FlightRecord, dump_rank, parse_flight_record
-from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json
+from console.observe.pyspy import ProcessDump, ThreadSamples, classify_error, parse_dump_json, parse_record_raw
 from console.observe.pyspy_run import DumpError
 from console.observe.sampler import parse_sample
 from console.observe.textsafe import sanitize
+from console.stall import writes_in
 from console.state import RunState
 
 REAL = Path(__file__).resolve().parent / "data" / "real"
@@ -40,15 +41,19 @@ HOST_PID_OFFSET = 3_000_000
 class Capture:
     """One scenario folder of tests/data/real."""
 
-    def __init__(self, name: str, *, ended: bool = False, container: bool = False) -> None:
+    def __init__(self, name: str, *, ended: bool = False, container: bool = False, look: str | None = None) -> None:
         """`ended`: look after the job ended (its whole log, no process left) instead of at the snapshot.
-        `container`: look from inside a PID namespace, where NVML lists host PIDs (NVML readings only)."""
+        `container`: look from inside a PID namespace, where NVML lists host PIDs (NVML readings only).
+        `look`: one of several looks of a capture (tests/data/real/verdicts: `at_45/`), with the stacks'
+        recordings and each thread's schedstat."""
         self.name = name
         self.ended = ended
         self.container = container
         self.folder = REAL / name
+        self.seen = self.folder / look if look else self.folder
+        """Where the look's readings are: processes, GPUs, dumps."""
         self.meta = json.loads((self.folder / "meta.json").read_text())
-        self.snapshot = json.loads((self.folder / "snapshot.json").read_text())
+        self.snapshot = json.loads((self.seen / ("look.json" if look else "snapshot.json")).read_text())
         self.writes = [json.loads(line) for line in (self.folder / "write_times.jsonl").read_text().splitlines()]
         trimmed = (self.folder / "trim.json").exists()
         # A trimmed log (lightning_tqdm) kept only its start, written without a pause: its end stands for the snapshot.
@@ -64,14 +69,15 @@ class Capture:
 
     def run_processes(self) -> list[dict]:
         """The run's processes as captured: its root and every descendant (never the neighbour)."""
-        captured = json.loads((self.folder / "processes.json").read_text())
+        captured = json.loads((self.seen / "processes.json").read_text())
         pids = {self.meta["pid"]}
         for _ in captured:
             pids |= {p["pid"] for p in captured if p["stat"]["ppid"] in pids}
         if self.ended:
             return []
         # A zombie has no command line left: the agent's match cannot find it, as it could not here.
-        return [p for p in captured if p["pid"] in pids and any(p["cmdline"])]
+        # A process that ended within the look (a ptxas) is not in its second reading.
+        return [p for p in captured if p["pid"] in pids and any(p["cmdline"]) and p.get("stat_1s_later", True)]
 
     def _process_record(self, p: dict, later: bool) -> dict:
         stat = p["stat_1s_later"] if later else p["stat"]
@@ -112,7 +118,7 @@ class Capture:
             if with_process_use:
                 part["smi_pmon"] = (self.folder / "smi_pmon.txt").read_text()
             return part
-        nvml = json.loads((self.folder / "nvml.json").read_text())
+        nvml = json.loads((self.seen / "nvml.json").read_text())
         gpus, process_sm = [], {}
         for g in nvml["gpus"]:
             gpus.append(
@@ -191,16 +197,46 @@ class Capture:
             lines.append(parse_sample(json.loads(json.dumps(line))))
         return lines[0], lines[1]
 
-    def evidence(self, source: str = "nvidia-smi", *, stacks: bool = True) -> Evidence:
+    def evidence(
+        self, source: str = "nvidia-smi", *, stacks: bool = True, timed: bool = True, opened_late: bool = False
+    ) -> Evidence:
+        """What a diagnosis sees: followed all along (`timed`, each line dated by its write); followed by
+        a console opened just now (`opened_late`: the whole log read at once, its rhythm estimated from
+        what was read); or, as `pulse check` reads it, from the log's tail with the rhythm estimated
+        from its size. With the stacks as dumped, and how each thread moved where the look recorded them."""
         first, last = self.samples(source)
         state = RunState(clock=lambda: self.now)
-        state.add_lines(self.lines())
-        evidence = from_samples(first, last, self.config, state, timed=True)
+        if opened_late:
+            state.add_lines([replace(line, time=self.now) for line in self.lines()])
+            data = self.log_bytes()
+            state.note_read(len(data), writes_in(data))
+        else:
+            state.add_lines(self.lines())
+        evidence = from_samples(first, last, self.config, state, timed=timed)
+        if opened_late:
+            evidence = with_read_rhythm(evidence, state)
+        if not timed:
+            evidence = with_lifetime_rhythm(evidence, self.log_bytes()[-TAIL_BYTES:].decode("utf-8", "replace"))
         if evidence.nccl:
             evidence = replace(evidence, flight=self.flight_records())
         if not stacks or not last.processes:
             return evidence
-        return with_dumps(evidence, [(process, self.dump(process.pid)) for process in dump_order(last.processes)])
+        dumps = [(process, self.dump(process.pid)) for process in dump_order(last.processes)]
+        if not (self.seen / "record_idle").is_dir():
+            return with_dumps(evidence, dumps)
+        return with_dumps(evidence, dumps, recorded=self.recorded(), woke=self.woke())
+
+    def recorded(self) -> dict[int, list[ThreadSamples]]:
+        """pid → what `py-spy record --idle` saw of its threads."""
+        return {int(f.stem): parse_record_raw(f.read_text()) for f in (self.seen / "record_idle").glob("*.txt")}
+
+    def woke(self) -> dict[int, int]:
+        """tid → how often each thread was scheduled between the look's two /proc readings."""
+        out = {}
+        for p in json.loads((self.seen / "processes.json").read_text()):
+            before, after = p.get("schedstat", {}), p.get("schedstat_1s_later", {})
+            out.update({int(tid): after[tid]["timeslices"] - s["timeslices"] for tid, s in before.items() if tid in after})
+        return out
 
     def flight_records(self) -> tuple[FlightRecord, ...]:
         """The ranks' flight-recorder dumps, through the restricted unpickler (none when the run wrote none)."""
@@ -210,7 +246,7 @@ class Capture:
 
     def dump(self, pid: int) -> ProcessDump | DumpError:
         """The captured `py-spy dump --json` of `pid`, or its failure as the dump action reports it."""
-        text = (self.folder / "pyspy" / f"{pid}.json").read_text()
+        text = (self.seen / "pyspy" / f"{pid}.json").read_text()
         try:
             return next(d for d in parse_dump_json(text) if d.pid == pid)
         except ValueError:

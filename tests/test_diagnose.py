@@ -122,11 +122,16 @@ def test_hung_quotes_the_waiting_threads():
     assert 'thread "MainThread" waiting on queue: Queue.get (queue.py:171) ← pack_hidden (hung.py:9)' in verdict.evidence
 
 
-def test_silence_under_the_threshold_is_not_a_stall():
+def test_quiet_past_the_floor_is_never_healthy_without_evidence_of_progress():
+    """Under the stall limit, past the floor: the log no longer shows progress and no stacks were taken."""
     quiet = replace(HUNG, log_silent_s=200.0, rate_silent_s=200.0)
     verdict = diagnose(quiet, CONFIG)
-    assert verdict.name == "healthy"
-    assert verdict.summary == "its log is quiet 3m 20s, its rhythm not learned yet; the run is alive"
+    assert (verdict.name, verdict.step) == ("unknown", "dump")
+    assert verdict.summary == (
+        "its log is quiet 3m 20s, its rhythm not learned yet: no evidence of progress; its stacks have not "
+        "been taken yet: they tell a loop that waits from one that is frozen"
+    )
+    assert verdict.next_step.endswith("hung once a stall after 5m 00s, set by [stall] log_silent_s if still idle")
 
 
 # -- silence against the run's own rhythm ------------------------------------------------------
@@ -136,9 +141,12 @@ RHYTHM = Config(metrics=MetricsConfig(baseline_tokens_per_s=14200))  # no [stall
 
 def test_a_run_that_wrote_every_second_stalls_after_twenty_seconds_of_silence():
     every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0)
-    quiet = diagnose(replace(every_second, log_silent_s=12.0, rate_silent_s=12.0), RHYTHM)
-    assert quiet.name == "healthy"
-    assert quiet.summary == "its log is quiet 12s, usually writes every 1s; the run is alive"
+    within = diagnose(replace(every_second, log_silent_s=2.0, rate_silent_s=2.0), RHYTHM)
+    assert (within.name, within.summary) == ("healthy", "the run is alive and its log progresses")
+    quiet = diagnose(replace(every_second, log_silent_s=8.0, rate_silent_s=8.0), RHYTHM)
+    assert quiet.name == "healthy"  # past its rhythm, before the floor: said quiet, never "progresses"
+    assert quiet.summary == "its log is quiet 8s, usually writes every 1s; the run is alive"
+    assert diagnose(replace(every_second, log_silent_s=12.0, rate_silent_s=12.0), RHYTHM).name == "unknown"
     stalled = diagnose(replace(every_second, log_silent_s=21.0, rate_silent_s=21.0), RHYTHM)
     assert stalled.name == "hung"
     assert stalled.summary.endswith("; quiet 21s")
@@ -152,18 +160,20 @@ def test_a_fast_writer_is_quiet_after_a_few_of_its_intervals_and_progressing_bef
 
 
 def test_a_run_that_logs_rarely_is_judged_by_its_own_rhythm():
-    rare = replace(HUNG, log_write_interval_s=60.0, rate_interval_s=60.0, log_silent_s=600.0, rate_silent_s=600.0)
-    assert diagnose(rare, RHYTHM).name == "healthy"
+    rare = replace(HUNG, log_write_interval_s=60.0, rate_interval_s=60.0, log_silent_s=150.0, rate_silent_s=150.0)
+    assert diagnose(rare, RHYTHM).name == "healthy"  # within three of its minutes
+    assert diagnose(replace(rare, log_silent_s=600.0, rate_silent_s=600.0), RHYTHM).name == "unknown"
     assert diagnose(replace(rare, log_silent_s=1300.0, rate_silent_s=1300.0), RHYTHM).name == "hung"
 
 
 def test_without_a_rhythm_the_unlearned_limit_applies_and_an_explicit_limit_wins():
     unlearned = replace(HUNG, rate_interval_s=None)
-    assert diagnose(replace(unlearned, log_silent_s=200.0, rate_silent_s=200.0), RHYTHM).name == "healthy"
+    assert diagnose(replace(unlearned, log_silent_s=8.0, rate_silent_s=8.0), RHYTHM).name == "healthy"
+    assert diagnose(replace(unlearned, log_silent_s=200.0, rate_silent_s=200.0), RHYTHM).name == "unknown"
     assert diagnose(replace(unlearned, log_silent_s=310.0, rate_silent_s=310.0), RHYTHM).name == "hung"
     patient = Config(stall=StallConfig(log_silent_s=1000.0))
     every_second = replace(HUNG, log_write_interval_s=1.0, rate_interval_s=1.0, log_silent_s=100.0, rate_silent_s=100.0)
-    assert diagnose(every_second, patient).name == "healthy"
+    assert diagnose(every_second, patient).name == "unknown"  # not stalled, but no evidence of progress
 
 
 def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
@@ -178,9 +188,13 @@ def test_a_run_that_reports_rarely_is_not_silent_between_reports():
     assert diagnose(rare, CONFIG).name == "healthy"
 
 
+#: A log a block-buffered stdout wrote: ten whole 4 KiB buffers.
+BUFFERS_ONLY = replace(HUNG, log_size=10 * 4096)
+
+
 def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
     busy = replace(
-        HUNG,
+        BUFFERS_ONLY,
         processes=(
             proc(
                 cpu=99.0,
@@ -197,9 +211,16 @@ def test_buffered_when_busy_silent_and_stdout_is_a_block_buffered_file():
     assert "pid 447 busy threads: python3 97%" in verdict.evidence
 
 
+def test_a_log_with_other_writes_than_whole_buffers_is_not_a_buffers_silence():
+    """40,000 bytes is no whole number of buffers: something wrote it unbuffered (a flush of its own, stderr)."""
+    busy = replace(HUNG, processes=(proc(cpu=99.0, stdout="/workspace/train.log", unbuffered=False),))
+    assert diagnose(busy, CONFIG).name == "unknown"
+    assert diagnose(replace(busy, log_size=0), CONFIG).name == "buffered"
+
+
 def test_gpu_busy_alone_counts_as_busy_for_buffered():
     gpu_bound = replace(
-        HUNG, processes=(proc(cpu=1.0, stdout="/workspace/train.log", unbuffered=False),), gpus=(gpu(util=97.0),)
+        BUFFERS_ONLY, processes=(proc(cpu=1.0, stdout="/workspace/train.log", unbuffered=False),), gpus=(gpu(util=97.0),)
     )
     assert diagnose(gpu_bound, CONFIG).name == "buffered"
 
@@ -238,12 +259,13 @@ def test_a_run_whose_progress_goes_only_to_a_terminal_is_healthy_while_it_works_
 
 
 def test_an_idle_run_whose_progress_goes_only_to_a_terminal_is_not_said_to_progress_before_the_limit():
-    verdict = diagnose(replace(TERMINAL_ONLY, log_silent_s=200.0), CONFIG)
-    assert verdict.name == "healthy"
-    assert verdict.summary == (
+    early = diagnose(replace(TERMINAL_ONLY, log_silent_s=6.0), CONFIG)
+    assert early.name == "healthy"
+    assert early.summary == (
         "its progress goes only to a terminal (Lightning RichProgressBar), not to its log; "
-        "the run is alive but not busy; quiet 3m 20s, its rhythm not learned yet"
+        "the run is alive but not busy; quiet 6s, its rhythm not learned yet"
     )
+    assert diagnose(replace(TERMINAL_ONLY, log_silent_s=200.0), CONFIG).name == "unknown"  # the stacks would tell
 
 
 def test_dead_quotes_the_last_problem_lines():
@@ -362,7 +384,7 @@ def test_a_dead_thread_does_not_stop_a_busy_run_that_still_logs():
 def test_a_run_in_a_pid_namespace_keeps_its_gpu_use_by_the_device_reading():
     """Inside a container the driver's per-process PIDs are the host's: none would match the run's."""
     gpu_bound = replace(
-        HUNG,
+        BUFFERS_ONLY,
         in_pid_namespace=True,
         processes=(proc(cpu=1.0, stdout="/workspace/train.log", unbuffered=False),),
         gpus=(replace(gpu(util=97.0, pids=(90447,)), process_sm_pct=((90447, 97.0),)),),

@@ -39,12 +39,15 @@ With `--json` one object is printed (keys always present; null where nothing is 
                    by its exception line; kind: the gravest of its lines, as `pulse classify` names them)
     throughput     {metric, current, baseline, ratio} or null (current: median of the newest
                    values in the log; ratio: current / baseline, null without a baseline)
-    stacks         [{pid, tid, name, idle, wait, where, count, label, main, collective}] or
-                   null when no dump was taken (one is taken only when the run looks stuck:
-                   then every rank and worker is dumped); label: the process's role as in
-                   processes; main: its main thread; collective: the collective it is in
-                   (all_reduce, barrier, ..., "synchronize") or null; stack_error: string or
-                   null (why no dump could be taken, with py-spy's advice)
+    stacks         [{pid, tid, name, idle, wait, where, count, label, main, collective, motion}]
+                   or null when no dump was taken (one is taken only when the log shows no
+                   progress: then every rank and worker is dumped and recorded for 1 s);
+                   label: the process's role as in processes; main: its main thread;
+                   collective: the collective it is in (all_reduce, barrier, ...,
+                   "synchronize") or null; motion: how it moved while recorded: moving,
+                   paced (sleeps in its own loop and wakes), busy (on the CPU in one place),
+                   waiting, still, or null (not recorded); stack_error: string or null (why
+                   no dump could be taken, with py-spy's advice)
     dead_threads   [{name, exception}]: threads whose uncaught exception reached the log
     nccl           [string]: what NCCL's watchdog lines and flight-recorder dumps say (the
                    collective that timed out, the ranks that never joined it)
@@ -58,11 +61,12 @@ import json
 import sys
 from typing import TextIO
 
-from console.config import Config
+from console.config import Config, StallConfig
 from console.diagnose import Evidence, Verdict, diagnose, is_problem
 from console.evidence import gather
 from console.model import GpuReading, ProcessReading
 from console.observe.nccl import nccl_lines
+from console.observe.roles import fold_helpers
 from console.remote.connect import make_target
 from console.remote.target import TargetError
 from console.state import RATE_UNITS
@@ -166,6 +170,7 @@ def report_json(label: str, ev: Evidence, verdict: Verdict) -> dict:
                 "label": s.label,
                 "main": s.main,
                 "collective": s.collective,
+                "motion": s.motion,
             }
             for s in ev.stacks
         ]
@@ -225,7 +230,7 @@ def write_report(label: str, ev: Evidence, verdict: Verdict, out: TextIO) -> Non
     say("processes:")
     if not ev.processes:
         say(f"  none found{': ' + ev.process_error if ev.process_error else ''}")
-    for p in ev.processes:
+    for p in fold_helpers(ev.processes, StallConfig().cpu_idle_pct):
         buffering = {True: "unbuffered", False: "buffered", None: "buffering ?"}[p.unbuffered]
         say(
             f"  {p.pid} {p.state}  {p.label or '-'}  cpu {_value(p.cpu_pct, '%')}  {p.threads} thr  "

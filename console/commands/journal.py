@@ -45,9 +45,11 @@ def run_watch(config: Config, args: argparse.Namespace) -> int:
 
 async def _watch(config: Config) -> int:
     from console.alerts import tty_writer
+    from console.evidence import RunLook
     from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
     from console.monitor import Monitor
     from console.remote.connect import make_target
+    from console.remote.target import TargetError
     from console.state import RunState
 
     loop = asyncio.get_running_loop()
@@ -65,6 +67,7 @@ async def _watch(config: Config) -> int:
     watch.journal.add("watch", f"pulse watch started (pid {os.getpid()})")
     target = make_target(config.target)
     monitor = Monitor(config, target, state)
+    look = RunLook(target, config, state)
     print(f"pulse watch: {target.label}: journal {watch.journal.path}", file=sys.stderr, flush=True)
     await monitor.start()
     next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
@@ -79,7 +82,11 @@ async def _watch(config: Config) -> int:
             watch.observe()
             if loop.time() >= next_diagnosis:
                 next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
-                verdict = watch.diagnose()
+                try:
+                    verdict = await watch.judge(look)
+                except TargetError as exc:
+                    watch.journal.add("watch", f"a look at the run failed: {exc}")
+                    verdict = None
                 if verdict is not None and verdict.name != shown:
                     shown = verdict.name
                     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {verdict.name}: {verdict.summary}", flush=True)

@@ -18,7 +18,7 @@ from functools import partial
 
 from console.config import Config
 from console.diagnose import Evidence, Verdict, diagnose, severity
-from console.evidence import from_samples
+from console.evidence import state_evidence
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
 from console.model import ConnectionStatus
@@ -30,8 +30,6 @@ from console.remote.target import Target, split_user
 from console.state import RATE_UNITS, RunState
 from console.units import format_duration
 
-#: The cheap per-node verdict compares the latest sample with one about this old.
-VERDICT_WINDOW_S = 10.0
 CLOSE_TIMEOUT_S = 10.0
 #: Samples a second the console takes from all nodes together at most. A fleet of up to this many
 #: nodes is sampled at [gpus] poll_s; a larger one less often per node (256 nodes: every 4 s), so
@@ -159,24 +157,9 @@ def node_logs(config: Config, job: SlurmJob | None, nodes: list[str]) -> list[st
     return [None] * len(nodes)
 
 
-def node_evidence(state: RunState, config: Config, *, fresh_s: float | None = None) -> Evidence | None:
-    """Evidence from what a node's monitor already holds (no command on the node); None before two samples,
-    or when the newest is older than `fresh_s` (the monitor has lost the node)."""
-    samples = state.samples
-    if len(samples) < 2:
-        return None
-    if fresh_s is not None and (state.last_sample_at is None or state.clock() - state.last_sample_at > fresh_s):
-        return None
-    last = samples[-1]
-    first = next((s for s in samples if last.time - s.time <= VERDICT_WINDOW_S), samples[-2])
-    if first is last:
-        first = samples[-2]
-    return from_samples(first, last, config, state, timed=True)
-
-
 def node_verdict(state: RunState, config: Config) -> Verdict | None:
     """The cheap verdict from what a node's monitor already holds."""
-    evidence = node_evidence(state, config)
+    evidence = state_evidence(state, config)
     return diagnose(evidence, config) if evidence is not None else None
 
 

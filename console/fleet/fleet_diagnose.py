@@ -24,14 +24,15 @@ from console.diagnose import (
     in_collective,
     severity,
     stragglers,
+    wants_stacks,
 )
-from console.evidence import DUMP_TIMEOUT_S, dump_order, gather, summarise, with_dumps
-from console.fleet.fleet import FleetNode, node_evidence, unreachable
+from console.evidence import StacksTaken, gather, state_evidence, summarise, take_stacks, with_dumps
+from console.fleet.fleet import FleetNode, unreachable
 from console.fleet.slurm_text import SlurmJob
 from console.model import LineKind, ProcessReading
 from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
 from console.observe.pyspy import ProcessDump
-from console.observe.pyspy_run import DumpError, dump
+from console.observe.pyspy_run import DumpError
 from console.observe.roles import local_rank_of
 from console.remote.target import TargetError
 
@@ -42,7 +43,6 @@ DUMPS_PER_NODE = 4
 #: A monitored node's held samples stand for a fresh look when the newest is at most this old
 #: (or two of its sampling intervals, in a fleet large enough to be sampled less often).
 HELD_FRESH_S = 5.0
-_STUCK = ("hung", "unknown")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +145,7 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
     monitored = node.monitor is not None and node.monitor.running
     if monitored:
         # The console streams this node's samples and log already: judge from those, start nothing.
-        held = node_evidence(node.state, node.config, fresh_s=max(HELD_FRESH_S, 2 * node.config.gpus.poll_s))
+        held = state_evidence(node.state, node.config, fresh_s=max(HELD_FRESH_S, 2 * node.config.gpus.poll_s))
         if held is not None:
             return NodeReport(node.name, node.target.label, held, diagnose(held, node.config))
     following = node.state if monitored and node.config.run.log else None
@@ -160,21 +160,11 @@ async def _look(node: FleetNode, window_s: float | None, timeout: float) -> Node
     return NodeReport(node.name, node.target.label, evidence, diagnose(evidence, node.config))
 
 
-async def _dump_node(node: FleetNode, report: NodeReport) -> list[tuple[ProcessReading, ProcessDump | DumpError]]:
-    """Every process of the run a single-host diagnosis would dump (ranks first, then their workers)."""
+async def _dump_node(node: FleetNode, report: NodeReport) -> StacksTaken:
+    """Every process of the run a single-host diagnosis would dump (ranks first, then their workers), and how each moved."""
     if report.evidence is None:
-        return []
-    limit = asyncio.Semaphore(DUMPS_PER_NODE)
-
-    async def one(process: ProcessReading) -> ProcessDump | DumpError:
-        async with limit:
-            try:
-                return await dump(node.target, process.pid, py_spy=node.config.target.py_spy, timeout=DUMP_TIMEOUT_S)
-            except DumpError as exc:
-                return exc
-
-    chosen = dump_order(report.evidence.processes)
-    return list(zip(chosen, await asyncio.gather(*(one(p) for p in chosen))))
+        return StacksTaken([], {}, {})
+    return await take_stacks(node.target, node.config, report.evidence.processes, at_once=DUMPS_PER_NODE)
 
 
 def rank_stacks(node: str, dumps: list[tuple[ProcessReading, ProcessDump | DumpError]]) -> list[RankStack]:
@@ -213,17 +203,18 @@ async def diagnose_fleet(
         if (fact := nccl_fact(report.name, line.text)) is not None
     ]
     diagnosis = FleetDiagnosis(reports, nccl=facts, job=job)
-    stuck = any(r.evidence is not None and r.verdict.name in _STUCK for r in reports)
+    stuck = any(r.evidence is not None and wants_stacks(r.evidence, n.config) for n, r in zip(nodes, reports))
     if dump_ranks == "never" or (dump_ranks == "auto" and not stuck):
         return diagnosis
     per_node = await asyncio.gather(*(_dump_node(n, r) for n, r in zip(nodes, reports)))
-    for node, report, dumps in zip(nodes, reports, per_node):
-        if report.evidence is not None and dumps:
+    for node, report, taken in zip(nodes, reports, per_node):
+        if report.evidence is not None and taken.dumps:
             # The node judged again with its stacks, as `pulse check` judges one host: a rank
             # stopped on its own data while another spins is hung, and named.
-            report.evidence = with_dumps(report.evidence, dumps)
+            report.evidence = with_dumps(report.evidence, taken.dumps, recorded=taken.recorded, woke=taken.woke,
+                                         busy_pct=node.config.stall.cpu_idle_pct)
             report.verdict = diagnose(report.evidence, node.config)
-    diagnosis.ranks = [rank for node, dumps in zip(nodes, per_node) for rank in rank_stacks(node.name, dumps)]
+    diagnosis.ranks = [rank for node, taken in zip(nodes, per_node) for rank in rank_stacks(node.name, taken.dumps)]
     diagnosis.groups = group_ranks(diagnosis.ranks)
     name_straggler_nodes(diagnosis)
     return diagnosis

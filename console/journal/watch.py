@@ -1,8 +1,9 @@
 """RunWatch: the journal and the alerts of one run, for the console and for `pulse watch` alike.
 
 Both drive it the same way: `observe()` once a second (the recorder takes the state's news)
-and `diagnose()` every CHEAP_DIAGNOSIS_S (a verdict from the state alone, no command on the
-target), which journals a changed verdict and lets the alerter decide whether to speak.
+and `verdict()` every CHEAP_DIAGNOSIS_S with the verdict of their RunLook (from the state, and
+from the run's stacks once per quiet stretch), which journals a changed verdict and lets the
+alerter decide whether to speak.
 Only the writer holding the journal's lease sends alerts, so two consoles on one run page
 once.
 """
@@ -15,30 +16,16 @@ from collections.abc import Callable
 from console.actions import audit
 from console.alerts import Alerter, sinks_for
 from console.config import Config
-from console.diagnose import Verdict, diagnose
-from console.evidence import from_samples
+from console.diagnose import Verdict
+from console.evidence import RunLook
 from console.journal.recorder import JournalRecorder, restore
 from console.journal.store import Journal, journal_path
 from console.state import RunState
 
 #: How often the cheap diagnosis (from the state alone, no command on the target) runs.
 CHEAP_DIAGNOSIS_S = 5.0
-#: The cheap diagnosis compares the latest sample with one about this old.
-CHEAP_WINDOW_S = 10.0
 #: How much history a console reopened on a run gets back (the sparklines hold 240 points: 4 h of minutes).
 RESTORE_S = 4 * 3600.0
-
-
-def diagnose_state(state: RunState, config: Config) -> Verdict | None:
-    """The verdict from the samples and lines already held (pure), or None before two samples."""
-    samples = state.samples
-    if len(samples) < 2:
-        return None
-    last = samples[-1]
-    first = next((s for s in samples if last.time - s.time <= CHEAP_WINDOW_S), samples[-2])
-    if first is last:
-        first = samples[-2]
-    return diagnose(from_samples(first, last, config, state, timed=True), config)
 
 
 class RunWatch:
@@ -64,9 +51,12 @@ class RunWatch:
     def observe(self) -> None:
         self.recorder.observe()
 
-    def diagnose(self) -> Verdict | None:
-        """Diagnose from the state; journal and alert on the verdict. Returns it (None before two samples)."""
-        verdict = diagnose_state(self.state, self.config)
+    async def judge(self, look: RunLook) -> Verdict | None:
+        """The run's verdict now (looking at its stacks when one is due), journaled and alerted on;
+        None before two samples."""
+        verdict, due = look.cheap()
+        if due:
+            verdict, _ = await look.full()
         if verdict is not None:
             self.verdict(verdict)
         return verdict

@@ -404,6 +404,8 @@ RUN_ENV_KEYS = (
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
     "OMPI_COMM_WORLD_RANK",
     "PMI_RANK",
     "SLURM_PROCID",

@@ -24,6 +24,7 @@ from console.observe.protocol import Hello, ProtocolError, check_hello
 from console.observe.textsafe import sanitize, sanitize_styled, split_lines
 from console.remote.program import open_program, reap
 from console.remote.target import Target, TargetError
+from console.stall import writes_in
 
 AGENT_SOURCE = Path(follow_agent.__file__).read_text()
 AGENT_NAME = follow_agent.PROGRAM
@@ -158,6 +159,7 @@ class LogFollower:
         *,
         on_event: EventCallback | None = None,
         on_progress: ProgressCallback | None = None,
+        on_read: Callable[[int, int], None] | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         backlog_bytes: int | None = BACKLOG_BYTES,
         poll_s: float = FOLLOW_POLL_S,
@@ -167,7 +169,8 @@ class LogFollower:
     ) -> None:
         """`backlog_bytes`: start that far before the end of the file (None: from its start);
         `batch_s`, `hold_s`: the agent's least time between two reads, and how long it holds what it
-        read to send it in one message (follow_agent.Output)."""
+        read to send it in one message (follow_agent.Output); `on_read(bytes, writes)`: each stretch
+        of the log read, with the writes (line ends, redraws) it holds (console.stall's rhythm estimate)."""
         if not config.run.log:
             raise ValueError(f"{config.source}: [run] log is not set; name the training log's path")
         self.target = target
@@ -176,6 +179,7 @@ class LogFollower:
         self.on_lines = on_lines
         self.on_event = on_event
         self.on_progress = on_progress
+        self.on_read = on_read
         self._showing_progress = False
         self.max_line_bytes = max_line_bytes
         self.poll_s = poll_s
@@ -301,6 +305,8 @@ class LogFollower:
             if len(self._head) < HEAD_BYTES and self._received <= len(self._head) < self._received + len(payload):
                 self._head += payload[len(self._head) - self._received : HEAD_BYTES - self._received]
             self._received += len(payload)
+            if self.on_read is not None:
+                self.on_read(len(payload), writes_in(payload))
             now, start = time.monotonic(), 0
             for length, age in _reads(header, len(payload)):
                 written = now - age

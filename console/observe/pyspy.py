@@ -226,7 +226,7 @@ def is_user_frame(frame: StackFrame) -> bool:
 
 
 #: What classify_wait answers, most telling first.
-WAITS = ("queue get", "NCCL collective", "CUDA synchronize", "lock/condition wait", "I/O", "sleep")
+WAITS = ("queue get", "NCCL collective", "rendezvous", "CUDA synchronize", "lock/condition wait", "I/O", "sleep")
 
 _QUEUE = re.compile(r"(?:^|\.)(?:Simple|Joinable|Lifo|Priority)?Queue\.get(?:_nowait)?$|^get$")
 _COLLECTIVE = re.compile(
@@ -254,6 +254,10 @@ _IO_NAMES = frozenset(
     " wait_for_data _read_ready readexactly".split()
 )
 _SLEEP = re.compile(r"(?:^|\.)sleep$|nanosleep|^time_sleep$|^usleep$")
+#: torch.distributed waiting for its peers before any collective: the store, the rendezvous, the init barrier.
+_RENDEZVOUS = re.compile(
+    r"rendezvous|_create_c10d_store|TCPStore|_store_based_barrier|init_process_group|wait_for_workers", re.I
+)
 
 
 def classify_wait(thread: ThreadStack) -> str:
@@ -281,6 +285,8 @@ def _frame_waits(frame: StackFrame) -> Iterable[str]:
         _short_name(name) in COLLECTIVE_NAMES or _WORK_WAIT.search(name)
     ):
         yield "NCCL collective"
+    if _RENDEZVOUS.search(name) and ("distributed" in file or "c10d" in name):
+        yield "rendezvous"
     if _SYNCHRONIZE.search(name) or (frame.native and file.startswith("libcuda")):
         yield "CUDA synchronize"
     if _LOCK.search(name):
@@ -458,3 +464,82 @@ def _first_error_line(stderr: str) -> str:
         if line.startswith("Error:"):
             return line[:200]
     return lines[0][:200] if lines else "no message"
+
+
+# -- py-spy record: what moved ----------------------------------------------------------
+
+#: A recording's length (py-spy takes whole seconds) and rate: 50 samples of every thread, without pausing it.
+RECORD_S, RECORD_HZ = 1, 50
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSamples:
+    """One thread as `py-spy record --format raw --threads --idle` saw it over a recording."""
+
+    tid: int
+    """The OS thread id, as in /proc/PID/task."""
+    name: str
+    stacks: tuple[tuple[tuple[StackFrame, ...], int], ...]
+    """Each distinct stack (innermost frame first) and how many samples caught it, most first."""
+
+    @property
+    def samples(self) -> int:
+        return sum(count for _, count in self.stacks)
+
+
+#: `thread (1104): MainThread;<module> (train.py:40);step (train.py:12) 7`: outermost frame first, then the count.
+_RECORD_LINE = re.compile(r"^thread \((\d+)\)(?:: ([^;]*))?((?:;[^;]*)*) (\d+)$")
+
+
+def parse_record_raw(text: str) -> list[ThreadSamples]:
+    """The threads of `py-spy record --format raw --threads` output (py-spy's own `py-spy>` lines skipped)."""
+    found: dict[int, tuple[str, dict[tuple[StackFrame, ...], int]]] = {}
+    for line in text.splitlines():
+        match = _RECORD_LINE.match(line.strip())
+        if match is None:
+            continue
+        tid, name, frames, count = int(match[1]), match[2] or "", match[3], int(match[4])
+        stack = tuple(_text_frame(frame) for frame in reversed(frames.split(";")[1:]))
+        stacks = found.setdefault(tid, (name, {}))[1]
+        stacks[stack] = stacks.get(stack, 0) + count
+    return [
+        ThreadSamples(tid, name, tuple(sorted(stacks.items(), key=lambda item: -item[1])))
+        for tid, (name, stacks) in found.items()
+    ]
+
+
+#: How a thread moved over a recording (see thread_motion).
+MOTIONS = ("moving", "paced", "busy", "waiting", "still")
+
+
+def thread_motion(samples: ThreadSamples | None, thread: ThreadStack, woke: int | None, cpu_busy: bool) -> str | None:
+    """How `thread` moved while it was recorded; None when it was not recorded.
+
+    - moving: two stacks or more that are not waits (the loop turns through its code);
+    - paced: one stack in the run's own code, not a wait, idle, and the thread woke meanwhile
+      (it sleeps in its own loop: `time.sleep(0.5)` between steps reads so);
+    - busy: one stack that is not a wait, on the CPU (one long call: the recording cannot tell
+      whether it progresses);
+    - waiting: every sample in a wait (a queue, a collective, the store, a synchronize, a lock, I/O),
+      idle or spinning;
+    - still: one stack that is not a wait, idle, and the thread never woke (blocked in a call no frame names).
+    """
+    if samples is None or not samples.samples:
+        return None
+    working = [stack for stack, _ in samples.stacks if classify_wait(_as_thread(thread, stack)) in ("running", "unknown")]
+    if len(working) >= 2:
+        return "moving"
+    if not working:
+        return "waiting"
+    stack = working[0]
+    if cpu_busy and thread.active:
+        return "busy"
+    # The dump's frames carry full paths (a recording's may be short: `torch/x.py` reads as the run's own).
+    innermost = thread.frames[0] if thread.frames else stack[0] if stack else None
+    if woke and innermost is not None and is_user_frame(innermost):
+        return "paced"
+    return "busy" if cpu_busy else "still"
+
+
+def _as_thread(thread: ThreadStack, frames: tuple[StackFrame, ...]) -> ThreadStack:
+    return ThreadStack(thread.pid, thread.thread_id, thread.name, False, False, frames)

@@ -1,4 +1,5 @@
-"""Run py-spy on a target and read its dump (non-mutating: py-spy only pauses the process briefly).
+"""Run py-spy on a target: read its dump (py-spy pauses the process briefly) or its recording of a
+second of stacks (`record`, never pausing it). Non-mutating.
 
 py-spy is started through the process agent (remote_process.start), so its PID and start
 time are known before it runs. If it does not finish in time (ptrace stuck on a process in
@@ -12,7 +13,16 @@ from __future__ import annotations
 
 import asyncio
 
-from console.observe.pyspy import ProcessDump, classify_error, parse_dump_json, parse_dump_text
+from console.observe.pyspy import (
+    RECORD_HZ,
+    RECORD_S,
+    ProcessDump,
+    ThreadSamples,
+    classify_error,
+    parse_dump_json,
+    parse_dump_text,
+    parse_record_raw,
+)
 from console.observe.remote_process import SignalTarget, StartedProcess, descendants, send_signal, start
 from console.observe.textsafe import sanitize
 from console.remote.target import Target, TargetError
@@ -60,6 +70,35 @@ async def dump(
 ) -> ProcessDump:
     """The threads of process `pid` on `target` (PID as seen there, inside its container)."""
     argv = dump_argv(py_spy, pid, native=native, locals=locals, nonblocking=nonblocking, json_output=json_output)
+    text = await _spy(target, argv, pid, timeout)
+    parse = parse_dump_json if json_output else parse_dump_text
+    try:
+        dumps = parse(text)
+    except ValueError as exc:
+        raise DumpError("unreadable", f"py-spy on pid {pid} printed something unexpected: {_clean(str(exc))}") from None
+    for found in dumps:
+        if found.pid == pid:
+            return found
+    if json_output and not dumps:
+        raise DumpError("unreadable", f"py-spy on pid {pid} returned no threads")
+    return dumps[0]
+
+
+def record_argv(py_spy: str, pid: int, seconds: int = RECORD_S, rate: int = RECORD_HZ) -> list[str]:
+    """`py-spy record` of `pid` for `seconds`, every thread's stack at `rate` Hz, idle ones too, as raw text on stdout."""
+    return [py_spy, "record", "--pid", str(int(pid)), "--duration", str(int(seconds)), "--rate", str(int(rate)),
+            "--format", "raw", "--threads", "--idle", "--nonblocking", "--full-filenames", "-o", "/dev/stdout"]
+
+
+async def record(
+    target: Target, pid: int, *, py_spy: str = "py-spy", seconds: int = RECORD_S, rate: int = RECORD_HZ, timeout: float = 10.0
+) -> list[ThreadSamples]:
+    """Every thread of `pid` sampled for `seconds` (py-spy record, never pausing it): which stacks each was seen in."""
+    return parse_record_raw(await _spy(target, record_argv(py_spy, pid, seconds, rate), pid, seconds + timeout))
+
+
+async def _spy(target: Target, argv: list[str], pid: int, timeout: float) -> str:
+    """What py-spy `argv` printed about `pid`; DumpError with its advice when it failed or ran over `timeout`."""
     spy: StartedProcess | None = None
     output = bytearray()
     status: int | None = None
@@ -81,21 +120,10 @@ async def dump(
             if not ended:  # timed out or cancelled: a py-spy left attached would keep the run paused
                 await asyncio.shield(_kill(target, spy))
             await spy.aclose()
-    stderr = spy.stderr
     if status != 0:
-        code, advice = classify_error(stderr, 137 if status is None else status)
+        code, advice = classify_error(spy.stderr, 137 if status is None else status)
         raise DumpError(code, f"py-spy on pid {pid}: {_clean(advice)}")
-    parse = parse_dump_json if json_output else parse_dump_text
-    try:
-        dumps = parse(output.decode("utf-8", "replace"))
-    except ValueError as exc:
-        raise DumpError("unreadable", f"py-spy on pid {pid} printed something unexpected: {_clean(str(exc))}") from None
-    for found in dumps:
-        if found.pid == pid:
-            return found
-    if json_output and not dumps:
-        raise DumpError("unreadable", f"py-spy on pid {pid} returned no threads")
-    return dumps[0]
+    return output.decode("utf-8", "replace")
 
 
 async def dump_tree(

@@ -149,3 +149,47 @@ def _label(process: ProcessReading, parent: ProcessReading | None, gpus: tuple[i
     if parent is None or parent.role in ("shell", "launcher"):
         return replace(process, role="main", rank=None, gpus=gpus, label=f"main{on}")
     return replace(process, role="", rank=None, gpus=gpus, label=on.removeprefix(" · "))
+
+
+# -- helpers started by the dozen ----------------------------------------------------------------
+
+#: Programs a compile runs (inductor's compile workers are Python; the CUDA toolchain is not).
+COMPILER_PROGRAMS = frozenset("ptxas nvcc cicc nvlink fatbinary cc1 cc1plus gcc g++ clang clang++ ld ld.gold ld.lld".split())
+#: `python …/torch/_inductor/compile_worker/__main__.py …`: one of inductor's pool of compile workers.
+COMPILE_WORKER_MARK = "_inductor/compile_worker"
+
+
+def compile_helper(process: ProcessReading) -> str | None:
+    """'compile worker' or the compiler's name ('ptxas') for a process a compile started; None otherwise."""
+    if COMPILE_WORKER_MARK in process.cmdline:
+        return "compile worker"
+    name = os.path.basename(process.cmdline.split(" ", 1)[0])
+    return name if name in COMPILER_PROGRAMS else None
+
+
+def fold_helpers(processes: tuple[ProcessReading, ...], busy_pct: float) -> tuple[ProcessReading, ...]:
+    """`processes` with the helpers a compile started (inductor's compile workers, ptxas, nvcc) folded
+    into one reading per owner: the first helper stands for them all, labelled '17 compile workers of
+    pid 1104 (1 busy: ptxas)', with their summed CPU. A lone helper stays as it is."""
+    by_pid = {p.pid: p for p in processes}
+    groups: dict[int, list[ProcessReading]] = {}
+    for process in processes:
+        if compile_helper(process) is None:
+            continue
+        owner = process.ppid
+        while owner in by_pid and compile_helper(by_pid[owner]) is not None:
+            owner = by_pid[owner].ppid
+        groups.setdefault(owner, []).append(process)
+    folded: dict[int, ProcessReading | None] = {}
+    for owner, members in groups.items():
+        if len(members) < 2:
+            continue
+        busy = [p for p in members if p.cpu_pct is not None and p.cpu_pct > busy_pct]
+        names = [compile_helper(p) if compile_helper(p) != "compile worker" else f"worker {p.pid}" for p in busy]
+        said = f" ({len(busy)} busy: {', '.join(names[:3])}{', …' if len(names) > 3 else ''})" if busy else ""
+        cpus = [p.cpu_pct for p in members if p.cpu_pct is not None]
+        first = min(members, key=lambda p: p.pid)
+        label = f"{len(members)} compile workers of pid {owner}{said}"
+        folded.update({p.pid: None for p in members})
+        folded[first.pid] = replace(first, label=label, role="helpers", cpu_pct=sum(cpus) if cpus else None)
+    return tuple(folded.get(p.pid, p) for p in processes if folded.get(p.pid, p) is not None)

@@ -23,8 +23,10 @@ from textual.message import Message
 from textual.widgets import Footer, Input
 
 from console.config import Config
-from console.diagnose import silence_limit_s
-from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch, diagnose_state
+from console.evidence import RunLook
+from console.observe.roles import fold_helpers
+from console.stall import Silence
+from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
 from console.model import ConnectionState, Sample
 from console.monitor import Monitor
 from console.observe.sampler import gpu_processes_unseen
@@ -182,6 +184,12 @@ class PulseApp(ThemedApp):
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self.verdict = None
         """The latest Verdict, shown in the status line until the state changes."""
+        self.look = RunLook(target, config, state)
+        """The verdicts on the run: from the state, and from its stacks once per quiet stretch."""
+        self._judged = False
+        """A verdict on what the console itself read has been shown (until then each tick tries one)."""
+        self._looking = False
+        """A full look (two samples, maybe the stacks) is under way."""
         if self.watch is not None and self.watch.restored is not None:
             from console.diagnose import Verdict
 
@@ -290,6 +298,8 @@ class PulseApp(ThemedApp):
     def _tick(self) -> None:
         if self.watch is not None:
             self.watch.observe()
+        if not self._judged:  # a console opened on a run judges it once two samples are in, not 5 s later
+            self.cheap_diagnosis()
         # Samples arriving each second draw what log lines changed (throughput) in their own frame:
         # the tick draws it only when none came, so a watched run costs one frame a second, not two.
         self.refresh_panes(force=False, unless_painted_within=REFRESH_S)
@@ -334,7 +344,7 @@ class PulseApp(ThemedApp):
         gpus = self.gpu_pane
         if sample is not None:
             gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)
-            self.process_pane.show(sample.processes)
+            self.process_pane.show(fold_helpers(sample.processes, self.config.stall.cpu_idle_pct))
             self.settle_heap_once()  # start-up is over: the first sample is on screen
         self.throughput_pane.show(self.throughput_view())
         self._refresh_titles(now)
@@ -371,16 +381,16 @@ class PulseApp(ThemedApp):
         gpus_box.set_class(level == "crit", "-crit")
 
         processes_box = self.processes_box
-        pane = self.process_pane
+        # Counted from the sample: the pane folds a compile's helpers into one row.
+        alive = sum(p.state not in ("Z", "X") for p in sample.processes) if sample is not None else 0
         if sample is None:
             title = Text("Processes")
         elif sample.process_error:
             title = Text(f"Processes · {sample.process_error}")
         else:
-            title = Text(f"Processes · {pane.alive_count} alive")
+            title = Text(f"Processes · {alive} alive")
         silent = self.state.log_silent_s(now)
-        limit = silence_limit_s(self.config.stall.log_silent_s, self.state.write_interval_s())
-        stalled = silent is not None and silent >= limit
+        stalled = Silence(silent, self.look.usual_s, override_s=self.config.stall.log_silent_s).stalled
         if silent is None:
             grew = "log not read yet"
         else:
@@ -390,7 +400,7 @@ class PulseApp(ThemedApp):
             grew = "log grew just now" if just_now else f"log grew {format_duration(silent)} ago"
         processes_box.set_titles(title, Text(grew))
         processes_box.set_class(stalled, "-crit")
-        processes_box.set_class(sample is not None and pane.alive_count == 0, "-warn")
+        processes_box.set_class(sample is not None and alive == 0, "-warn")
         self._refresh_log_titles()
 
     def gpu_subtitle(self, sample: Sample | None) -> tuple[str, str]:
@@ -627,10 +637,16 @@ class PulseApp(ThemedApp):
     # -- actions on the run -------------------------------------------------------
 
     def cheap_diagnosis(self) -> None:
-        """Diagnose from the samples and lines already held (pure, no I/O); notify if it got worse."""
-        verdict = diagnose_state(self.state, self.config)
+        """Diagnose from the samples and lines already held (no I/O); notify if it got worse. When the
+        verdict cannot be earned without the run's stacks, look at them (once per quiet stretch)."""
+        verdict, due = self.look.cheap()
         if verdict is None:
             return
+        self._judged = True
+        if due and self.target is not None and not self._looking:
+            self.run_diagnosis(show=False)  # its verdict replaces this one in a few seconds
+            if self.verdict is not None:
+                return
         # The summary changes too ("quiet 12 s"): the header must never keep saying the log progresses.
         if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
             self.set_verdict(verdict)
@@ -713,16 +729,17 @@ class PulseApp(ThemedApp):
     @work(exclusive=True, exit_on_error=False, group="diagnose")
     async def run_diagnosis(self, *, show: bool) -> None:
         """Gather evidence from the target and diagnose it (posts VerdictReady)."""
-        from console.diagnose import diagnose
-        from console.evidence import gather
         from console.remote.target import TargetError
 
+        self._looking = True
         try:
-            evidence = await gather(self.target, self.config, window_s=self.config.stall.sample_window_s, follower_state=self.state)
+            verdict, evidence = await self.look.full()
         except TargetError as exc:
             self.post_message(ActionRefusedMessage(f"diagnosis failed: {exc}"))
             return
-        self.post_message(VerdictReady(diagnose(evidence, self.config), evidence, show=show))
+        finally:
+            self._looking = False
+        self.post_message(VerdictReady(verdict, evidence, show=show))
 
     @on(VerdictReady)
     def _verdict(self, message: VerdictReady) -> None:

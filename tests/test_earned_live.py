@@ -1,0 +1,104 @@
+"""Issue 31 on this machine, the default path: real processes in each shape, `pulse check` as a user types
+it (no threshold flag), and the console opened on a run that is already in trouble.
+
+Each shape is quiet past the floor (10 s) before it is looked at, and well before the 5 minutes an
+unlearned rhythm allows: only the evidence of progress (the log within its rhythm, or stacks that
+move) makes a run healthy; a run whose every thread waits is hung, named by what it waits on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from console.config import Config, RunConfig, TargetConfig
+from console.stall import QUIET_FLOOR_S
+from console.ui.app import PulseApp
+from console.ui.start import start_sources
+from tests.sshd import TESTS_BIN
+from tests.test_check import PY_SPY, ROOT, Run
+from tests.test_restart import procs  # noqa: F401  (a fixture)
+
+#: program and arguments → (the truth, what the summary must say)
+SHAPES = {
+    ("hung_queue.py",): ("hung", "died of RuntimeError; the process lives on"),
+    ("loader_hang.py",): ("hung", "the main thread waits on its DataLoader workers"),
+    ("socket_wait.py",): ("hung", "the main thread waits on I/O in <module> (socket_wait.py:"),
+    ("healthy.py", "--steps", "15", "--interval", "0.3"): ("hung", "the main thread waits on lock/condition wait"),
+    ("paced_buffered.py",): ("buffered", "the run's loop turns, but its log is quiet"),
+    ("quiet_worker.py",): ("healthy", "but the run works: main (pid "),
+    ("healthy.py", "--interval", "0.2"): ("healthy", "the run is alive and its log progresses"),
+}
+
+
+def check_argv(tmp_path: Path, run: Run) -> list[str]:
+    config = tmp_path / f"check-{uuid.uuid4().hex[:8]}.toml"
+    config.write_text(f'[target]\npy_spy = "{PY_SPY}"\n')
+    return [sys.executable, "-m", "console.cli", "check", str(config), "--json", *run.flags]
+
+
+def quiet_past_the_floor(run: Run) -> bool:
+    return time.time() - run.log.stat().st_mtime > QUIET_FLOOR_S + 0.5
+
+
+def test_pulse_check_on_the_default_path_says_the_truth_of_each_shape(procs, tmp_path):
+    runs = {shape: Run(procs, tmp_path, *shape) for shape in SHAPES}
+    deadline = time.monotonic() + 40
+    quiet = [run for shape, run in runs.items() if SHAPES[shape][0] != "healthy" or "--steps" in shape or shape[0] == "quiet_worker.py"]
+    while not all(quiet_past_the_floor(run) for run in quiet) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    env = {**os.environ, "PATH": f"{TESTS_BIN}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    checks = {
+        shape: subprocess.Popen(check_argv(tmp_path, run), cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        for shape, run in runs.items()
+    }
+    reports = {shape: json.loads(check.communicate(timeout=60)[0]) for shape, check in checks.items()}
+    took = time.monotonic() - started
+    for shape, (truth, said) in SHAPES.items():
+        report = reports[shape]
+        assert (report["verdict"], checks[shape].returncode) == (truth, 0 if truth == "healthy" else 1), (
+            shape, report["summary"], report["evidence"])
+        assert said in report["summary"], (shape, report["summary"])
+    buffered = reports[("paced_buffered.py",)]
+    assert buffered["processes"][0]["cpu_pct"] < 5.0 and buffered["log"]["size"] == 0  # only its stacks tell
+    assert any(s["motion"] == "paced" and s["main"] for s in buffered["stacks"])
+    assert any(s["motion"] == "moving" for s in reports[("quiet_worker.py",)]["stacks"])
+    assert reports[("healthy.py", "--interval", "0.2")]["stacks"] is None  # a progressing log needs no stacks
+    assert took < 30, f"seven checks at once took {took:.1f} s"
+
+
+async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_path, monkeypatch):
+    """Not "healthy: its rhythm not learned yet": the console judges what it read at start, and looks at
+    the stacks itself once the verdict needs them."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = Run(procs, tmp_path, "socket_wait.py")
+    while not quiet_past_the_floor(run):
+        await asyncio.sleep(0.2)
+    match, log = run.flags[1], run.flags[3]
+    config = Config(target=TargetConfig(py_spy=str(PY_SPY)), run=RunConfig(name=run.tag, match=match, log=log))
+    sources = await start_sources(config)
+
+    def attach(on_change):
+        sources.monitor.on_change = on_change
+        return sources.monitor
+
+    app = PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch)
+    opened = time.monotonic()
+    async with app.run_test(size=(120, 40)) as pilot:
+        while (app.verdict is None or app.verdict.name != "hung") and time.monotonic() - opened < 20:
+            await pilot.pause(0.2)
+        judged_in = time.monotonic() - opened
+        assert app.verdict is not None and app.verdict.name == "hung", app.verdict
+        assert app.verdict.summary.startswith("the main thread waits on I/O in <module> (socket_wait.py:")
+        assert "hung" in app.status_view(app.clock()).verdict
+    await sources.target.close()
+    assert judged_in < 15, f"hung after {judged_in:.1f} s"
