@@ -268,7 +268,12 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         command, args = argv[0], build_command_parser(argv[0]).parse_args(argv[1:])
     else:
         command, args = "console", build_parser().parse_args(argv)
-    if getattr(args, "config", None):
+    if getattr(args, "config", None) is not None:
+        from console.config import value_problem  # here, not at the top: `pulse demo` names no config
+
+        # An empty name (`pulse restart "$RUN"`, unset) is not "no config": that would be this machine.
+        if problem := value_problem(args.config, "text"):
+            raise UsageError(f"{'--config' if command == 'classify' else 'config'}: {problem}")
         args.config = resolve_config(args.config, command)
     return command, args
 
