@@ -121,7 +121,7 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--pct", metavar="ID", help="run inside Proxmox container ID (pct exec ID --)")
     c.add_argument("--docker", metavar="NAME", help="run inside docker container NAME")
     c.add_argument("--kubectl", metavar="POD", help="run inside kubernetes pod POD")
-    g.add_argument("--namespace", help="kubectl namespace")
+    g.add_argument("--namespace", help="the kubectl pod's namespace (--kubectl POD's, or the config's pod's)")
     g.add_argument("--slurm-job", metavar="ID", help="the run is this Slurm job: every node it runs on")
     g.add_argument("--hosts", metavar="A,B,C", help="the run's nodes, without a scheduler")
     g.add_argument(
