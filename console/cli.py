@@ -121,7 +121,7 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--pct", metavar="ID", help="run inside Proxmox container ID (pct exec ID --)")
     c.add_argument("--docker", metavar="NAME", help="run inside docker container NAME")
     c.add_argument("--kubectl", metavar="POD", help="run inside kubernetes pod POD")
-    g.add_argument("--namespace", help="kubectl namespace")
+    g.add_argument("--namespace", help="the kubectl pod's namespace (--kubectl POD's, or the config's pod's)")
     g.add_argument("--slurm-job", metavar="ID", help="the run is this Slurm job: every node it runs on")
     g.add_argument("--hosts", metavar="A,B,C", help="the run's nodes, without a scheduler")
     g.add_argument(
@@ -268,7 +268,12 @@ def parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
         command, args = argv[0], build_command_parser(argv[0]).parse_args(argv[1:])
     else:
         command, args = "console", build_parser().parse_args(argv)
-    if getattr(args, "config", None):
+    if getattr(args, "config", None) is not None:
+        from console.config import value_problem  # here, not at the top: `pulse demo` names no config
+
+        # An empty name (`pulse restart "$RUN"`, unset) is not "no config": that would be this machine.
+        if problem := value_problem(args.config, "text"):
+            raise UsageError(f"{'--config' if command == 'classify' else 'config'}: {problem}")
         args.config = resolve_config(args.config, command)
     return command, args
 

@@ -275,11 +275,57 @@ def _regex(value: str) -> str | None:
 
 
 _SLURM_JOB_ID = re.compile(r"\d+(_\d+)?")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def value_problem(value: str, kind: str = "name") -> str | None:
+    """What is wrong with `value` for a flag or key that names a target (`kind` "name": a host, a
+    container, a namespace, a job) or a path (`kind` "path": a file, a folder, a program), or that is
+    text where only emptiness is wrong (`kind` "text": a command, a regex); None when nothing is.
+    The words follow the flag or key: `--host: is empty …`, `file:3: run.log: starts with …`.
+
+    The one check behind every such flag and key, run before anything acts. An empty or blank value
+    is an unset variable (`--host "$GPU_BOX"`): taken as absent it would be this machine, or the
+    config's target. A leading '-' would be read as an option by pct, docker, kubectl, an ssh_config
+    ProxyCommand, py-spy or Pulse's agents; a control character would change what the line shows or
+    cut the argument short.
+    """
+    if not value:
+        return "is empty (an unset variable?); give a value or leave it out"
+    if not value.strip():
+        return "is only whitespace (an unset variable?); give a value or leave it out"
+    if kind == "text":
+        return None
+    if value.startswith("-"):
+        fix = f"for a file or folder of that name write ./{value}" if kind == "path" else "give the name without it"
+        return f"starts with '-' ({value[:60]!r}), which a program would read as an option; {fix}"
+    if _CONTROL.search(value):
+        return f"holds a control character ({value[:60]!r}); give the value without it"
+    if kind == "name" and any(c.isspace() for c in value):
+        # asyncssh puts the host into an ssh_config ProxyCommand for %h, then splits that line into words.
+        return f"holds whitespace ({value[:60]!r}), which no host, container or job name has; give the name alone"
+    return None
+
+
+def _path_value(value: str) -> str | None:
+    return value_problem(value, "path")
+
+
+def _name_value(value: str | int) -> str | None:
+    return value_problem(str(value), "name")
 
 
 def _host_list(value: list) -> str | None:
-    if not value or not all(isinstance(v, str) and v.strip() and not v.startswith("-") for v in value):
+    if not value or not all(isinstance(v, str) for v in value):
         return "must be a non-empty list of host names, e.g. [\"node1\", \"node2\"]"
+    return _entries_problem(value)
+
+
+def _entries_problem(hosts: list[str]) -> str | None:
+    """The first entry of a host list that cannot name a host, as `entry N …`."""
+    for number, host in enumerate(hosts, 1):
+        if message := value_problem(host):
+            return f"entry {number} {message}"
     return None
 
 
@@ -372,25 +418,24 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                 if key not in ("kind", "id", "namespace"):
                     r.problem(f"target.container.{key}", "unknown key (known: kind, id, namespace)")
             kind = r.get(c, "target.container.kind", str, "none")
-            cid = r.get(c, "target.container.id", (str, int))
             if kind not in ("none", "pct", "docker", "kubectl"):
                 r.problem("target.container.kind", f"must be pct, docker, kubectl or none, not {kind!r}")
             elif kind != "none":
-                if cid in (None, ""):
+                if "id" not in c:
                     r.problem("target.container.id", f"is required for a {kind} container")
-                else:
-                    container = Container(kind, str(cid), r.get(c, "target.container.namespace", str))
+                elif (cid := r.get(c, "target.container.id", (str, int), None, _name_value)) is not None:
+                    container = Container(kind, str(cid), r.get(c, "target.container.namespace", str, None, _name_value))
     target = TargetConfig(
-        host=r.get(t, "target.host", str),
+        host=r.get(t, "target.host", str, None, _name_value),
         port=r.get(t, "target.port", int, None, lambda v: None if 0 < v < 65536 else "must be 1-65535"),
         container=container,
         accept_new_host_key=r.get(t, "target.accept_new_host_key", bool, False),
-        known_hosts=r.get(t, "target.known_hosts", str),
-        ssh_config=r.get(t, "target.ssh_config", str),
-        python=r.get(t, "target.python", str, "python3"),
-        py_spy=r.get(t, "target.py_spy", str, "py-spy"),
-        nvidia_smi=r.get(t, "target.nvidia_smi", str, "nvidia-smi"),
-        slurm_job=_job_id(r.get(t, "target.slurm_job", (str, int))),
+        known_hosts=r.get(t, "target.known_hosts", str, None, _path_value),
+        ssh_config=r.get(t, "target.ssh_config", str, None, _path_value),
+        python=r.get(t, "target.python", str, "python3", _path_value),
+        py_spy=r.get(t, "target.py_spy", str, "py-spy", _path_value),
+        nvidia_smi=r.get(t, "target.nvidia_smi", str, "nvidia-smi", _path_value),
+        slurm_job=_job_id(r.get(t, "target.slurm_job", (str, int), None, _name_value)),
         hosts=tuple(r.get(t, "target.hosts", list, [], _host_list)),
         reach=r.get(t, "target.reach", str, "ssh", lambda v: None if v in ("ssh", "srun") else "must be ssh or srun"),
     )
@@ -404,14 +449,14 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     for key, value in env.items():
         if not isinstance(value, str):
             r.problem(f"run.env.{key}", f"must be a string, not {type(value).__name__}")
-    cwd = r.get(u, "run.cwd", str)
+    cwd = r.get(u, "run.cwd", str, None, _path_value)
     run = RunConfig(
         name=r.get(u, "run.name", str, "run"),
         launch=r.get(u, "run.launch", str),
         cwd=cwd,
-        log=under_cwd(r.get(u, "run.log", str), cwd),
+        log=under_cwd(r.get(u, "run.log", str, None, _path_value), cwd),
         match=r.get(u, "run.match", str, None, _regex),
-        pidfile=under_cwd(r.get(u, "run.pidfile", str), cwd),
+        pidfile=under_cwd(r.get(u, "run.pidfile", str, None, _path_value), cwd),
         env={k: v for k, v in env.items() if isinstance(v, str)},
         grace_s=float(r.get(u, "run.grace_s", (int, float), 30.0, _not_negative)),
     )
@@ -560,41 +605,74 @@ def load_config(path: str | Path) -> Config:
     return parse_config(text, str(path))
 
 
+#: The flags that name a target or a path, as value_problem's kind; launch and match are text, where
+#: only empty counts (a regex or a command may start with '-'), and so is --hosts as a whole (its
+#: entries are names, checked one by one).
+_VALUE_FLAGS = {
+    "host": "name", "pct": "name", "docker": "name", "kubectl": "name", "namespace": "name", "slurm_job": "name",
+    "hosts": "text", "log": "path", "pidfile": "path", "known_hosts": "path", "ssh_config": "path", "py_spy": "path",
+    "match": "text", "launch": "text",
+}
+
+
+def _flag_problem(args) -> str | None:
+    """The first flag whose value cannot be used, as one line; None when every one can."""
+    for name, kind in _VALUE_FLAGS.items():
+        value = getattr(args, name, None)
+        if value is not None and (message := value_problem(value, kind)):
+            return f"--{name.replace('_', '-')}: {message}"
+    if getattr(args, "hosts", None) is not None:
+        if message := _entries_problem([h.strip() for h in args.hosts.split(",")]):
+            return f"--hosts: {message}"
+    for name in ("pid", "root"):
+        if (pid := getattr(args, name, None)) is not None and pid < 1:
+            return f"--{name}: must be a process ID (1 or more), not {pid}"
+    return None
+
+
 def load_from_args(args) -> Config:
-    """The config file named on the command line (if any) with the target flags laid over it."""
+    """The config file named on the command line (if any) with the target flags laid over it.
+
+    A flag given is used as given: an empty one is refused (value_problem), never taken as absent.
+    """
+    if message := _flag_problem(args):
+        raise ConfigError([message])
     config = load_config(args.config) if getattr(args, "config", None) else Config()
     t, u, m = config.target, config.run, config.metrics
     get = lambda name: getattr(args, name, None)  # noqa: E731
+    given = lambda name: get(name) is not None  # noqa: E731
     container = t.container
     for kind in ("pct", "docker", "kubectl"):
-        if get(kind):
+        if given(kind):
             container = Container(kind, get(kind), get("namespace") if kind == "kubectl" else None)
-    if get("match"):
+    if given("namespace"):
+        if container is None or container.kind != "kubectl":
+            raise ConfigError(["--namespace: only a kubectl pod has a namespace; give --kubectl POD with it"])
+        container = replace(container, namespace=get("namespace"))
+    if given("match"):
         if message := _regex(get("match")):
             raise ConfigError([f"--match: {message}"])
-    if get("port") is not None and not 0 < get("port") < 65536:
+    if given("port") and not 0 < get("port") < 65536:
         raise ConfigError(["--port: must be 1-65535"])
     for flag, check in (("baseline", _positive), ("grace", _not_negative), ("stall_after", _positive)):
         if get(flag) is not None and (message := check(get(flag))):
             raise ConfigError([f"--{flag.replace('_', '-')}: {message}, not {get(flag):g}"])
     slurm_job, hosts = t.slurm_job, t.hosts
-    if get("slurm_job"):
+    if given("slurm_job"):
         if not _SLURM_JOB_ID.fullmatch(get("slurm_job")):
             raise ConfigError([f"--slurm-job: {get('slurm_job')!r} is not a Slurm job ID (digits)"])
         slurm_job, hosts = get("slurm_job"), ()
-    if get("hosts"):
-        hosts = tuple(h.strip() for h in get("hosts").split(",") if h.strip())
-        if not hosts or _host_list(list(hosts)):
-            raise ConfigError(["--hosts: give host names separated by commas, e.g. --hosts node1,node2"])
-        slurm_job = None
+    if given("hosts"):
+        hosts, slurm_job = tuple(h.strip() for h in get("hosts").split(",")), None
+    flag_or = lambda name, value: get(name) if given(name) else value  # noqa: E731
     target = replace(
         t,
-        host=get("host") or t.host,
-        port=get("port") or t.port,
+        host=flag_or("host", t.host),
+        port=flag_or("port", t.port),
         container=container,
-        known_hosts=get("known_hosts") or t.known_hosts,
-        ssh_config=get("ssh_config") or t.ssh_config,
-        py_spy=get("py_spy") or t.py_spy,
+        known_hosts=flag_or("known_hosts", t.known_hosts),
+        ssh_config=flag_or("ssh_config", t.ssh_config),
+        py_spy=flag_or("py_spy", t.py_spy),
         accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
         slurm_job=slurm_job,
         hosts=hosts,
@@ -602,11 +680,11 @@ def load_from_args(args) -> Config:
     )
     run = replace(
         u,
-        log=under_cwd(get("log"), u.cwd) or u.log,
-        match=get("match") or u.match,
-        pidfile=under_cwd(get("pidfile"), u.cwd) or u.pidfile,
-        launch=get("launch") or u.launch,
-        grace_s=u.grace_s if get("grace") is None else get("grace"),
+        log=under_cwd(get("log"), u.cwd) if given("log") else u.log,
+        match=flag_or("match", u.match),
+        pidfile=under_cwd(get("pidfile"), u.cwd) if given("pidfile") else u.pidfile,
+        launch=flag_or("launch", u.launch),
+        grace_s=flag_or("grace", u.grace_s),
     )
     metrics = replace(m, baseline_tokens_per_s=get("baseline") or m.baseline_tokens_per_s)
     stall = config.stall

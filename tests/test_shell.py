@@ -107,7 +107,7 @@ def test_container_layers_put_the_command_last() -> None:
     assert container_argv(Container("pct", "200"), argv) == ["pct", "exec", "200", "--", *argv]
     assert container_argv(Container("docker", "trainer"), argv) == ["docker", "exec", "-i", "trainer", *argv]
     assert container_argv(Container("kubectl", "pod-0", "ml"), argv) == [
-        "kubectl", "exec", "-i", "-n", "ml", "pod-0", "--", *argv,
+        "kubectl", "exec", "-i", "--namespace=ml", "pod-0", "--", *argv,
     ]
 
 

@@ -80,11 +80,12 @@ class SignalTarget:
 
 
 def _args(command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    # `--opt=VALUE` throughout: a value that starts with '-' is still the option's value, never an option.
     words = [command]
     if cwd:
-        words += ["--cwd", cwd]
+        words.append(f"--cwd={cwd}")
     for name, value in (env or {}).items():
-        words += ["--env", f"{name}={value}"]
+        words.append(f"--env={name}={value}")
     return words
 
 
@@ -204,7 +205,7 @@ async def launch(
     `~` is the target's home. TargetError when it
     could not start, with the reason.
     """
-    args = _args("launch", cwd=cwd, env=env) + ["--log", log] + (["--pidfile", pidfile] if pidfile else [])
+    args = _args("launch", cwd=cwd, env=env) + [f"--log={log}"] + ([f"--pidfile={pidfile}"] if pidfile else [])
     (record,) = await _ask(target, [*args, "--", *argv], "launched", timeout, login=True)
     pidfile_error = _field(record, "pidfile_error", target)
     return Launched(_ref(record, target), None if pidfile_error is None else _safe(pidfile_error))
@@ -243,7 +244,7 @@ async def send_signal(
 async def probe(target: Target, pids: Iterable[int], pidfile: str | None, mark: str,
                 timeout: float = PROBE_TIMEOUT_S) -> list[dict]:
     """The restart guards' facts, as the agent's records (process_agent.py `probe`; guards.parse_probe reads them)."""
-    args = ["probe", "--mark", mark] + (["--pidfile", pidfile] if pidfile else []) + [str(int(pid)) for pid in pids]
+    args = ["probe", f"--mark={mark}"] + ([f"--pidfile={pidfile}"] if pidfile else []) + [str(int(pid)) for pid in pids]
     return await _ask(target, args, ("process", "member", "pidfile"), timeout)
 
 

@@ -24,7 +24,7 @@ def container_argv(container: Container | None, argv: list[str]) -> list[str]:
     if container.kind == "docker":
         return ["docker", "exec", "-i", container.id, *argv]
     if container.kind == "kubectl":
-        ns = ["-n", container.namespace] if container.namespace else []
+        ns = [f"--namespace={container.namespace}"] if container.namespace else []  # one word: never an option
         return ["kubectl", "exec", "-i", *ns, container.id, "--", *argv]
     raise ValueError(f"unknown container kind {container.kind!r}")
 
