@@ -2,9 +2,11 @@
 
 `[[actions]]` in the config names a key and a command with placeholders {pid} (the process
 the operator selected, else the run's main PID), {pids} (all of them, space-separated words), {log}, {gpu} and {host}. Values
-come from the run and the config, so they are untrusted: every value is shell-quoted
-before it goes into the template, and a log path `x; rm -rf ~` arrives as that literal
-path. Other braces in a template are left alone.
+come from the run, the target and the config, so they are untrusted: Pulse shell-quotes every
+value itself before it goes into the template (`fill_command`), and a log file named
+`x; rm -rf ~` or `train_$(touch pwned).log` arrives as that literal path. That quoting holds
+only where the template leaves the placeholder bare: `"{log}"`, `'{pid}'`, `\\{log}` and the
+like are config errors (console.placeholders). Other braces in a template are left alone.
 
 A custom action changes something unless the config declares `mutating = false` (a viewer:
 `nvidia-smi -q`, `tail -n 100 {log}`): Pulse cannot tell `kill -9 {pids}` from a viewer by
@@ -34,17 +36,35 @@ from console.model import ProcessReading
 from console.observe.lines import classify_line
 from console.observe.remote_process import start, stop_group
 from console.observe.textsafe import sanitize, split_lines
+from console.placeholders import CUSTOM_PLACEHOLDERS, placeholder_refusal
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
-#: The placeholders a custom action's template may use.
-CUSTOM_PLACEHOLDERS = ("pid", "pids", "log", "gpu", "host")
-
 
 def fill_placeholders(template: str, values: Mapping[str, str]) -> str:
-    """`template` with each `{name}` in `values` replaced by its value; other braces untouched."""
+    """`template` with each `{name}` in `values` replaced by its value as it is; other braces untouched.
+
+    Text, not a command: a value goes in unquoted (a log path's `{started}`). A command is filled
+    by `fill_command`.
+    """
     pattern = re.compile(r"\{(" + "|".join(map(re.escape, values)) + r")\}")
     return pattern.sub(lambda m: values[m.group(1)], template) if values else template
+
+
+def fill_command(template: str, values: Mapping[str, str | Sequence[str]]) -> str:
+    """The shell command `template` with each `{name}` in `values` replaced by its value quoted by
+    Pulse (a sequence: its items, each quoted, as separate words).
+
+    ValueError, naming it, when a placeholder stands where that quoting would be undone (inside the
+    template's own quotes, after a backslash…: console.placeholders).
+    """
+    if why := placeholder_refusal(template, values):
+        raise ValueError(why)
+    quoted = {
+        name: quote(value) if isinstance(value, str) else " ".join(quote(item) for item in value)
+        for name, value in values.items()
+    }
+    return fill_placeholders(template, quoted)
 
 
 def unknown_placeholders(template: str, known: tuple[str, ...]) -> list[str]:
@@ -128,22 +148,28 @@ def plan_custom(action: CustomAction, context: ActionContext, *, read_only: bool
         raise ActionRefused(
             f"action {action.name!r}: unknown placeholder {names}; use {{pid}} {{pids}} {{log}} {{gpu}} {{host}}"
         )
-    values: dict[str, str] = {"host": quote(context.host)}
+    if why := placeholder_refusal(action.command, CUSTOM_PLACEHOLDERS):
+        raise ActionRefused(f"action {action.name!r}: {why}")
+    values: dict[str, str | Sequence[str]] = {"host": context.host}
     needs = set(re.findall(r"\{(pid|pids|log|gpu)\}", action.command))
     if needs & {"pid", "pids"}:
         if not context.pids:
             raise ActionRefused(f"action {action.name!r}: no run process found for {{pid}}; is the run alive?")
-        values["pid"] = quote(str(context.pids[0]))
-        values["pids"] = " ".join(quote(str(pid)) for pid in context.pids)
+        values["pid"] = str(context.pids[0])
+        values["pids"] = [str(pid) for pid in context.pids]
     if "log" in needs:
         if not context.log:
             raise ActionRefused(f"action {action.name!r}: no log path known for {{log}}; set [run] log")
-        values["log"] = quote(context.log)
+        values["log"] = context.log
     if "gpu" in needs:
         if context.gpu is None:
             raise ActionRefused(f"action {action.name!r}: no GPU selected for {{gpu}}")
-        values["gpu"] = quote(str(context.gpu))
-    return CustomPlan(action, fill_placeholders(action.command, values), mutating)
+        values["gpu"] = str(context.gpu)
+    try:
+        command = fill_command(action.command, values)
+    except ValueError as exc:  # a NUL in a value: no process argument can hold one
+        raise ActionRefused(f"action {action.name!r}: {exc}") from None
+    return CustomPlan(action, command, mutating)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

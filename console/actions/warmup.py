@@ -9,6 +9,8 @@ the first step that fails.
 The template decides which GPU a step uses: Pulse fills `{gpu}` and `{seq_len}` and sets
 nothing else per step (no CUDA_VISIBLE_DEVICES), so write `CUDA_VISIBLE_DEVICES={gpu} python3 …`
 or `python3 … --gpu {gpu}` as the script expects. The run's `[run] env` and `cwd` apply.
+Pulse quotes the values itself (a placeholder inside the template's own quotes is a config
+error).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from console.actions.audit import (
     checked_seconds,
     refuse_if_read_only,
 )
-from console.actions.custom import fill_placeholders, shell_path, stream_grouped, unknown_placeholders
+from console.actions.custom import fill_command, shell_path, stream_grouped, unknown_placeholders
 from console.config import Config
+from console.placeholders import WARMUP_PLACEHOLDERS, placeholder_refusal
 from console.remote.target import Target
 from console.units import format_duration
 
@@ -86,10 +89,12 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
     warmup = config.warmup
     if not warmup.command:
         raise ActionRefused(f"{config.source}: no [warmup] command configured; add one with {{gpu}} and {{seq_len}}")
-    unknown = unknown_placeholders(warmup.command, ("gpu", "seq_len"))
+    unknown = unknown_placeholders(warmup.command, WARMUP_PLACEHOLDERS)
     if unknown:
         names = ", ".join("{" + name + "}" for name in unknown)
         raise ActionRefused(f"{config.source}: [warmup] command: unknown placeholder {names}; use {{gpu}} {{seq_len}}")
+    if why := placeholder_refusal(warmup.command, WARMUP_PLACEHOLDERS):
+        raise ActionRefused(f"{config.source}: [warmup] command: {why}")
     if not warmup.gpus or not warmup.seq_lens:
         raise ActionRefused(f"{config.source}: [warmup] needs gpus and seq_lens (lists of integers)")
     steps = tuple(
@@ -97,7 +102,7 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
             index=i,
             gpu=gpu,
             seq_len=seq_len,
-            command=fill_placeholders(warmup.command, {"gpu": str(int(gpu)), "seq_len": str(int(seq_len))}),
+            command=fill_command(warmup.command, {"gpu": str(int(gpu)), "seq_len": str(int(seq_len))}),
         )
         for i, (gpu, seq_len) in enumerate(
             ((gpu, seq_len) for gpu in warmup.gpus for seq_len in warmup.seq_lens), start=1
