@@ -8,6 +8,10 @@ value itself before it goes into the template (`fill_command`), and a log file n
 only where the template leaves the placeholder bare: `"{log}"`, `'{pid}'`, `\\{log}` and the
 like are config errors (console.placeholders). Other braces in a template are left alone.
 
+The command is shown with its control characters escaped; a template holding any runs only
+once the operator has confirmed that escaped form (console.actions.shown). A value holding
+some (a log file's name) is quoted like any other: shown escaped, it runs as shown.
+
 A custom action changes something unless the config declares `mutating = false` (a viewer:
 `nvidia-smi -q`, `tail -n 100 {log}`): Pulse cannot tell `kill -9 {pids}` from a viewer by
 looking, so only the operator's word makes one safe. Mutating actions are refused in read-only
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -31,11 +35,12 @@ from console.actions.audit import (
     audited,
     refuse_if_read_only,
 )
+from console.actions.shown import HiddenControls, hidden_controls, refuse_unconfirmed
 from console.config import Config, CustomAction
 from console.model import ProcessReading
 from console.observe.lines import classify_line
 from console.observe.remote_process import start, stop_group
-from console.observe.textsafe import sanitize, split_lines
+from console.observe.textsafe import sanitize, split_lines, visible
 from console.placeholders import CUSTOM_PLACEHOLDERS, placeholder_refusal
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
@@ -126,10 +131,16 @@ class CustomPlan:
             "mutating": self.mutating,
         }
 
+    @property
+    def hidden(self) -> tuple[HiddenControls, ...]:
+        """The configured template, when it holds control characters (it then runs only once confirmed escaped)."""
+        return hidden_controls([(f"action {self.action.name!r} command", self.action.command)])
+
     def describe(self) -> list[str]:
-        """The plan as lines for a confirmation screen or a terminal."""
+        """The plan as lines for a confirmation screen or a terminal, the command escaped."""
         warning = "  (marked dangerous)" if self.action.dangerous else ""
-        return [f"{self.action.name}{warning}", f"  $ {self.command}"]
+        lines = [f"{self.action.name}{warning}", f"  $ {self.command}"]
+        return [visible(line) for line in lines] + [hidden.plan_line() for hidden in self.hidden]
 
 
 def is_mutating(action: CustomAction) -> bool:
@@ -262,7 +273,7 @@ async def stream_grouped(
 
 async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
     step = plan.action.name
-    yield StepEvent(step, StepStatus.RUNNING, plan.command)
+    yield StepEvent(step, StepStatus.RUNNING, visible(plan.command))
     running = stream_grouped(target, plan.command, step=step)
     async with aclosing(running):  # a cancelled action stops its process group now
         async for event in running:
@@ -270,9 +281,14 @@ async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEv
 
 
 def execute_custom(
-    target: Target, config: Config, plan: CustomPlan
+    target: Target, config: Config, plan: CustomPlan, *, confirmed: Collection[str] = ()
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Run the filled command and stream its output; audited, whether it changes anything or not."""
+    """Run the filled command and stream its output; audited, whether it changes anything or not.
+
+    ActionRefused at once when the command holds control characters and its escaped form is not
+    among `confirmed` (what the operator confirmed: console.actions.shown).
+    """
+    refuse_unconfirmed(plan.hidden, confirmed)
     return audited(
         _run_custom(target, plan),
         log=AuditLog(config.audit_log),
