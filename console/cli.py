@@ -219,6 +219,9 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
             parser.add_argument("--json", action="store_true", help="one JSON object: entries and per-minute figures")
     if command in ("restart", "warmup"):
         parser.add_argument("--no-audit", action="store_true", help="run even when the audit log cannot be written")
+        parser.add_argument("--accept-escaped", action="append", metavar="COMMAND",
+                            help="with --yes, run a command that holds control characters: its escaped form, "
+                                 "exactly as the plan shows it")
     return parser
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from console.paths import audit_log_path
 from console.model import Container, MetricPattern
+from console.placeholders import CUSTOM_PLACEHOLDERS, WARMUP_PLACEHOLDERS, placeholder_refusal
 from console.user_patterns import compile_metric_pattern
 
 
@@ -511,6 +512,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     )
     if warmup.command and not (warmup.gpus and warmup.seq_lens):
         r.problem("warmup.command", "needs warmup.gpus and warmup.seq_lens")
+    if warmup.command and (why := placeholder_refusal(warmup.command, WARMUP_PLACEHOLDERS)):
+        r.problem("warmup.command", why)
 
     s = r.table(data, "stall", ("log_silent_s", "cpu_idle_pct", "gpu_idle_pct", "sample_window_s"))
     stall = StallConfig(
@@ -537,6 +540,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                 r.problem(f"{path}.{field_name}", "is required")
         if key and len(key) != 1:
             r.problem(f"{path}.key", "must be a single character")
+        if command and (why := placeholder_refusal(command, CUSTOM_PLACEHOLDERS)):
+            r.problem(f"{path}.command", why)
         dangerous, mutating = r.get(a, f"{path}.dangerous", bool, False), r.get(a, f"{path}.mutating", bool, True)
         if dangerous and not mutating:
             r.problem(f"{path}.mutating", "a dangerous action changes something: drop mutating = false or dangerous")

@@ -6,14 +6,24 @@ step, a "started" record with the plan goes to the audit log; when the action en
 interrupted) a "finished" or "interrupted" record with every step's final result follows:
 one JSON object per line in `config.audit_log`, on the machine where Pulse runs, readable
 only by its owner. An action whose "started" record cannot be written does not run.
+
+A record is written whole or not at all: one ASCII line (every other character, U+2028 and the
+like included, JSON-escaped, so no reader splits it), one `write` on a file opened with
+O_APPEND, under an exclusive lock. A short write (a full filesystem, a file size limit) is a
+failure: the bytes it wrote are cut off again, and the action does not run. An unterminated
+last line (a crash mid-write) is not a record: `records()` skips it and the next `record()`
+cuts it off before appending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import json
 import math
 import os
+import resource
 import socket
 import stat
 import time
@@ -129,10 +139,15 @@ class AuditLog:
             "steps": [event.as_json() for event in final_steps(steps)],
             "outcome": outcome,
         }
-        line = json.dumps(entry, default=str, ensure_ascii=False) + "\n"
+        line = (json.dumps(entry, default=str, ensure_ascii=True) + "\n").encode("ascii")
         fd = self._open()
         try:
-            os.write(fd, line.encode())
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another Pulse's record never lands between the write and its check
+            end = _whole_lines_end(fd)
+            written = os.write(fd, line)
+            if written != len(line):
+                os.ftruncate(fd, end)
+                raise OSError(errno.ENOSPC, f"short write, {written} of {len(line)} bytes; the partial record was removed")
         finally:
             os.close(fd)
         for listener in AUDIT_LISTENERS:
@@ -143,11 +158,14 @@ class AuditLog:
         return entry
 
     def _open(self, create: bool = True) -> int:
-        """The log opened for appending; OSError when it cannot be, or is not a regular file."""
+        """The log opened for appending; OSError when it cannot be, or is not a regular file.
+
+        Opened to create it, it is opened to be read too (a record reads where its last line ends).
+        """
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         # O_NONBLOCK: a FIFO in the log's place fails (ENXIO) or is refused below instead of blocking.
-        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | (os.O_CREAT if create else 0)
+        flags = (os.O_RDWR | os.O_CREAT if create else os.O_WRONLY) | os.O_APPEND | os.O_NONBLOCK
         fd = os.open(self.path, flags, 0o600)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -155,11 +173,18 @@ class AuditLog:
         return fd
 
     def unwritable(self) -> str | None:
-        """Why an entry cannot be appended now, in a few words; None when it can. Creates nothing."""
+        """Why an entry cannot be appended now, in a few words; None when it can. Creates nothing.
+
+        A filesystem with no block left, or a log already at the process's file size limit, cannot
+        take a record either; one nearly full is found by the record's own write (see `record`).
+        """
         try:
             if os.path.lexists(self.path):
-                os.close(self._open(create=False))
-                return None
+                fd = self._open(create=False)
+                try:
+                    return _no_room(fd)
+                finally:
+                    os.close(fd)
             folder = self.path.parent
             while not os.path.lexists(folder):
                 folder = folder.parent
@@ -169,21 +194,67 @@ class AuditLog:
                 return "Read-only file system"
             if not os.access(folder, os.W_OK | os.X_OK):
                 return "Permission denied"
+            if _free_blocks(os.statvfs(folder)) == 0:
+                return os.strerror(errno.ENOSPC)
         except OSError as exc:
             return exc.strerror or str(exc)
         return None
 
     def records(self) -> list[dict]:
-        """Every record so far, "started" ones included, oldest first (an absent file has none)."""
+        """Every record so far, "started" ones included, oldest first (an absent file has none).
+
+        Lines end at `\\n` only (a record holds no other line end: U+2028 in it is escaped); an
+        unterminated last line was never a whole record and is left out.
+        """
         try:
-            text = self.path.read_text()
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        whole = data[: data.rfind(b"\n") + 1]
+        return [json.loads(line) for line in whole.split(b"\n") if line.strip()]
 
     def entries(self) -> list[dict]:
         """How each action ended (its "finished" or "interrupted" record), oldest first."""
         return [record for record in self.records() if record.get("record") != "started"]
+
+
+def _free_blocks(fs: os.statvfs_result) -> int:
+    # root may write into the blocks a filesystem reserves; anyone else may not
+    return fs.f_bfree if os.geteuid() == 0 else fs.f_bavail
+
+
+def _no_room(fd: int) -> str | None:
+    """Why the open log `fd` cannot grow at all (no block left, at the file size limit); None when it can."""
+    if _free_blocks(os.fstatvfs(fd)) == 0:
+        return os.strerror(errno.ENOSPC)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and os.fstat(fd).st_size >= limit:
+        return os.strerror(errno.EFBIG)
+    return None
+
+
+#: How much of a log's end is read at a time when looking for its last line end.
+_TAIL_CHUNK = 1 << 16
+
+
+def _whole_lines_end(fd: int) -> int:
+    """The size of the log `fd` up to its last line end, after cutting off an unterminated last line
+    (a record a crash left half written), so that what is appended next starts a line of its own."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end != size:
+        os.ftruncate(fd, end)
+    return end
 
 
 def outcome_of(events: list[StepEvent], finished: bool, why: str = "") -> str:

@@ -2,9 +2,15 @@
 
 `[[actions]]` in the config names a key and a command with placeholders {pid} (the process
 the operator selected, else the run's main PID), {pids} (all of them, space-separated words), {log}, {gpu} and {host}. Values
-come from the run and the config, so they are untrusted: every value is shell-quoted
-before it goes into the template, and a log path `x; rm -rf ~` arrives as that literal
-path. Other braces in a template are left alone.
+come from the run, the target and the config, so they are untrusted: Pulse shell-quotes every
+value itself before it goes into the template (`fill_command`), and a log file named
+`x; rm -rf ~` or `train_$(touch pwned).log` arrives as that literal path. That quoting holds
+only where the template leaves the placeholder bare: `"{log}"`, `'{pid}'`, `\\{log}` and the
+like are config errors (console.placeholders). Other braces in a template are left alone.
+
+The command is shown with its control characters escaped; a template holding any runs only
+once the operator has confirmed that escaped form (console.actions.shown). A value holding
+some (a log file's name) is quoted like any other: shown escaped, it runs as shown.
 
 A custom action changes something unless the config declares `mutating = false` (a viewer:
 `nvidia-smi -q`, `tail -n 100 {log}`): Pulse cannot tell `kill -9 {pids}` from a viewer by
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -29,22 +35,41 @@ from console.actions.audit import (
     audited,
     refuse_if_read_only,
 )
+from console.actions.shown import HiddenControls, hidden_controls, refuse_unconfirmed
 from console.config import Config, CustomAction
 from console.model import ProcessReading
 from console.observe.lines import classify_line
 from console.observe.remote_process import start, stop_group
-from console.observe.textsafe import sanitize, split_lines
+from console.observe.textsafe import sanitize, split_lines, visible
+from console.placeholders import CUSTOM_PLACEHOLDERS, placeholder_refusal
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 
-#: The placeholders a custom action's template may use.
-CUSTOM_PLACEHOLDERS = ("pid", "pids", "log", "gpu", "host")
-
 
 def fill_placeholders(template: str, values: Mapping[str, str]) -> str:
-    """`template` with each `{name}` in `values` replaced by its value; other braces untouched."""
+    """`template` with each `{name}` in `values` replaced by its value as it is; other braces untouched.
+
+    Text, not a command: a value goes in unquoted (a log path's `{started}`). A command is filled
+    by `fill_command`.
+    """
     pattern = re.compile(r"\{(" + "|".join(map(re.escape, values)) + r")\}")
     return pattern.sub(lambda m: values[m.group(1)], template) if values else template
+
+
+def fill_command(template: str, values: Mapping[str, str | Sequence[str]]) -> str:
+    """The shell command `template` with each `{name}` in `values` replaced by its value quoted by
+    Pulse (a sequence: its items, each quoted, as separate words).
+
+    ValueError, naming it, when a placeholder stands where that quoting would be undone (inside the
+    template's own quotes, after a backslash…: console.placeholders).
+    """
+    if why := placeholder_refusal(template, values):
+        raise ValueError(why)
+    quoted = {
+        name: quote(value) if isinstance(value, str) else " ".join(quote(item) for item in value)
+        for name, value in values.items()
+    }
+    return fill_placeholders(template, quoted)
 
 
 def unknown_placeholders(template: str, known: tuple[str, ...]) -> list[str]:
@@ -106,10 +131,16 @@ class CustomPlan:
             "mutating": self.mutating,
         }
 
+    @property
+    def hidden(self) -> tuple[HiddenControls, ...]:
+        """The configured template, when it holds control characters (it then runs only once confirmed escaped)."""
+        return hidden_controls([(f"action {self.action.name!r} command", self.action.command)])
+
     def describe(self) -> list[str]:
-        """The plan as lines for a confirmation screen or a terminal."""
+        """The plan as lines for a confirmation screen or a terminal, the command escaped."""
         warning = "  (marked dangerous)" if self.action.dangerous else ""
-        return [f"{self.action.name}{warning}", f"  $ {self.command}"]
+        lines = [f"{self.action.name}{warning}", f"  $ {self.command}"]
+        return [visible(line) for line in lines] + [hidden.plan_line() for hidden in self.hidden]
 
 
 def is_mutating(action: CustomAction) -> bool:
@@ -128,22 +159,28 @@ def plan_custom(action: CustomAction, context: ActionContext, *, read_only: bool
         raise ActionRefused(
             f"action {action.name!r}: unknown placeholder {names}; use {{pid}} {{pids}} {{log}} {{gpu}} {{host}}"
         )
-    values: dict[str, str] = {"host": quote(context.host)}
+    if why := placeholder_refusal(action.command, CUSTOM_PLACEHOLDERS):
+        raise ActionRefused(f"action {action.name!r}: {why}")
+    values: dict[str, str | Sequence[str]] = {"host": context.host}
     needs = set(re.findall(r"\{(pid|pids|log|gpu)\}", action.command))
     if needs & {"pid", "pids"}:
         if not context.pids:
             raise ActionRefused(f"action {action.name!r}: no run process found for {{pid}}; is the run alive?")
-        values["pid"] = quote(str(context.pids[0]))
-        values["pids"] = " ".join(quote(str(pid)) for pid in context.pids)
+        values["pid"] = str(context.pids[0])
+        values["pids"] = [str(pid) for pid in context.pids]
     if "log" in needs:
         if not context.log:
             raise ActionRefused(f"action {action.name!r}: no log path known for {{log}}; set [run] log")
-        values["log"] = quote(context.log)
+        values["log"] = context.log
     if "gpu" in needs:
         if context.gpu is None:
             raise ActionRefused(f"action {action.name!r}: no GPU selected for {{gpu}}")
-        values["gpu"] = quote(str(context.gpu))
-    return CustomPlan(action, fill_placeholders(action.command, values), mutating)
+        values["gpu"] = str(context.gpu)
+    try:
+        command = fill_command(action.command, values)
+    except ValueError as exc:  # a NUL in a value: no process argument can hold one
+        raise ActionRefused(f"action {action.name!r}: {exc}") from None
+    return CustomPlan(action, command, mutating)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -236,7 +273,7 @@ async def stream_grouped(
 
 async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
     step = plan.action.name
-    yield StepEvent(step, StepStatus.RUNNING, plan.command)
+    yield StepEvent(step, StepStatus.RUNNING, visible(plan.command))
     running = stream_grouped(target, plan.command, step=step)
     async with aclosing(running):  # a cancelled action stops its process group now
         async for event in running:
@@ -244,9 +281,14 @@ async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEv
 
 
 def execute_custom(
-    target: Target, config: Config, plan: CustomPlan
+    target: Target, config: Config, plan: CustomPlan, *, confirmed: Collection[str] = ()
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Run the filled command and stream its output; audited, whether it changes anything or not."""
+    """Run the filled command and stream its output; audited, whether it changes anything or not.
+
+    ActionRefused at once when the command holds control characters and its escaped form is not
+    among `confirmed` (what the operator confirmed: console.actions.shown).
+    """
+    refuse_unconfirmed(plan.hidden, confirmed)
     return audited(
         _run_custom(target, plan),
         log=AuditLog(config.audit_log),

@@ -56,6 +56,7 @@ from console.actions.guards import (
     protected_reason,
     run_evidence,
 )
+from console.actions.shown import HiddenControls, hidden_controls
 from console.config import Config
 from console.model import ProcessReading, Sample
 from console.observe.remote_process import (
@@ -67,7 +68,7 @@ from console.observe.remote_process import (
     send_signal,
 )
 from console.observe.sampler import sample_once
-from console.observe.textsafe import sanitize
+from console.observe.textsafe import sanitize, visible
 from console.remote.target import Target, TargetError
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +139,14 @@ class RestartPlan:
             "refusals": list(self.refusals),
         }
 
+    @property
+    def hidden(self) -> tuple[HiddenControls, ...]:
+        """The launch, when it holds control characters (it then runs only once confirmed escaped)."""
+        return hidden_controls([("[run] launch", self.launch)])
+
     def describe(self) -> list[str]:
-        """The plan as lines for a confirmation screen or a terminal."""
+        """The plan as lines for a confirmation screen or a terminal; every line as `visible` shows it
+        (the launch, command lines and paths from the target escaped), never raw."""
         lines = []
         if self.processes:
             lines.append(f"stop {len(self.processes)} process(es): SIGTERM, SIGKILL after {self.grace_s:g} s")
@@ -164,7 +171,7 @@ class RestartPlan:
             lines.append(f"  pid -> {self.pidfile}")
         lines += [f"note: {note}" for note in self.notes]
         lines += [f"REFUSED: {why}" for why in self.refusals]
-        return lines
+        return [visible(line) for line in lines] + [hidden.plan_line() for hidden in self.hidden]
 
 
 class PlanRefused(ActionRefused):

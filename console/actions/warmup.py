@@ -9,12 +9,14 @@ the first step that fails.
 The template decides which GPU a step uses: Pulse fills `{gpu}` and `{seq_len}` and sets
 nothing else per step (no CUDA_VISIBLE_DEVICES), so write `CUDA_VISIBLE_DEVICES={gpu} python3 …`
 or `python3 … --gpu {gpu}` as the script expects. The run's `[run] env` and `cwd` apply.
+Pulse quotes the values itself (a placeholder inside the template's own quotes is a config
+error), and a command holding control characters runs only once its escaped form is confirmed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -28,8 +30,11 @@ from console.actions.audit import (
     checked_seconds,
     refuse_if_read_only,
 )
-from console.actions.custom import fill_placeholders, shell_path, stream_grouped, unknown_placeholders
+from console.actions.custom import fill_command, shell_path, stream_grouped, unknown_placeholders
+from console.actions.shown import HiddenControls, hidden_controls, refuse_unconfirmed
 from console.config import Config
+from console.observe.textsafe import visible
+from console.placeholders import WARMUP_PLACEHOLDERS, placeholder_refusal
 from console.remote.target import Target
 from console.units import format_duration
 
@@ -57,9 +62,17 @@ class WarmupPlan:
     cwd: str | None
     env: dict[str, str]
     step_timeout_s: float
+    command: str = ""
+    """The configured template the steps were filled from."""
+
+    @property
+    def hidden(self) -> tuple[HiddenControls, ...]:
+        """The template, when it holds control characters (it then runs only once confirmed escaped)."""
+        return hidden_controls([("[warmup] command", self.command)])
 
     def as_json(self) -> dict:
         return {
+            "command": self.command,
             "steps": [
                 {"index": s.index, "gpu": s.gpu, "seq_len": s.seq_len, "command": s.command} for s in self.steps
             ],
@@ -70,14 +83,14 @@ class WarmupPlan:
         }
 
     def describe(self) -> list[str]:
-        """The plan as lines for a confirmation screen or a terminal."""
+        """The plan as lines for a confirmation screen or a terminal, the commands escaped."""
         lines = [
             f"warmup: {len(self.steps)} steps, one at a time, TRITON_CACHE_DIR={self.triton_cache_dir}",
         ]
         if self.cwd:
             lines.append(f"  in {self.cwd}")
         lines += [f"  {s.index:>3}. $ {s.command}" for s in self.steps]
-        return lines
+        return [visible(line) for line in lines] + [hidden.plan_line() for hidden in self.hidden]
 
 
 def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
@@ -86,10 +99,12 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
     warmup = config.warmup
     if not warmup.command:
         raise ActionRefused(f"{config.source}: no [warmup] command configured; add one with {{gpu}} and {{seq_len}}")
-    unknown = unknown_placeholders(warmup.command, ("gpu", "seq_len"))
+    unknown = unknown_placeholders(warmup.command, WARMUP_PLACEHOLDERS)
     if unknown:
         names = ", ".join("{" + name + "}" for name in unknown)
         raise ActionRefused(f"{config.source}: [warmup] command: unknown placeholder {names}; use {{gpu}} {{seq_len}}")
+    if why := placeholder_refusal(warmup.command, WARMUP_PLACEHOLDERS):
+        raise ActionRefused(f"{config.source}: [warmup] command: {why}")
     if not warmup.gpus or not warmup.seq_lens:
         raise ActionRefused(f"{config.source}: [warmup] needs gpus and seq_lens (lists of integers)")
     steps = tuple(
@@ -97,7 +112,7 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
             index=i,
             gpu=gpu,
             seq_len=seq_len,
-            command=fill_placeholders(warmup.command, {"gpu": str(int(gpu)), "seq_len": str(int(seq_len))}),
+            command=fill_command(warmup.command, {"gpu": str(int(gpu)), "seq_len": str(int(seq_len))}),
         )
         for i, (gpu, seq_len) in enumerate(
             ((gpu, seq_len) for gpu in warmup.gpus for seq_len in warmup.seq_lens), start=1
@@ -109,6 +124,7 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
         cwd=config.run.cwd,
         env=dict(config.run.env),
         step_timeout_s=warmup.step_timeout_s,
+        command=warmup.command,
     )
 
 
@@ -126,7 +142,7 @@ async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEv
         eta = _eta_s(elapsed, total - step.index + 1)
         eta_text = f" (ETA {format_duration(eta)})" if eta is not None else ""
         data = {"index": step.index, "total": total, "gpu": step.gpu, "seq_len": step.seq_len, "eta_s": eta}
-        yield StepEvent(label, StepStatus.RUNNING, f"{step.name}: {step.command}{eta_text}", data)
+        yield StepEvent(label, StepStatus.RUNNING, f"{step.name}: {visible(step.command)}{eta_text}", data)
         started = time.monotonic()
         result: StepEvent | None = None
         running = stream_grouped(
@@ -153,16 +169,19 @@ async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEv
 
 
 def execute_warmup(
-    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True
+    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True, confirmed: Collection[str] = ()
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Run the plan's steps one after another; stop at the first failure; audited unless `audit`
     is False (--no-audit).
 
     Iterate to run it; stop iterating (or cancel the task) to cancel: the step that is
     running is stopped by its own process group and nothing else is touched.
-    ActionRefused at once when the step timeout is not a finite number of seconds ≥ 0.
+    ActionRefused at once when the step timeout is not a finite number of seconds ≥ 0, or when
+    the template holds control characters and its escaped form is not among `confirmed`
+    (console.actions.shown).
     """
     checked_seconds("the warmup's step timeout", plan.step_timeout_s)
+    refuse_unconfirmed(plan.hidden, confirmed)
     return audited(
         _run_warmup(target, plan),
         log=AuditLog(config.audit_log) if audit else None,

@@ -6,6 +6,11 @@ the exit code: 0 when the new run was verified alive (restart) / every step pass
 (warmup), 1 when the action failed, 2 when it was refused or not confirmed.
 `dump` changes nothing, so it neither asks nor is refused by --read-only.
 
+Every line shown is as `visible` writes it: control characters in a command appear as `\\r`,
+`\\x1b`…, never raw. A command that holds any runs only once confirmed in that escaped form: the
+question on the terminal names it, and `--yes` alone refuses it (exit 2) unless `--accept-escaped`
+repeats that form exactly (console.actions.shown).
+
 A mutating command whose audit log cannot be written is refused before it plans (exit 2),
 unless --no-audit says to run it unrecorded. SIGHUP, SIGTERM or SIGINT during an action
 stop it where it is; the audit log records the step it was interrupted at (exit 128+N).
@@ -18,7 +23,7 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncGenerator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from dataclasses import replace
 from typing import TextIO
 
@@ -32,6 +37,7 @@ from console.actions.audit import (
     checked_seconds,
 )
 from console.actions.restart import PlanRefused, execute_restart, plan_restart
+from console.actions.shown import HiddenControls, confirm_question, refuse_unconfirmed
 from console.actions.warmup import execute_warmup, plan_warmup
 from console.config import Config
 from console.model import PROBLEM_KINDS
@@ -46,6 +52,7 @@ from console.observe.pyspy import (
 )
 from console.observe.pyspy_run import DumpError, dump_tree
 from console.observe.sampler import sample_once
+from console.observe.textsafe import visible
 from console.remote.connect import make_target
 from console.remote.target import Target, TargetError
 
@@ -79,11 +86,12 @@ def confirm(question: str, *, assume_yes: bool, stdin: TextIO, out: TextIO) -> b
 
 
 def format_event(event: StepEvent | OutputLine) -> str:
-    """One terminal line for a step event or a command's output line (problem lines marked `!`)."""
+    """One terminal line for a step event or a command's output line (problem lines marked `!`),
+    control characters escaped (a step's detail may hold the command it runs)."""
     if isinstance(event, OutputLine):
         mark = "!" if event.kind in PROBLEM_KINDS else "|"
-        return f"        {mark} {event.text}"
-    return f"[{_MARK[event.status]}] {event.step}: {event.detail}"
+        return visible(f"        {mark} {event.text}")
+    return visible(f"[{_MARK[event.status]}] {event.step}: {event.detail}")
 
 
 async def _print_events(events: AsyncGenerator[StepEvent | OutputLine, None], out: TextIO) -> list[StepEvent]:
@@ -152,7 +160,7 @@ async def _mutating(
     except PlanRefused as exc:
         _say(f"{action} on {target.label}:", sys.stdout)
         for line in exc.lines:
-            _say(f"  {line}", sys.stdout)
+            _say(f"  {visible(line)}", sys.stdout)
         _say(f"{action}: {exc}", sys.stderr)
         return EXIT_REFUSED
     except ActionRefused as exc:
@@ -165,12 +173,38 @@ async def _mutating(
         await target.close()
 
 
-def _ask(action: str, args: argparse.Namespace, heading: str, plan: list[str]) -> int | None:
-    """Show the plan under its heading and ask: None to go ahead, else the exit code of a refusal."""
+def unconfirmed_escaped(args: argparse.Namespace, hidden: Sequence[HiddenControls]) -> str | None:
+    """With --yes, why a command holding control characters may not run (--accept-escaped does not
+    name its escaped form); None when it may, or when a terminal will be asked."""
+    if not hidden or not getattr(args, "yes", False):
+        return None
+    try:
+        refuse_unconfirmed(hidden, getattr(args, "accept_escaped", None) or ())
+    except ActionRefused as exc:
+        return str(exc)
+    return None
+
+
+def question_for(hidden: Sequence[HiddenControls]) -> str:
+    """The terminal's question: the plain one, or one that names the commands holding control characters."""
+    return confirm_question(hidden) if hidden else "Proceed?"
+
+
+def _ask(
+    action: str, args: argparse.Namespace, heading: str, plan: list[str], hidden: Sequence[HiddenControls] = ()
+) -> int | None:
+    """Show the plan under its heading and ask: None to go ahead, else the exit code of a refusal.
+
+    `hidden`: the plan's commands that hold control characters. --yes runs them only when
+    --accept-escaped names each one's escaped form; on a terminal the question names them.
+    """
     _say(heading, sys.stdout)
     for line in plan:
-        _say(f"  {line}", sys.stdout)
-    answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
+        _say(f"  {visible(line)}", sys.stdout)
+    if refused := unconfirmed_escaped(args, hidden):
+        _say(f"{action}: {refused}", sys.stderr)
+        return EXIT_REFUSED
+    answer = confirm(question_for(hidden), assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
     if answer is None:
         _say(f"{action}: not confirmed: no terminal to ask on; pass --yes to {action} without asking", sys.stderr)
         return EXIT_REFUSED
@@ -189,7 +223,7 @@ def restart(config: Config, args: argparse.Namespace) -> int:
         plan = await plan_restart(
             target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
         )
-        refused = _ask("restart", args, f"restart on {target.label}:", plan.describe())
+        refused = _ask("restart", args, f"restart on {target.label}:", plan.describe(), plan.hidden)
         if refused is not None:
             return refused
         events = execute_restart(
@@ -207,10 +241,12 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
 
     async def plan_and_run(target: Target) -> int:
         plan = plan_warmup(config)
-        refused = _ask("warmup", args, f"on {target.label}:", plan.describe())
+        refused = _ask("warmup", args, f"on {target.label}:", plan.describe(), plan.hidden)
         if refused is not None:
             return refused
-        steps = await _print_events(execute_warmup(target, config, plan, audit=not _no_audit(args)), sys.stdout)
+        confirmed = [hidden.escaped for hidden in plan.hidden]  # _ask had each confirmed
+        events = execute_warmup(target, config, plan, audit=not _no_audit(args), confirmed=confirmed)
+        steps = await _print_events(events, sys.stdout)
         done = [e for e in steps if e.status is StepStatus.OK and e.step.startswith("step ")]
         failed = any(e.status is StepStatus.FAILED for e in steps)
         return EXIT_OK if len(done) == len(plan.steps) and not failed else EXIT_FAILED

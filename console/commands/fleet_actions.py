@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus, audit_refusal
@@ -26,7 +27,10 @@ from console.commands.actions import (
     dump_run,
     format_event,
     print_dumps,
+    question_for,
+    unconfirmed_escaped,
 )
+from console.actions.shown import HiddenControls
 from console.actions.warmup import WarmupPlan, plan_warmup
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, control_target
@@ -60,7 +64,7 @@ async def _restart(config: Config, args: argparse.Namespace) -> int:
         print(f"restart through Slurm on {target.label}:")
         for line in plan.describe():
             print(f"  {line}")
-        if not _confirmed("restart", args):
+        if not _confirmed("restart", args, plan.hidden):
             return EXIT_REFUSED
         verified = False
         try:
@@ -76,9 +80,13 @@ async def _restart(config: Config, args: argparse.Namespace) -> int:
         await target.close()
 
 
-def _confirmed(action: str, args: argparse.Namespace) -> bool:
-    """Ask on the terminal (or take --yes); say why not on stderr."""
-    answer = confirm("Proceed?", assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
+def _confirmed(action: str, args: argparse.Namespace, hidden: Sequence[HiddenControls] = ()) -> bool:
+    """Ask on the terminal (or take --yes, which a command holding control characters also needs
+    --accept-escaped for); say why not on stderr."""
+    if refused := unconfirmed_escaped(args, hidden):
+        print(f"{action}: {refused}", file=sys.stderr)
+        return False
+    answer = confirm(question_for(hidden), assume_yes=bool(getattr(args, "yes", False)), stdin=sys.stdin, out=sys.stdout)
     if not answer:
         why = "no terminal to ask on; pass --yes" if answer is None else "nothing done"
         print(f"{action}: not confirmed: {why}", file=sys.stderr)
@@ -118,11 +126,12 @@ async def _warmup(config: Config, args: argparse.Namespace, plan: WarmupPlan, *,
         print(f"warmup on {len(fleet.nodes)} node(s): {', '.join(n.name for n in fleet.nodes)}:")
         for line in plan.describe():
             print(f"  {line}")
-        if not _confirmed("warmup", args):
+        if not _confirmed("warmup", args, plan.hidden):
             return EXIT_REFUSED
         passed = {n.name: 0 for n in fleet.nodes}
         failed = False
-        async for event in execute_fleet_warmup(fleet.nodes, plan, audit=audit):
+        confirmed = [hidden.escaped for hidden in plan.hidden]  # _confirmed had each confirmed
+        async for event in execute_fleet_warmup(fleet.nodes, plan, audit=audit, confirmed=confirmed):
             print(format_event(event), flush=True)
             if isinstance(event, StepEvent) and "node" in event.data:
                 failed |= event.status is StepStatus.FAILED

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from dataclasses import dataclass, replace
 
 from console.actions.audit import (
@@ -31,6 +31,7 @@ from console.actions.audit import (
     audited,
     refuse_if_read_only,
 )
+from console.actions.shown import HiddenControls, hidden_controls
 from console.actions.warmup import WarmupPlan, execute_warmup
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode
@@ -39,6 +40,7 @@ from console.fleet.slurm_text import SlurmError, SlurmJob
 from console.model import Sample
 from console.observe.roles import RUN_ROLES
 from console.observe.sampler import sample_once
+from console.observe.textsafe import visible
 from console.remote.target import TargetError
 
 
@@ -69,8 +71,13 @@ class FleetRestartPlan:
             "cwd": self.cwd,
         }
 
+    @property
+    def hidden(self) -> tuple[HiddenControls, ...]:
+        """The sbatch line, when it holds control characters (it then runs only once confirmed escaped)."""
+        return hidden_controls([("[run] launch", self.submit)])
+
     def describe(self) -> list[str]:
-        """The plan as lines for a confirmation screen or a terminal."""
+        """The plan as lines for a confirmation screen or a terminal, the sbatch line escaped."""
         lines = [f"Slurm job {self.job_id} ({self.job_name}), {self.state} on {self.nodes or 'no nodes'}"]
         if self.mode == "requeue":
             lines.append(f"stop: scontrol requeue {self.job_id} (Slurm ends it on every node, same job ID)")
@@ -78,7 +85,7 @@ class FleetRestartPlan:
             lines.append(f"stop: scancel {self.job_id} (Slurm ends it on every node)")
             lines.append(f"submit: {self.submit}" + (f"  (in {self.cwd})" if self.cwd else ""))
         lines.append("verify: the job runs again, every node has a live rank of that job, and its log grows")
-        return lines
+        return [visible(line) for line in lines] + [hidden.plan_line() for hidden in self.hidden]
 
 
 async def plan_fleet_restart(slurm: SlurmClient, config: Config, job_id: str, *, read_only: bool = False) -> FleetRestartPlan:
@@ -262,16 +269,16 @@ def execute_fleet_restart(
 
 
 async def execute_fleet_warmup(
-    nodes: list[FleetNode], plan: WarmupPlan, *, audit: bool = True
+    nodes: list[FleetNode], plan: WarmupPlan, *, audit: bool = True, confirmed: Collection[str] = ()
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """The warmup on every node at once (each node's steps one at a time, each audited unless `audit`
-    is False: --no-audit); events tagged `node: step`."""
+    is False: --no-audit); events tagged `node: step`. `confirmed`: as for execute_warmup."""
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
 
     async def run(node: FleetNode) -> None:
         try:
-            async for event in execute_warmup(node.target, node.config, plan, audit=audit):
+            async for event in execute_warmup(node.target, node.config, plan, audit=audit, confirmed=confirmed):
                 if isinstance(event, StepEvent):
                     event = replace(event, step=f"{node.name}: {event.step}", data={**event.data, "node": node.name})
                 else:

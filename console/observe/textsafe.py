@@ -6,6 +6,9 @@ clipboard (OSC 52) or move the cursor if passed through. `sanitize` turns one
 raw line into plain printable text; `sanitize_styled` does the same and also returns the
 line's own colours (SGR sequences only, as spans over the plain text, never the bytes);
 `split_lines` cuts a received chunk into lines.
+
+A command is never cleaned that way: what runs must be what is shown, so `visible` writes each
+character a terminal would not print as itself as its escape instead of dropping it.
 """
 
 from __future__ import annotations
@@ -132,6 +135,40 @@ def _last_redraw(text: str) -> str:
     if len(visible) > 1 and is_redraw(visible[-2]) and not is_redraw(last):
         return f"{visible[-2].rstrip()} {last.lstrip()}"
     return last
+
+
+#: The escapes `visible` writes for the controls commands most often hold; the rest as \xHH, \uHHHH.
+_NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    named = _NAMED_ESCAPES.get(char)
+    if named:
+        return named
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every character that is not printable as itself written as its escape, as Python
+    writes it (`\\r`, `\\n`, `\\t`, `\\x1b`, `\\x9b`, `\\u2028`, `\\u202e`…); nothing else changes.
+
+    Not printable, by Python's `str.isprintable` (the space is): C0 and C1 controls, DEL, format
+    characters (bidirectional overrides, zero-width ones), line and paragraph separators, spaces
+    other than U+0020, unassigned code points. Escaped, a carriage return or an escape sequence can
+    no longer draw one command over another. Backslashes are left as they are: commands are full
+    of them, and `hidden_characters` says whether a `\\r` shown is one.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def hidden_characters(text: str) -> list[str]:
+    """The escapes `visible` writes for `text`, each once, in order of first appearance; [] when none."""
+    if text.isprintable():
+        return []
+    return list(dict.fromkeys(_escape(char) for char in text if not char.isprintable()))
 
 
 def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:

@@ -1,8 +1,9 @@
 """A running action: its steps as they start and end, step i/N with an ETA, and its live output.
 
 The action is an async iterator of StepEvent / OutputLine (restart, warmup, custom). A
-worker iterates it and posts one message per event. `c` asks to cancel: iteration stops
-when the running step has ended, so the action is never cut between a stop and a launch.
+worker iterates it and posts one message per event, shown as `visible` writes it (a step's
+command with its control characters escaped). `c` asks to cancel: iteration stops when the
+running step has ended, so the action is never cut between a stop and a launch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from textual.message import Message
 from textual.widgets import Log, Static
 
 from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus
+from console.observe.textsafe import visible
 from console.ui.modal import FramedModal
 from console.units import format_duration
 
@@ -112,7 +114,7 @@ class ActionScreen(FramedModal[bool]):
     def _event(self, message: Event) -> None:
         event = message.event
         if isinstance(event, OutputLine):
-            self._output.append(f"{event.step}: {event.text}")
+            self._output.append(visible(f"{event.step}: {event.text}"))
             return
         self.steps[event.step] = event
         self._render_steps()
@@ -130,9 +132,9 @@ class ActionScreen(FramedModal[bool]):
             if n:
                 text.append("\n")
             text.append(f"{mark} ", style)
-            text.append(event.step, "bold")
+            text.append(visible(event.step), "bold")
             if event.detail:
-                text.append(f"  {event.detail}")
+                text.append(f"  {visible(event.detail)}")  # the launch step's detail is the command it runs
         self.query_one("#steps", Static).update(text)
 
     @on(Ended)

@@ -90,13 +90,17 @@ class StateChanged(Message, bubble=False):
 class PlanReady(Message):
     """A mutating action has a plan: show it, ask, then run `execute()`."""
 
-    def __init__(self, title: str, lines: list[str], execute, *, confirm: bool = True, dangerous: bool = False) -> None:
+    def __init__(
+        self, title: str, lines: list[str], execute, *, confirm: bool = True, dangerous: bool = False, hidden=()
+    ) -> None:
         super().__init__()
         self.title = title
         self.lines = lines
         self.execute = execute
         self.confirm = confirm
         self.dangerous = dangerous
+        self.hidden = tuple(hidden)
+        """The plan's commands that hold control characters: always asked about (console.actions.shown)."""
 
 
 class ActionRefusedMessage(Message):
@@ -765,7 +769,8 @@ class PulseApp(ThemedApp):
 
         async def make_plan():
             plan = await plan_restart(self.target, self.config, read_only=self.read_only)
-            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan), dangerous=True)
+            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan),
+                             dangerous=True, hidden=plan.hidden)
 
         self.prepare_action(make_plan)
 
@@ -774,7 +779,9 @@ class PulseApp(ThemedApp):
 
         async def make_plan():
             plan = plan_warmup(self.config, read_only=self.read_only)
-            return PlanReady("Sequential warmup", plan.describe(), lambda: execute_warmup(self.target, self.config, plan))
+            confirmed = [hidden.escaped for hidden in plan.hidden]  # run only after the dialog that shows them
+            return PlanReady("Sequential warmup", plan.describe(),
+                             lambda: execute_warmup(self.target, self.config, plan, confirmed=confirmed), hidden=plan.hidden)
 
         self.prepare_action(make_plan)
 
@@ -793,12 +800,14 @@ class PulseApp(ThemedApp):
 
         async def make_plan():
             plan = plan_custom(custom, context, read_only=self.read_only)
+            confirmed = [hidden.escaped for hidden in plan.hidden]  # run only after the dialog that shows them
             return PlanReady(
                 custom.name,
                 plan.describe(),
-                lambda: execute_custom(self.target, self.config, plan),
+                lambda: execute_custom(self.target, self.config, plan, confirmed=confirmed),
                 confirm=custom.confirm,
                 dangerous=custom.dangerous,
+                hidden=plan.hidden,
             )
 
         self.prepare_action(make_plan)
@@ -824,8 +833,9 @@ class PulseApp(ThemedApp):
             if confirmed:
                 self.push_screen(ActionScreen(message.title, message.execute), callback=lambda _ok: self.mark_changed())
 
-        if message.confirm:
-            self.push_screen(ConfirmScreen(message.title, message.lines, dangerous=message.dangerous), callback=run)
+        if message.confirm or message.hidden:  # confirm = false never skips confirming an escaped command
+            screen = ConfirmScreen(message.title, message.lines, dangerous=message.dangerous, hidden=message.hidden)
+            self.push_screen(screen, callback=run)
         else:
             run(True)
 

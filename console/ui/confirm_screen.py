@@ -1,14 +1,27 @@
-"""A plan and a yes/no question: nothing mutating runs before the operator has read what it will do."""
+"""A plan and a yes/no question: nothing mutating runs before the operator has read what it will do.
+
+Every line is shown as `visible` writes it and wraps instead of being cut, so the whole command
+is on screen, control characters escaped. A plan whose command holds control characters asks
+about that escaped form by name (console.actions.shown).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from console.ui.modal import FramedModal
 from textual.widgets import Button, Static
+
+from console.observe.textsafe import visible
+from console.ui.modal import FramedModal
+
+if TYPE_CHECKING:  # the actions load when one is planned, not with the console
+    from console.actions.shown import HiddenControls
 
 
 class ConfirmScreen(FramedModal[bool]):
@@ -30,17 +43,29 @@ class ConfirmScreen(FramedModal[bool]):
     }
     """
 
-    def __init__(self, title: str, lines: list[str], *, question: str = "Run this plan?", dangerous: bool = False) -> None:
-        super().__init__(classes="-dangerous" if dangerous else None)
+    def __init__(
+        self,
+        title: str,
+        lines: list[str],
+        *,
+        question: str = "Run this plan?",
+        dangerous: bool = False,
+        hidden: Sequence[HiddenControls] = (),
+    ) -> None:
+        super().__init__(classes="-dangerous" if dangerous or hidden else None)
         self.plan_title = title
-        self.lines = lines
+        self.lines = [visible(line) for line in lines]
+        if hidden:
+            from console.actions.shown import confirm_question
+
+            question = confirm_question(hidden)
         self.question = question
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="frame") as box:
             box.border_title = self.plan_title
             with VerticalScroll():
-                yield Static(Text("\n".join(self.lines), no_wrap=True, overflow="ellipsis"))
+                yield Static(Text("\n".join(self.lines), overflow="fold"))
             yield Static(f"{self.question}  y = run, n / Esc = cancel", id="question")
             with Horizontal():
                 yield Button("Cancel", id="no")

@@ -427,7 +427,8 @@ class FleetApp(ThemedApp):
                 events = lambda: self.follow_restart(execute_fleet_restart(fleet.slurm, self.config, plan))  # noqa: E731
                 self.push_screen(ActionScreen("Restart the job", events))
 
-        self.push_screen(ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True), callback=confirmed)
+        screen = ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True, hidden=plan.hidden)
+        self.push_screen(screen, callback=confirmed)
 
 
 def restarted_job(event) -> str | None:

@@ -11,6 +11,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from console.actions.signal import SIGNALS
+from console.observe.textsafe import visible
 from console.ui.modal import FramedModal
 
 
@@ -33,7 +34,7 @@ class SignalScreen(FramedModal[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="frame") as box:
-            box.border_title = Text(f"Signal pid {self.pid}: {self.command}")
+            box.border_title = Text(visible(f"Signal pid {self.pid}: {self.command}"))
             box.border_subtitle = "Enter chooses (then the plan, then y to send) · Esc cancels"
             yield OptionList(*(Option(Text(f"SIG{name:<5} {what}"), id=name) for name, what in SIGNALS.items()))
 
