@@ -821,8 +821,8 @@ class _Diagnosis:
             return True
         if line.thread is not None or line.progress_after:
             return False
-        if line.family is not None and (self.silence.progressing or self._movers()):
-            return False
+        if line.family is not None and (not self.silence.needs_stacks or self._movers()):
+            return False  # it says itself it goes on: while the log is not quiet past the floor, it does
         if self._movers() and not self.silence.stalled:
             return False  # the run works past it: its stacks move
         return self._recent(line)

@@ -56,6 +56,8 @@ from console.observe.pyspy import (
     collective_call,
     group_identical,
     main_thread,
+    merged,
+    on_the_cpu_in_one_place,
     stack_signature,
     thread_motion,
     where,
@@ -67,7 +69,7 @@ from console.observe.textsafe import sanitize
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 from console.state import RunState
-from console.stall import Silence, interval_from_density, lifetime_write_interval_s
+from console.stall import QUIET_FLOOR_S, Silence, interval_from_density, lifetime_write_interval_s
 
 DumpStacks = Literal["auto", "always", "never"]
 
@@ -106,7 +108,14 @@ async def gather(
     without them (console.diagnose.wants_stacks). TargetError when the target cannot be sampled.
     """
     window_s = config.stall.sample_window_s if window_s is None else window_s
-    sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True))
+    early: list[asyncio.Future[StacksTaken]] = []
+
+    def on_first(sample: Sample) -> None:
+        # A log quiet past the floor already: the stacks will be wanted; take them during the window.
+        if dump_stacks != "never" and _quiet_past_floor(sample):
+            early.append(asyncio.ensure_future(take_stacks(target, config, sample.processes)))
+
+    sampling = asyncio.ensure_future(sample_once(target, config, window_s, process_utilization=True, on_first=on_first))
     if follower_state is None and config.run.log:
         tail = asyncio.ensure_future(read_tail_text(target, config, timeout=window_s + TAIL_TIMEOUT_S))
     else:
@@ -114,6 +123,11 @@ async def gather(
     try:
         first, last = await sampling
         tail_text = await tail if tail is not None else ""
+    except BaseException:
+        for task in early:
+            task.cancel()
+        await asyncio.gather(*early, return_exceptions=True)
+        raise
     finally:
         if tail is not None:  # also when sampling failed first: the tail's own error is collected, not leaked
             tail.cancel()
@@ -129,11 +143,21 @@ async def gather(
 
     if evidence.nccl:
         evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
-    if dump_stacks == "never" or not evidence.processes:
+    wanted = bool(evidence.processes) and (dump_stacks == "always" or (dump_stacks == "auto" and wants_stacks(evidence, config)))
+    if not wanted:
+        for task in early:
+            task.cancel()
+        await asyncio.gather(*early, return_exceptions=True)
         return evidence
-    if dump_stacks == "auto" and not wants_stacks(evidence, config):
+    taken = await early[0] if early else await take_stacks(target, config, evidence.processes)
+    if not taken.dumps:
         return evidence
-    return await with_stacks(target, config, evidence)
+    return with_dumps(evidence, taken.dumps, recorded=taken.recorded, woke=taken.woke, busy_pct=config.stall.cpu_idle_pct)
+
+
+def _quiet_past_floor(sample: Sample) -> bool:
+    log = sample.log
+    return log is not None and log.exists and sample.time - log.mtime >= QUIET_FLOOR_S and bool(sample.processes)
 
 
 def state_evidence(state: RunState, config: Config, *, fresh_s: float | None = None) -> Evidence | None:
@@ -533,9 +557,19 @@ async def take_stacks(
     alive = [p for p, result in zip(chosen, dumped) if isinstance(result, ProcessDump)]
     pids = [p.pid for p in alive]
     before = await read_timeslices(target, pids) if pids else {}
-    recorded = await asyncio.gather(
+    recorded = list(await asyncio.gather(
         *(bounded(record(target, p.pid, py_spy=py_spy, timeout=DUMP_TIMEOUT_S)) for p in alive), return_exceptions=True
+    ))
+    # A main thread seen on the CPU in one place only: a long call, or a loop whose other frames are
+    # short (a GPU-bound loop waits in its .item()); one more recording tells them apart.
+    again = [i for i, (p, samples) in enumerate(zip(alive, recorded)) if _one_place(dumped[chosen.index(p)], samples)]
+    more = await asyncio.gather(
+        *(bounded(record(target, alive[i].pid, py_spy=py_spy, timeout=DUMP_TIMEOUT_S)) for i in again),
+        return_exceptions=True,
     )
+    for i, samples in zip(again, more):
+        if isinstance(samples, list):
+            recorded[i] = merged(recorded[i], samples)
     after = await read_timeslices(target, pids) if pids else {}
     for result in (*dumped, *recorded):
         if not isinstance(result, (ProcessDump, DumpError, list)):
@@ -547,13 +581,11 @@ async def take_stacks(
     )
 
 
-async def with_stacks(target: Target, config: Config, evidence: Evidence) -> Evidence:
-    """`evidence` with every rank's and worker's threads summarised and how each moved (take_stacks);
-    why none could be dumped, if so."""
-    taken = await take_stacks(target, config, evidence.processes)
-    if not taken.dumps:
-        return evidence
-    return with_dumps(evidence, taken.dumps, recorded=taken.recorded, woke=taken.woke, busy_pct=config.stall.cpu_idle_pct)
+def _one_place(dumped: ProcessDump | DumpError, recorded: list[ThreadSamples] | BaseException) -> bool:
+    if not isinstance(dumped, ProcessDump) or not isinstance(recorded, list):
+        return False
+    main = main_thread(dumped)
+    return main is not None and on_the_cpu_in_one_place(next((s for s in recorded if s.tid == main.thread_id), None), main)
 
 
 def timeslices_script(pids: list[int]) -> str:

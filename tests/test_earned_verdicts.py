@@ -10,6 +10,8 @@ the truth every time, with the evidence it rests on.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from console.config import Config, RunConfig
@@ -232,3 +234,37 @@ def test_the_recoverable_families_are_named_and_counted_from_real_lines():
     scale = family_of(["[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"])
     assert scale is not None and count_text(scale, 1, None) == "1 fp16 step skipped (loss scale lowered)"
     assert family_of(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 400.00 GiB."]) is None
+
+
+# -- the default path, live on the H200 (tests/data/real/verdicts/live) ---------------------------
+
+LIVE = VERDICTS / "live"
+
+
+def live_checks() -> dict[tuple[str, str], dict]:
+    return {(p.parent.parent.name, p.parent.name): json.loads(p.read_text()) for p in LIVE.glob("*/at_*/check.json")}
+
+
+def test_pulse_check_live_said_the_truth_on_every_look_but_one():
+    checks = live_checks()
+    assert set(checks) == set(TRUTH)
+    wrong = {look: check["verdict"] for look, check in checks.items() if check["verdict"] != TRUTH[look]}
+    assert wrong == {("quiet_eval", "at_75"): "unknown"}
+
+
+def test_pulse_watch_live_said_the_truth_of_every_job_within_a_dozen_seconds():
+    for out in LIVE.glob("*/at_*/watch.out"):
+        job, at = out.parent.parent.name, out.parent.name
+        said = [line.split(None, 4) for line in out.read_text().splitlines() if ": journal " not in line]
+        seconds, verdict = float(said[0][0]), said[0][3].rstrip(":")
+        assert verdict == TRUTH[(job, at)] and seconds < 12, (job, said[0])
+
+
+def test_the_look_that_said_unknown_says_healthy_with_a_second_recording():
+    """Live at 75 s the check's one second caught the evaluation's main thread only in its .item(); the
+    look's own two seconds caught its other frame too, as the second recording now does."""
+    capture = Capture("verdicts/live/quiet_eval", look="at_75")
+    capture.config = Config(run=RunConfig(log=capture.config.run.log, match=capture.meta["match"]))
+    verdict = diagnose(capture.evidence("nvml", timed=False), capture.config)
+    assert verdict.name == "healthy", verdict.summary
+    assert "but the run works: main (pid 538) moves in" in verdict.summary

@@ -508,6 +508,28 @@ def parse_record_raw(text: str) -> list[ThreadSamples]:
     ]
 
 
+def merged(first: list[ThreadSamples], second: list[ThreadSamples]) -> list[ThreadSamples]:
+    """Two recordings of one process as one: each thread's stacks, their samples added up."""
+    found: dict[int, tuple[str, dict[tuple[StackFrame, ...], int]]] = {}
+    for samples in (*first, *second):
+        stacks = found.setdefault(samples.tid, (samples.name, {}))[1]
+        for stack, count in samples.stacks:
+            stacks[stack] = stacks.get(stack, 0) + count
+    return [
+        ThreadSamples(tid, name, tuple(sorted(stacks.items(), key=lambda item: -item[1])))
+        for tid, (name, stacks) in found.items()
+    ]
+
+
+def on_the_cpu_in_one_place(samples: ThreadSamples | None, thread: ThreadStack) -> bool:
+    """The recording saw `thread` on the CPU in one stack that is no wait: a long call, or a loop whose
+    other frames are too short to be caught yet (a longer recording tells)."""
+    if samples is None or not thread.active:
+        return False
+    working = {stack for stack, _ in samples.stacks if classify_wait(_as_thread(thread, stack)) in ("running", "unknown")}
+    return len(working) == 1 and len(samples.stacks) == 1
+
+
 #: How a thread moved over a recording (see thread_motion).
 MOTIONS = ("moving", "paced", "busy", "waiting", "still")
 

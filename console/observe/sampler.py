@@ -403,14 +403,22 @@ def _hint(status: int | None) -> str:
 
 
 async def sample_once(
-    target: Target, config: Config, window_s: float, *, process_utilization: bool = False
+    target: Target,
+    config: Config,
+    window_s: float,
+    *,
+    process_utilization: bool = False,
+    on_first: Callable[[Sample], None] | None = None,
 ) -> tuple[Sample, Sample]:
     """Two samples `window_s` apart: the second has CPU% over that window (and, with
-    `process_utilization`, each GPU's per-process SM %). TargetError if the agent fails."""
+    `process_utilization`, each GPU's per-process SM %); `on_first` is given the first as soon as it
+    arrives (work that needs only it can start during the window). TargetError if the agent fails."""
     sampler = Sampler(target, config)
     samples: list[Sample] = []
     async for sample in sampler._samples(window_s, 2, process_utilization):
         samples.append(sample)
+        if on_first is not None and len(samples) == 1:
+            on_first(sample)
     if len(samples) < 2:
         raise TargetError(f"{target.label}: the sampling agent sent {len(samples)} of 2 samples")
     return samples[0], samples[1]

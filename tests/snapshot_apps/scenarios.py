@@ -226,7 +226,9 @@ def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
             gpus=gpus,
             gpu_source="nvml",
             processes=processes,
-            log=LogStatus(LOG_PATH, True, size=8_912_331, mtime=TARGET_NOW - silent_s, inode=1_311_877),
+            # A block-buffered stdout writes whole 4 KiB buffers: the buffered run's log is 2,176 of them.
+            log=LogStatus(LOG_PATH, True, size=2176 * 4096 if scenario == "buffered" else 8_912_331,
+                          mtime=TARGET_NOW - silent_s, inode=1_311_877),
         )
     )
     state.last_sample_at = now - 0.8
