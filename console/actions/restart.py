@@ -1,14 +1,23 @@
-"""Safe kill-and-relaunch: plan, then stop, wait for GPU memory, launch once, verify.
+"""Safe kill-and-relaunch: plan, then lock, stop, wait for GPU memory, launch once, verify.
 
 The plan is pure data: which processes (found by the sampling agent's selection, never by
 a second pattern match), their process groups and start times, the GPU memory each holds,
 and the exact launch command line. It guards the operator: a plan whose targets include
 PID 1, Pulse or its ancestors (on the target: the shell chain that runs Pulse's commands),
 a program Pulse runs, sshd or a login shell, whose match selects everything (it matches the
-empty string), whose pidfile is not a regular file or holds no usable PID, or whose match
-found several unrelated process trees the operator did not choose between, is refused
-(PlanRefused, with what was found); --force does not override it. Executing it:
+empty string), whose pidfile is not a regular file (a symbolic link included) or holds no
+usable PID, whose match found several unrelated process trees the operator did not choose
+between, or whose run another restart is restarting now, is refused (PlanRefused, with what
+was found); --force does not override it. Executing it:
 
+0. lock: one restart of a run at a time. A process agent on the target holds an exclusive
+   flock(2) on the run's lock file (beside its pidfile, else in ~/.local/state/pulse/locks/
+   there, named by a hash of the run's match and log) from before the first signal through
+   verify, with the owner (Pulse's host, user and PID, since when) written in it. A second
+   restart reads who holds it and since when, and stops there, signalling nothing. The holder
+   lets go when Pulse releases it, cancels, exits or its link closes, and when no beat came
+   for 30 s (a link cut without a hang-up); an owner left in the file by a holder that is gone
+   (killed outright) is stale: the next restart takes the lock over and says whose it was.
 1. stop: SIGTERM to each planned process group (only a group whose leader is planned, whose
    every member is planned, and that holds neither Pulse nor an ancestor of it; any other
    planned process alone), each PID re-verified by its start time right before the signal
@@ -17,6 +26,7 @@ found several unrelated process trees the operator did not choose between, is re
 2. gpu: wait until the old PIDs no longer hold GPU memory; refuse to launch if they still
    do after the timeout, unless forced.
 3. alive: no process of the run, by match or by pidfile, may be left; else nothing is launched.
+   A lock lost meanwhile (its link cut) is taken again first, or nothing is launched.
 4. launch: a command of its own (never the same shell line as the stop), in a new session,
    stdout and stderr appended to a fresh log, PID written to the pidfile. If the link drops
    here the launch state is unknown: it is checked, and never retried.
@@ -28,8 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
+import hashlib
+import json
+import os
 import re
 import shlex
+import socket
 import time
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
@@ -47,7 +62,9 @@ from console.actions.audit import (
 from console.actions.custom import check_env_names, fill_placeholders, shell_path
 from console.actions.guards import (
     PROBE_TIMEOUT_S,
+    Probe,
     choose_tree,
+    describe_lock_owner,
     log_glob,
     matches_empty,
     pidfile_refusals,
@@ -56,15 +73,18 @@ from console.actions.guards import (
     protected_reason,
     run_evidence,
 )
-from console.config import Config
+from console.config import Config, RunConfig
 from console.model import ProcessReading, Sample
 from console.observe.remote_process import (
     AgentRefused,
+    HeldLock,
+    LockBusy,
     ProcessRef,
     SignalTarget,
     launch,
     read_processes,
     send_signal,
+    take_lock,
 )
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize
@@ -240,6 +260,28 @@ def signal_targets(
     return targets
 
 
+#: Where a run's restart lock lives on its target when it has no pidfile (see lock_file).
+LOCK_FOLDER = "~/.local/state/pulse/locks"
+
+
+def lock_file(run: RunConfig) -> str:
+    """The restart lock of `run` on its target: beside its pidfile, else in Pulse's state folder
+    there, named by a hash of the run's match and log (two runs never share one)."""
+    if run.pidfile:
+        return run.pidfile + ".pulse-lock"
+    key = hashlib.sha256(json.dumps([run.match or "", run.log or ""]).encode()).hexdigest()[:16]
+    return f"{LOCK_FOLDER}/restart-{key}.lock"
+
+
+def lock_owner() -> dict:
+    """Who takes a restart lock, as its file records it: this Pulse's host, user and PID."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = None  # no login name here (a container without a passwd entry)
+    return {"what": "restart", "host": socket.gethostname(), "user": user, "pid": os.getpid()}
+
+
 def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
     held: dict[int, int | None] = {}
     for gpu in sample.gpus:
@@ -281,6 +323,7 @@ async def plan_restart(
             f"refused: [run] match {run.match!r} matches the empty string, so it selects every process;"
             " match the run's script name (--force does not override this)"
         )
+    lock = lock_file(run)
     try:
         _, sample = await sample_once(target, config, window_s)
         found = list(sample.processes)
@@ -288,13 +331,13 @@ async def plan_restart(
             # The agent lets a pidfile win over the match: what the match finds is the run's too.
             _, matched = await sample_once(target, _by_match(config), 0.0)
             found += [p for p in matched.processes if p.pid not in {f.pid for f in found}]
-        probe = await probe_target(target, [p.pid for p in found], run.pidfile)
+        probe = await probe_target(target, [p.pid for p in found], run.pidfile, lock)
     except TargetError as exc:
         raise ActionRefused(f"cannot read the run's processes: {exc}") from None
     notes = []
     if sample.process_error:
         notes.append(sample.process_error)
-    refusals: list[str] = []
+    refusals: list[str] = _lock_refusals(lock, probe, notes)
     gpu_mib = _gpu_mib_by_pid(sample)
     stdout_glob = log_glob(run.log)
     pidfile_pid = probe.named.pid if probe.named is not None else None
@@ -355,6 +398,19 @@ async def plan_restart(
     if refusals:
         raise PlanRefused(plan)
     return plan
+
+
+def _lock_refusals(lock: str, probe: Probe, notes: list[str]) -> list[str]:
+    """The restart lock as the plan sees it: held by another restart (refused), stale (a note), unreadable (refused)."""
+    if probe.lock == "held":
+        return [f"another restart of this run holds its lock {lock}: {describe_lock_owner(probe.lock_owner)}"]
+    if probe.lock == "stale":
+        notes.append(f"the restart lock {lock} was left by {describe_lock_owner(probe.lock_owner)}, whose holder"
+                     " is gone: it will be taken over")
+    elif probe.lock == "error":
+        why = (probe.lock_owner or {}).get("unreadable", "?")
+        return [f"the restart lock {lock} cannot be read ({sanitize(str(why), 80)[0]}): remove what is in its place"]
+    return []
 
 
 @dataclass
@@ -586,6 +642,34 @@ async def _verify(
 async def _restart(
     target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """The restart under its lock: nothing is signalled unless the lock is held, and it is let go
+    whatever happens after (a failure, a cancel, a closed screen)."""
+    step = "lock"
+    path = lock_file(config.run)
+    try:
+        lock = await take_lock(target, path, lock_owner())
+    except LockBusy as exc:
+        yield StepEvent(step, StepStatus.FAILED, f"another restart of this run holds its lock {exc.path}:"
+                        f" {describe_lock_owner(exc.owner)}; nothing signalled", {"lock": exc.path})
+        return
+    except TargetError as exc:
+        yield StepEvent(step, StepStatus.FAILED, f"cannot take the restart lock {path}: {exc}; nothing signalled")
+        return
+    try:
+        if lock.previous is not None:
+            yield StepEvent(step, StepStatus.WARNING, f"taken over from {describe_lock_owner(lock.previous)}, whose"
+                            f" holder is gone ({path})", {"lock": path})
+        else:
+            yield StepEvent(step, StepStatus.OK, f"held ({path})", {"lock": path})
+        async for event in _locked_restart(target, config, plan, t, force, lock):
+            yield event
+    finally:
+        await lock.release()
+
+
+async def _locked_restart(
+    target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool, lock: HeldLock
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
     stopped_ok = gpu_ok = alive_ok = True
     phase = "stop"
     try:
@@ -596,6 +680,17 @@ async def _restart(
         async for event in _gpu_release(target, config, plan, t, force):
             gpu_ok = gpu_ok and event.status is not StepStatus.FAILED
             yield event
+        phase = "lock"
+        if lock.lost is not None:
+            lost = lock.lost
+            try:
+                await lock.take_again()
+            except LockBusy as exc:
+                yield StepEvent(phase, StepStatus.FAILED, f"the lock was lost ({lost}) and another restart took it:"
+                                f" {describe_lock_owner(exc.owner)}; not launching")
+                yield StepEvent("launch", StepStatus.SKIPPED, "not launched: another restart holds the lock")
+                return
+            yield StepEvent(phase, StepStatus.WARNING, f"the lock was lost ({lost}) and taken again")
         phase = "alive"
         async for event in _still_alive(target, config, plan, force):
             alive_ok = alive_ok and event.status is not StepStatus.FAILED
@@ -645,8 +740,9 @@ def execute_restart(
     launch_timeout_s: float = 30.0,
     audit: bool = True,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Stop, wait for GPU memory, check nothing of the run is left, launch once, verify: step events
-    as they happen; audited ("started" before the first signal) unless `audit` is False (--no-audit).
+    """Lock the run, stop, wait for GPU memory, check nothing of the run is left, launch once, verify:
+    step events as they happen; audited ("started" before the first signal) unless `audit` is False
+    (--no-audit). Every caller (the CLI, the console's R) goes through here, so through the lock.
 
     `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
     processes' GPU memory remains, or processes stuck in D state. Stop iterating to cancel
