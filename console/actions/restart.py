@@ -8,7 +8,9 @@ a program Pulse runs, sshd or a login shell, whose match selects everything (it 
 empty string), whose pidfile is not a regular file (a symbolic link included) or holds no
 usable PID, whose match found several unrelated process trees the operator did not choose
 between, or whose run another restart is restarting now, is refused (PlanRefused, with what
-was found); --force does not override it. Executing it:
+was found); --force does not override it. A pidfile whose PID does not look like the run
+(not found by the match, or started after the pidfile was written: see guards.py) is stale:
+the plan says so and nothing is signalled by it. Executing it:
 
 0. lock: one restart of a run at a time. A process agent on the target holds an exclusive
    flock(2) on the run's lock file (beside its pidfile, else in ~/.local/state/pulse/locks/
@@ -68,6 +70,7 @@ from console.actions.guards import (
     log_glob,
     matches_empty,
     pidfile_refusals,
+    pidfile_stale_reason,
     probe_target,
     process_trees,
     protected_reason,
@@ -327,10 +330,12 @@ async def plan_restart(
     try:
         _, sample = await sample_once(target, config, window_s)
         found = list(sample.processes)
+        matched = None
         if run.match and run.pidfile:
             # The agent lets a pidfile win over the match: what the match finds is the run's too.
-            _, matched = await sample_once(target, _by_match(config), 0.0)
-            found += [p for p in matched.processes if p.pid not in {f.pid for f in found}]
+            _, by_match = await sample_once(target, _by_match(config), 0.0)
+            matched = list(by_match.processes)
+            found += [p for p in matched if p.pid not in {f.pid for f in found}]
         probe = await probe_target(target, [p.pid for p in found], run.pidfile, lock)
     except TargetError as exc:
         raise ActionRefused(f"cannot read the run's processes: {exc}") from None
@@ -338,9 +343,16 @@ async def plan_restart(
     if sample.process_error:
         notes.append(sample.process_error)
     refusals: list[str] = _lock_refusals(lock, probe, notes)
+    stale = pidfile_stale_reason(probe, None if matched is None else {p.pid for p in matched})
+    if stale:
+        assert probe.named is not None
+        notes.append(f"pidfile {run.pidfile} names {probe.named.label()}, which is not the run: {stale};"
+                     " nothing is signalled by it")
+        # What the agent selected by the pidfile is that process's tree: only the match finds the run.
+        found = matched or []
     gpu_mib = _gpu_mib_by_pid(sample)
     stdout_glob = log_glob(run.log)
-    pidfile_pid = probe.named.pid if probe.named is not None else None
+    pidfile_pid = probe.named.pid if probe.named is not None and not stale else None
     own_pids = {p.pid for p in probe.own}
 
     trees = process_trees(found)
@@ -549,14 +561,16 @@ async def _still_alive(
     """The check before the launch: no process of the run, by match or by pidfile, may be left."""
     step = "alive"
     left_alone = set(plan.left_alone)
-    alive = [p for p in await _run_processes(target, config) if p.pid not in left_alone]
+    matched = await _run_processes(target, config)
+    alive = [p for p in matched if p.pid not in left_alone]
     named = None
     if plan.pidfile:
         probe = await probe_target(target, [], plan.pidfile)
-        if probe.pidfile == "notregular":
+        if probe.pidfile in ("notregular", "symlink"):
             yield StepEvent(step, StepStatus.FAILED, f"pidfile {plan.pidfile} is no longer a regular file; not launching")
             return
-        named = probe.named if probe.named is not None and probe.named.state not in ("Z", "X") else None
+        stale = pidfile_stale_reason(probe, {p.pid for p in matched} if config.run.match else None)
+        named = probe.named if probe.named is not None and probe.named.state not in ("Z", "X") and not stale else None
     described = [_names(alive)] if alive else []
     if named is not None and named.pid not in {p.pid for p in alive}:
         described.append(f"{named.label()} named by the pidfile")
