@@ -149,7 +149,7 @@ async def test_probe_sees_its_own_ancestry_the_groups_and_the_pidfile_without_op
     (proc,) = [r for r in records if r["ev"] == "process" and r["kind"] == "proc"]
     assert (proc["pid"], proc["pgid"], proc["argv"]) == (leader.pid, leader.pid, ["bash", "-c", "sleep 300 & wait"])
     assert len([r for r in records if r["ev"] == "member" and r["pgid"] == leader.pid]) == 2
-    assert [r for r in records if r["ev"] == "pidfile"] == [{"ev": "pidfile", "status": "notregular", "text": ""}]
+    assert [r for r in records if r["ev"] == "pidfile"] == [{"ev": "pidfile", "status": "notregular", "text": "", "mtime": None}]
 
 
 async def test_a_started_command_gets_sigpipe_back_as_a_shell_would_give_it(target):

@@ -225,7 +225,7 @@ async def test_restart_replaces_the_run_and_spares_every_decoy(where, request, p
     entry = AuditLog(config.audit_log).entries()[-1]
     assert entry["action"] == "restart"
     assert entry["outcome"].startswith("ok") and str(new_pid) in entry["outcome"]
-    assert [s["step"] for s in entry["steps"]] == ["stop", "gpu", "alive", "launch", "verify"]
+    assert [s["step"] for s in entry["steps"]] == ["lock", "stop", "gpu", "alive", "launch", "verify"]
 
 
 async def test_sigterm_ignoring_run_is_killed_after_grace_and_pidfile_rewritten(procs, tmp_path):

@@ -3,14 +3,19 @@
 The plan asks the target itself (the process agent's `probe`, through `probe_target`) for the facts
 the guards need: the probing agent's ancestry (locally Pulse and its ancestors; over SSH the session's shell
 chain and sshd), each candidate process's group, session, start time and command line, the
-members of the candidates' process groups, and the pidfile, read bounded. Everything here
-but `probe_target` is pure.
+members of the candidates' process groups, the pidfile, read bounded and never through a link,
+and the restart lock's state. Everything here but `probe_target` is pure.
+
+A pidfile's PID is the run's only if it looks like the run: it is among the processes `match`
+finds (when a match is given), and it started before the pidfile was last written (a PID
+handed to another process after the run ended started later). Otherwise the pidfile is stale.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -41,9 +46,15 @@ class ProcFacts:
     """Its command line carries the mark of a program Pulse runs (its sampling agent)."""
     comm: str
     argv: tuple[str, ...]
+    started: float = 0.0
+    """When it started, as wall-clock time on the target."""
+
+    def command(self) -> str:
+        """Its command line (its name when it has none), made safe for a terminal."""
+        return sanitize(" ".join(self.argv) or self.comm, 80)[0]
 
     def label(self) -> str:
-        return f"PID {self.pid} ({sanitize(' '.join(self.argv) or self.comm, 80)[0]})"
+        return f"PID {self.pid} ({self.command()})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,27 +67,37 @@ class Probe:
     procs: dict[int, ProcFacts]
     group_members: dict[int, tuple[int, ...]]
     pidfile: str | None
-    """'missing', 'notregular', 'toolarge' (then pidfile_text is its size), 'unreadable' (then why),
-    'text' or None (no pidfile configured)."""
+    """'missing', 'symlink' (then pidfile_text is where it points), 'notregular', 'toolarge' (then
+    pidfile_text is its size), 'unreadable' (then why), 'text' or None (no pidfile configured)."""
     pidfile_text: str = ""
     named: ProcFacts | None = None
     """The running process the pidfile names."""
+    pidfile_mtime: float | None = None
+    """When the pidfile was last written (wall-clock time on the target), for 'text'."""
+    lock: str | None = None
+    """The restart lock: 'free', 'held' (its holder runs), 'stale' (its holder is gone), 'error', or None (not asked)."""
+    lock_owner: dict | None = None
+    """What the lock file says of its owner (see console.actions.restart: lock_owner)."""
 
 
 def parse_probe(records: list[dict]) -> Probe:
     """A Probe from the process agent's `probe` records; a record of another shape is a TargetError."""
     own, procs, members, named = [], {}, {}, None
-    pidfile, pidfile_text = None, ""
+    pidfile, pidfile_text, pidfile_mtime, lock, lock_owner = None, "", None, None, None
     try:
         for record in records:
             if record["ev"] == "pidfile":
                 pidfile, pidfile_text = str(record["status"]), str(record["text"])
+                pidfile_mtime = None if record["mtime"] is None else float(record["mtime"])
+            elif record["ev"] == "lock":
+                lock, lock_owner = str(record["status"]), record["owner"]
+                lock_owner = lock_owner if isinstance(lock_owner, dict) else None
             elif record["ev"] == "member":
                 members.setdefault(int(record["pgid"]), []).append(int(record["pid"]))
             else:
                 facts = ProcFacts(int(record["pid"]), str(record["state"]), int(record["ppid"]), int(record["pgid"]),
                                   int(record["sid"]), int(record["start_ticks"]), record["pulse"] is True,
-                                  str(record["comm"]), tuple(map(str, record["argv"])))
+                                  str(record["comm"]), tuple(map(str, record["argv"])), float(record["started"]))
                 kind = record["kind"]
                 if kind == "self":
                     own.append(facts)
@@ -86,7 +107,8 @@ def parse_probe(records: list[dict]) -> Probe:
                     named = facts
     except (KeyError, TypeError, ValueError) as exc:
         raise TargetError(f"the plan's probe answered a record it cannot read ({exc!r}): {sanitize(str(record), 120)[0]}") from None
-    return Probe(tuple(own), procs, {g: tuple(m) for g, m in members.items()}, pidfile, pidfile_text, named)
+    return Probe(tuple(own), procs, {g: tuple(m) for g, m in members.items()}, pidfile, pidfile_text, named,
+                 pidfile_mtime, lock, lock_owner)
 
 
 def is_login_shell(facts: ProcFacts) -> bool:
@@ -128,11 +150,11 @@ def matches_empty(pattern: str) -> bool:
         return False  # the agent reports the invalid pattern itself
 
 
-async def probe_target(target: Target, pids: list[int], pidfile: str | None) -> Probe:
-    """The probing agent's ancestry, the facts of `pids`, their groups' members and the pidfile."""
-    probe = parse_probe(await probe_processes(target, pids, pidfile, PULSE_PROGRAM_MARK, PROBE_TIMEOUT_S))
-    if not probe.own or (pidfile and probe.pidfile is None):
-        raise TargetError("the plan's probe gave no answer about itself or the pidfile")
+async def probe_target(target: Target, pids: list[int], pidfile: str | None, lock: str | None = None) -> Probe:
+    """The probing agent's ancestry, the facts of `pids`, their groups' members, the pidfile and the lock."""
+    probe = parse_probe(await probe_processes(target, pids, pidfile, PULSE_PROGRAM_MARK, PROBE_TIMEOUT_S, lock=lock))
+    if not probe.own or (pidfile and probe.pidfile is None) or (lock and probe.lock is None):
+        raise TargetError("the plan's probe gave no answer about itself, the pidfile or the lock")
     return probe
 
 
@@ -203,6 +225,9 @@ def pidfile_refusals(pidfile: str | None, found: Probe, own_pids: set[int], note
         return []
     if found.pidfile == "missing":
         return []  # the agent's own note says so
+    if found.pidfile == "symlink":
+        return [f"pidfile {pidfile} is a symbolic link (to {sanitize(found.pidfile_text, 120)[0]}): the launch would"
+                " replace the link, and the file it points at would keep the old PID; point [run] pidfile at that file"]
     if found.pidfile == "notregular":
         return [f"pidfile {pidfile} is not a regular file (a FIFO, device, directory or a link to one):"
                 " reading or writing it could block; point [run] pidfile at a plain file"]
@@ -222,3 +247,52 @@ def pidfile_refusals(pidfile: str | None, found: Probe, own_pids: set[int], note
         return []
     why = protected_reason(found.named, own_pids)
     return [f"pidfile {pidfile} names {found.named.label()}, which is {why}"] if why else []
+
+
+#: How much later than its pidfile's last write a process may seem to start and still be the one
+#: it names: the two clocks read are the same, but a pidfile's mtime may be coarse (whole seconds).
+PIDFILE_CLOCK_SLACK_S = 2.0
+
+
+def pidfile_stale_reason(found: Probe, matched: set[int] | None) -> str | None:
+    """Why the running process the pidfile names is not the run; None when it may be.
+
+    `matched` holds the PIDs that [run] match finds (None when no match is given).
+    """
+    named = found.named
+    if named is None:
+        return None
+    if matched is not None and named.pid not in matched:
+        return "it is not among the processes [run] match finds"
+    if found.pidfile_mtime is not None and named.started > found.pidfile_mtime + PIDFILE_CLOCK_SLACK_S:
+        after = named.started - found.pidfile_mtime
+        return f"it started {after:.0f} s after the pidfile was written (the PID was handed to another process)"
+    return None
+
+
+def _owner_text(value: object, limit: int = 60) -> str:
+    return sanitize(str(value), limit)[0]
+
+
+def describe_lock_owner(owner: dict | None) -> str:
+    """Who an owner record of the restart lock names, and since when, by the target's clock (its
+    `now`, added by the agent that read it); what the file says is untrusted."""
+    if not owner:
+        return "an owner that left no record"
+    if "unreadable" in owner:
+        return f"an owner whose record cannot be read ({_owner_text(owner['unreadable'])!r})"
+    who = f"{_owner_text(owner.get('what', 'restart'))} by Pulse PID {_owner_text(owner.get('pid', '?'))}"
+    who += f" on {_owner_text(owner.get('host', '?'))}"
+    if owner.get("user"):
+        who += f" (user {_owner_text(owner['user'])})"
+    since = owner.get("since")
+    if isinstance(since, (int, float)) and not isinstance(since, bool):
+        try:
+            who += " since " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+        except (OverflowError, ValueError, OSError):
+            return who  # not a time
+        now = owner.get("now")
+        ago = (now if isinstance(now, (int, float)) and not isinstance(now, bool) else time.time()) - since
+        if ago >= 0:
+            who += f" ({ago:.0f} s ago)"
+    return who

@@ -1,35 +1,70 @@
-"""Safe kill-and-relaunch: plan, then stop, wait for GPU memory, launch once, verify.
+"""Safe kill-and-relaunch: plan, then lock, stop, wait for GPU memory, launch once, verify.
 
 The plan is pure data: which processes (found by the sampling agent's selection, never by
 a second pattern match), their process groups and start times, the GPU memory each holds,
 and the exact launch command line. It guards the operator: a plan whose targets include
 PID 1, Pulse or its ancestors (on the target: the shell chain that runs Pulse's commands),
 a program Pulse runs, sshd or a login shell, whose match selects everything (it matches the
-empty string), whose pidfile is not a regular file or holds no usable PID, or whose match
-found several unrelated process trees the operator did not choose between, is refused
-(PlanRefused, with what was found); --force does not override it. Executing it:
+empty string), whose pidfile is not a regular file (a symbolic link included) or holds no
+usable PID, whose match found several unrelated process trees the operator did not choose
+between, or whose run another restart is restarting now, is refused (PlanRefused, with what
+was found); --force does not override it. A pidfile whose PID does not look like the run
+(not found by the match, or started after the pidfile was written: see guards.py) is stale:
+the plan says so and nothing is signalled by it. Executing it:
 
+0. lock: one restart of a run at a time. A process agent on the target holds an exclusive
+   flock(2) on the run's lock file (beside its pidfile, else in ~/.local/state/pulse/locks/
+   there, named by a hash of the run's match and log) from before the first signal through
+   verify, with the owner (Pulse's host, user and PID, since when) written in it. A second
+   restart reads who holds it and since when, and stops there, signalling nothing. The holder
+   lets go when Pulse releases it, cancels, exits or its link closes, and when no beat came
+   for 30 s (a link cut without a hang-up); an owner left in the file by a holder that is gone
+   (killed outright) is stale: the next restart takes the lock over and says whose it was.
 1. stop: SIGTERM to each planned process group (only a group whose leader is planned, whose
    every member is planned, and that holds neither Pulse nor an ancestor of it; any other
    planned process alone), each PID re-verified by its start time right before the signal
    so a reused PID is never hit; SIGKILL what is left after the grace. A process in D state
    (stuck in the kernel) or a zombie is reported, not waited on.
-2. gpu: wait until the old PIDs no longer hold GPU memory; refuse to launch if they still
-   do after the timeout, unless forced.
+2. gpu: wait until the old PIDs no longer hold GPU memory, and no GPU holder outside the plan
+   that is taken for the run's (below) holds any; refuse to launch if one still does after the
+   timeout, unless forced.
 3. alive: no process of the run, by match or by pidfile, may be left; else nothing is launched.
+   A lock lost meanwhile (its link cut) is taken again first, or nothing is launched.
 4. launch: a command of its own (never the same shell line as the stop), in a new session,
    stdout and stderr appended to a fresh log, PID written to the pidfile. If the link drops
    here the launch state is unknown: it is checked, and never retried.
 5. verify: the new PID (or, when the launch daemonized, new processes matching the run) is
    alive after a few seconds and the log grows; a failed verify shows the log's last lines.
+
+GPU holders outside the plan. The run's GPUs are those its planned processes hold memory on
+when planned; when they hold none there (their contexts are under other PIDs, or listed under
+host PIDs from a container), every GPU counts. A holder the plan does not stop is one of:
+- the run's: it shares a planned process's session or process group (Pulse's own aside), or
+  it holds memory on one of the run's GPUs and started after the run's first process did (a
+  helper it double-forked, with another command line). The plan names it; it is not
+  signalled, and nothing is launched while it holds memory.
+- not visible here (a PID the driver lists that this /proc does not show: a host PID seen from
+  a container, or a process that ended while its memory is still being freed): waited for like
+  the old PIDs when on one of the run's GPUs.
+- another job: it was there before the run started and shares neither session nor group. It
+  never blocks, and neither does anything on a GPU that is not the run's. A holder that
+  appears on one of the run's GPUs after the plan (not another job's seen then) blocks too.
+Inside a PID namespace this relies on the driver listing the namespace's own PIDs, as the 580
+driver does; where it lists host PIDs, those are the "not visible here" case. --force launches
+anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
+import hashlib
+import json
+import os
 import re
 import shlex
+import socket
 import time
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
@@ -47,25 +82,31 @@ from console.actions.audit import (
 from console.actions.custom import check_env_names, fill_placeholders, shell_path
 from console.actions.guards import (
     PROBE_TIMEOUT_S,
+    Probe,
     choose_tree,
+    describe_lock_owner,
     log_glob,
     matches_empty,
     pidfile_refusals,
+    pidfile_stale_reason,
     probe_target,
     process_trees,
     protected_reason,
     run_evidence,
 )
 from console.actions.shown import HiddenControls, hidden_controls
-from console.config import Config
+from console.config import Config, RunConfig
 from console.model import ProcessReading, Sample
 from console.observe.remote_process import (
     AgentRefused,
+    HeldLock,
+    LockBusy,
     ProcessRef,
     SignalTarget,
     launch,
     read_processes,
     send_signal,
+    take_lock,
 )
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize, visible
@@ -87,6 +128,16 @@ class PlannedProcess:
     @property
     def ref(self) -> ProcessRef:
         return ProcessRef(self.pid, self.start_ticks)
+
+
+@dataclass(frozen=True, slots=True)
+class OutsideHolder:
+    """A process the plan does not stop that holds GPU memory and is taken for the run's (see above)."""
+
+    pid: int
+    gpus: tuple[int, ...]
+    label: str
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +166,12 @@ class RestartPlan:
     """Matching processes the operator chose not to stop (the other trees when --root names one)."""
     refusals: tuple[str, ...] = ()
     """Why this plan must not run; a plan with refusals is never executed, --force or not."""
+    run_gpus: tuple[int, ...] | None = None
+    """The GPUs the planned processes hold memory on; None: every GPU counts (they hold none listed)."""
+    outside_gpu: tuple[OutsideHolder, ...] = ()
+    """GPU holders the plan does not stop that are taken for the run's: nothing launches while they hold memory."""
+    shared_gpu: tuple[tuple[int, int], ...] = ()
+    """(GPU, PID) of other jobs' memory seen when planned: it never blocks the launch."""
 
     def as_json(self) -> dict:
         return {
@@ -137,6 +194,10 @@ class RestartPlan:
             "trees": list(self.trees),
             "left_alone": list(self.left_alone),
             "refusals": list(self.refusals),
+            "run_gpus": None if self.run_gpus is None else list(self.run_gpus),
+            "outside_gpu": [{"pid": h.pid, "gpus": list(h.gpus), "cmdline": h.label, "why": h.why}
+                            for h in self.outside_gpu],
+            "shared_gpu": [list(pair) for pair in self.shared_gpu],
         }
 
     @property
@@ -163,6 +224,9 @@ class RestartPlan:
             lines.append("left alone (not the run, as chosen): " + " ".join(map(str, self.left_alone)))
         if self.held_gpu_pids:
             lines.append("wait until GPU memory of PIDs " + " ".join(map(str, self.held_gpu_pids)) + " is released")
+        for h in self.outside_gpu:
+            lines.append(f"GPU memory outside the plan: PID {h.pid} on GPU {','.join(map(str, h.gpus))} ({h.label}),"
+                         f" {h.why}: not signalled; nothing is launched while it holds memory")
         lines.append(f"launch: {self.launch}")
         if self.cwd:
             lines.append(f"  in {self.cwd}")
@@ -247,6 +311,28 @@ def signal_targets(
     return targets
 
 
+#: Where a run's restart lock lives on its target when it has no pidfile (see lock_file).
+LOCK_FOLDER = "~/.local/state/pulse/locks"
+
+
+def lock_file(run: RunConfig) -> str:
+    """The restart lock of `run` on its target: beside its pidfile, else in Pulse's state folder
+    there, named by a hash of the run's match and log (two runs never share one)."""
+    if run.pidfile:
+        return run.pidfile + ".pulse-lock"
+    key = hashlib.sha256(json.dumps([run.match or "", run.log or ""]).encode()).hexdigest()[:16]
+    return f"{LOCK_FOLDER}/restart-{key}.lock"
+
+
+def lock_owner() -> dict:
+    """Who takes a restart lock, as its file records it: this Pulse's host, user and PID."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = None  # no login name here (a container without a passwd entry)
+    return {"what": "restart", "host": socket.gethostname(), "user": user, "pid": os.getpid()}
+
+
 def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
     held: dict[int, int | None] = {}
     for gpu in sample.gpus:
@@ -257,6 +343,51 @@ def _gpu_mib_by_pid(sample: Sample) -> dict[int, int | None]:
             else:
                 held[process.pid] = (before or 0) + process.used_mib
     return held
+
+
+def gpu_holders(
+    sample: Sample, processes: list[PlannedProcess], probe: Probe, left_alone: Iterable[int] = ()
+) -> tuple[tuple[int, ...] | None, list[int], list[OutsideHolder], list[tuple[int, int]]]:
+    """The GPU holders the plan does not stop, sorted by the rule in the module docstring:
+    (the run's GPUs or None for every GPU, PIDs not visible here to wait for on them, holders
+    taken for the run's, (GPU, PID) of other jobs). What the operator chose to leave alone
+    (`left_alone`: the trees --root did not name) is another job's by their word."""
+    planned = {p.pid for p in processes}
+    chosen_not_the_run = set(left_alone)
+    on_gpu = {gpu.index: {p.pid for p in gpu.processes} for gpu in sample.gpus}
+    run_gpus = tuple(sorted(index for index, pids in on_gpu.items() if pids & planned)) or None
+    own = probe.own
+    facts = [probe.procs[p.pid] for p in processes if p.pid in probe.procs]
+    sessions = {f.sid for f in facts} - {f.sid for f in own}
+    groups = {f.pgid for f in facts} - {f.pgid for f in own}
+    first_start = min((p.start_ticks for p in processes), default=None)
+    unseen: set[int] = set()
+    outside: dict[int, tuple[set[int], str]] = {}
+    shared = []
+    for index, pids in on_gpu.items():
+        on_run_gpu = run_gpus is None or index in run_gpus
+        for pid in sorted(pids - planned):
+            holder = probe.procs.get(pid)
+            why = None
+            if holder is None:
+                if on_run_gpu:
+                    unseen.add(pid)
+                continue
+            if pid in chosen_not_the_run:
+                pass
+            elif holder.sid in sessions:
+                why = "in the run's session"
+            elif holder.pgid in groups:
+                why = "in the run's process group"
+            elif on_run_gpu and first_start is not None and holder.start_ticks >= first_start:
+                why = "started after the run did (a helper it left behind?)"
+            if why is None:
+                shared.append((index, pid))
+            else:
+                outside.setdefault(pid, (set(), why))[0].add(index)
+    holders = [OutsideHolder(pid, tuple(sorted(gpus)), probe.procs[pid].command(), why)
+               for pid, (gpus, why) in sorted(outside.items())]
+    return run_gpus, sorted(unseen), holders, shared
 
 
 async def plan_restart(
@@ -288,23 +419,34 @@ async def plan_restart(
             f"refused: [run] match {run.match!r} matches the empty string, so it selects every process;"
             " match the run's script name (--force does not override this)"
         )
+    lock = lock_file(run)
     try:
         _, sample = await sample_once(target, config, window_s)
         found = list(sample.processes)
+        matched = None
         if run.match and run.pidfile:
             # The agent lets a pidfile win over the match: what the match finds is the run's too.
-            _, matched = await sample_once(target, _by_match(config), 0.0)
-            found += [p for p in matched.processes if p.pid not in {f.pid for f in found}]
-        probe = await probe_target(target, [p.pid for p in found], run.pidfile)
+            _, by_match = await sample_once(target, _by_match(config), 0.0)
+            matched = list(by_match.processes)
+            found += [p for p in matched if p.pid not in {f.pid for f in found}]
+        holders = {p.pid for gpu in sample.gpus for p in gpu.processes} - {p.pid for p in found}
+        probe = await probe_target(target, [p.pid for p in found] + sorted(holders), run.pidfile, lock)
     except TargetError as exc:
         raise ActionRefused(f"cannot read the run's processes: {exc}") from None
     notes = []
     if sample.process_error:
         notes.append(sample.process_error)
-    refusals: list[str] = []
+    refusals: list[str] = _lock_refusals(lock, probe, notes)
+    stale = pidfile_stale_reason(probe, None if matched is None else {p.pid for p in matched})
+    if stale:
+        assert probe.named is not None
+        notes.append(f"pidfile {run.pidfile} names {probe.named.label()}, which is not the run: {stale};"
+                     " nothing is signalled by it")
+        # What the agent selected by the pidfile is that process's tree: only the match finds the run.
+        found = matched or []
     gpu_mib = _gpu_mib_by_pid(sample)
     stdout_glob = log_glob(run.log)
-    pidfile_pid = probe.named.pid if probe.named is not None else None
+    pidfile_pid = probe.named.pid if probe.named is not None and not stale else None
     own_pids = {p.pid for p in probe.own}
 
     trees = process_trees(found)
@@ -327,15 +469,20 @@ async def plan_restart(
         processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
     refusals += pidfile_refusals(run.pidfile, probe, own_pids, notes)
 
-    if sample.in_pid_namespace and gpu_mib:
-        # The driver lists host PIDs, which never equal the container's: wait for every context seen now.
-        held = sorted(gpu_mib)
+    run_gpus, unseen, outside, shared = gpu_holders(sample, processes, probe, left_alone)
+    held = sorted({p.pid for p in processes if p.pid in gpu_mib} | set(unseen))
+    if unseen and sample.in_pid_namespace:
         notes.append(
-            "inside a PID namespace the driver lists host PIDs; waiting until all "
-            f"{len(held)} GPU context(s) seen now are gone"
+            f"inside a PID namespace the driver lists {len(unseen)} PID(s) not visible here (host PIDs):"
+            " waiting until their GPU contexts are gone too"
         )
-    else:
-        held = sorted(p.pid for p in processes if p.pid in gpu_mib)
+    elif unseen:
+        notes.append("the driver lists PID(s) " + " ".join(map(str, unseen)) + " that are not running:"
+                     " waiting until their GPU memory is freed")
+    for index, pid in shared:
+        if run_gpus is not None and index in run_gpus:
+            notes.append(f"{probe.procs[pid].label()} holds memory on GPU {index} too and was there before the run:"
+                         " another job, left alone (it does not block the launch)")
     if sample.gpu_error and not sample.gpus:
         notes.append(f"no GPU readings ({sample.gpu_error}): GPU memory release cannot be checked")
     log = fill_placeholders(run.log, {"started": timestamp(sample.time or time.time())})
@@ -358,10 +505,26 @@ async def plan_restart(
         trees=tuple(tree_lines),
         left_alone=left_alone,
         refusals=tuple(refusals),
+        run_gpus=run_gpus,
+        outside_gpu=tuple(outside),
+        shared_gpu=tuple(shared),
     )
     if refusals:
         raise PlanRefused(plan)
     return plan
+
+
+def _lock_refusals(lock: str, probe: Probe, notes: list[str]) -> list[str]:
+    """The restart lock as the plan sees it: held by another restart (refused), stale (a note), unreadable (refused)."""
+    if probe.lock == "held":
+        return [f"another restart of this run holds its lock {lock}: {describe_lock_owner(probe.lock_owner)}"]
+    if probe.lock == "stale":
+        notes.append(f"the restart lock {lock} was left by {describe_lock_owner(probe.lock_owner)}, whose holder"
+                     " is gone: it will be taken over")
+    elif probe.lock == "error":
+        why = (probe.lock_owner or {}).get("unreadable", "?")
+        return [f"the restart lock {lock} cannot be read ({sanitize(str(why), 80)[0]}): remove what is in its place"]
+    return []
 
 
 @dataclass
@@ -438,34 +601,56 @@ def _holding(sample: Sample, pids: set[int]) -> list[str]:
     ]
 
 
+def _held_outside(sample: Sample, plan: RestartPlan) -> list[str]:
+    """GPU memory held outside the plan that blocks the launch (the module docstring's rule), one text each."""
+    waited = set(plan.held_gpu_pids) | {p.pid for p in plan.processes}
+    taken = {h.pid: h for h in plan.outside_gpu}
+    shared = set(plan.shared_gpu)
+    found = []
+    for gpu in sample.gpus:
+        on_run_gpu = plan.run_gpus is None or gpu.index in plan.run_gpus
+        for p in gpu.processes:
+            if p.pid in waited:
+                continue
+            held = f"PID {p.pid} {p.used_mib if p.used_mib is not None else '?'} MiB on GPU {gpu.index}"
+            if p.pid in taken:
+                found.append(f"{held} ({taken[p.pid].label}), {taken[p.pid].why}")
+            elif on_run_gpu and (gpu.index, p.pid) not in shared:
+                name = f" ({sanitize(p.name, 60)[0]})" if p.name else ""
+                found.append(f"{held}{name}, which appeared on the run's GPU since the plan")
+    return found
+
+
 async def _gpu_release(
     target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
 ) -> AsyncGenerator[StepEvent, None]:
     step = "gpu"
-    if not plan.held_gpu_pids:
-        detail = "the run's PIDs held no GPU memory" if plan.gpus_read else "no GPU readings: release not checked"
-        yield StepEvent(step, StepStatus.SKIPPED, detail)
+    if not plan.gpus_read:
+        yield StepEvent(step, StepStatus.SKIPPED, "no GPU readings: release not checked")
         return
-    pids = set(plan.held_gpu_pids)
+    pids = set(plan.held_gpu_pids) | {p.pid for p in plan.processes}
     yield StepEvent(step, StepStatus.RUNNING, f"waiting up to {t.gpu_timeout_s:g} s for GPU memory to be released")
     deadline = time.monotonic() + t.gpu_timeout_s
     while True:
         _, sample = await sample_once(target, config, 0.0)
-        holding = _holding(sample, pids)
-        if not holding:
-            yield StepEvent(step, StepStatus.OK, "GPU memory of the old PIDs released")
+        holding, outside = _holding(sample, pids), _held_outside(sample, plan)
+        if not holding and not outside:
+            detail = "GPU memory of the old PIDs released" if plan.held_gpu_pids else "the run's PIDs held no GPU memory"
+            if plan.outside_gpu:
+                detail += "; released outside the plan by PID " + " ".join(str(h.pid) for h in plan.outside_gpu)
+            yield StepEvent(step, StepStatus.OK, detail)
             return
         if time.monotonic() >= deadline:
             break
         await asyncio.sleep(t.poll_s)
+    still = [f"still held after {t.gpu_timeout_s:g} s: {'; '.join(holding)}"] if holding else []
+    if outside:
+        still.append(f"held outside the plan after {t.gpu_timeout_s:g} s: {'; '.join(outside)}")
+    data = {"outside": outside} if outside else {}
     if force:
-        yield StepEvent(step, StepStatus.WARNING, f"still held after {t.gpu_timeout_s:g} s: {'; '.join(holding)}; launching anyway (--force)")
+        yield StepEvent(step, StepStatus.WARNING, f"{'; '.join(still)}; launching anyway (--force)", data)
     else:
-        yield StepEvent(
-            step,
-            StepStatus.FAILED,
-            f"still held after {t.gpu_timeout_s:g} s: {'; '.join(holding)}; not launching (--force to launch anyway)",
-        )
+        yield StepEvent(step, StepStatus.FAILED, f"{'; '.join(still)}; not launching (--force to launch anyway)", data)
 
 
 async def _log_size(target: Target, log: str) -> int | None:
@@ -500,14 +685,16 @@ async def _still_alive(
     """The check before the launch: no process of the run, by match or by pidfile, may be left."""
     step = "alive"
     left_alone = set(plan.left_alone)
-    alive = [p for p in await _run_processes(target, config) if p.pid not in left_alone]
+    matched = await _run_processes(target, config)
+    alive = [p for p in matched if p.pid not in left_alone]
     named = None
     if plan.pidfile:
         probe = await probe_target(target, [], plan.pidfile)
-        if probe.pidfile == "notregular":
+        if probe.pidfile in ("notregular", "symlink"):
             yield StepEvent(step, StepStatus.FAILED, f"pidfile {plan.pidfile} is no longer a regular file; not launching")
             return
-        named = probe.named if probe.named is not None and probe.named.state not in ("Z", "X") else None
+        stale = pidfile_stale_reason(probe, {p.pid for p in matched} if config.run.match else None)
+        named = probe.named if probe.named is not None and probe.named.state not in ("Z", "X") and not stale else None
     described = [_names(alive)] if alive else []
     if named is not None and named.pid not in {p.pid for p in alive}:
         described.append(f"{named.label()} named by the pidfile")
@@ -593,6 +780,34 @@ async def _verify(
 async def _restart(
     target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """The restart under its lock: nothing is signalled unless the lock is held, and it is let go
+    whatever happens after (a failure, a cancel, a closed screen)."""
+    step = "lock"
+    path = lock_file(config.run)
+    try:
+        lock = await take_lock(target, path, lock_owner())
+    except LockBusy as exc:
+        yield StepEvent(step, StepStatus.FAILED, f"another restart of this run holds its lock {exc.path}:"
+                        f" {describe_lock_owner(exc.owner)}; nothing signalled", {"lock": exc.path})
+        return
+    except TargetError as exc:
+        yield StepEvent(step, StepStatus.FAILED, f"cannot take the restart lock {path}: {exc}; nothing signalled")
+        return
+    try:
+        if lock.previous is not None:
+            yield StepEvent(step, StepStatus.WARNING, f"taken over from {describe_lock_owner(lock.previous)}, whose"
+                            f" holder is gone ({path})", {"lock": path})
+        else:
+            yield StepEvent(step, StepStatus.OK, f"held ({path})", {"lock": path})
+        async for event in _locked_restart(target, config, plan, t, force, lock):
+            yield event
+    finally:
+        await lock.release()
+
+
+async def _locked_restart(
+    target: Target, config: Config, plan: RestartPlan, t: _Timing, force: bool, lock: HeldLock
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
     stopped_ok = gpu_ok = alive_ok = True
     phase = "stop"
     try:
@@ -603,6 +818,17 @@ async def _restart(
         async for event in _gpu_release(target, config, plan, t, force):
             gpu_ok = gpu_ok and event.status is not StepStatus.FAILED
             yield event
+        phase = "lock"
+        if lock.lost is not None:
+            lost = lock.lost
+            try:
+                await lock.take_again()
+            except LockBusy as exc:
+                yield StepEvent(phase, StepStatus.FAILED, f"the lock was lost ({lost}) and another restart took it:"
+                                f" {describe_lock_owner(exc.owner)}; not launching")
+                yield StepEvent("launch", StepStatus.SKIPPED, "not launched: another restart holds the lock")
+                return
+            yield StepEvent(phase, StepStatus.WARNING, f"the lock was lost ({lost}) and taken again")
         phase = "alive"
         async for event in _still_alive(target, config, plan, force):
             alive_ok = alive_ok and event.status is not StepStatus.FAILED
@@ -652,8 +878,9 @@ def execute_restart(
     launch_timeout_s: float = 30.0,
     audit: bool = True,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Stop, wait for GPU memory, check nothing of the run is left, launch once, verify: step events
-    as they happen; audited ("started" before the first signal) unless `audit` is False (--no-audit).
+    """Lock the run, stop, wait for GPU memory, check nothing of the run is left, launch once, verify:
+    step events as they happen; audited ("started" before the first signal) unless `audit` is False
+    (--no-audit). Every caller (the CLI, the console's R) goes through here, so through the lock.
 
     `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
     processes' GPU memory remains, or processes stuck in D state. Stop iterating to cancel

@@ -23,16 +23,28 @@ console/observe/protocol.py; then one JSON line per result, every key always pre
     signal --signal NAME DEST...      DEST = PID:START_TICKS or PID:START_TICKS:group
         Sends NAME to the process (or to its process group) only while PID still has that
         start time: {"ev": "signalled", "pid", "said"} with said = sent, gone or reused.
-    probe  [--mark TEXT] [--pidfile FILE] PID...
+    probe  [--mark TEXT] [--pidfile FILE] [--lock FILE] PID...
         For the restart's guards: {"ev": "process", "kind", "pid", "state", "ppid", "pgid",
-        "sid", "start_ticks", "pulse", "comm", "argv"} for this program and each ancestor
-        (kind self), each PID (proc) and the process the pidfile names (named); {"ev":
-        "member", "pid", "pgid"} for every process in a group that one of the PIDs leads;
-        {"ev": "pidfile", "status", "text"}: missing, notregular, toolarge (text: its size),
-        unreadable (text: why) or text.
+        "sid", "start_ticks", "started", "pulse", "comm", "argv"} for this program and each
+        ancestor (kind self), each PID (proc) and the process the pidfile names (named);
+        `started` is its start as wall-clock time here. {"ev": "member", "pid", "pgid"} for
+        every process in a group that one of the PIDs leads; {"ev": "pidfile", "status",
+        "text", "mtime"}: missing, symlink (text: where it points), notregular, toolarge (text:
+        its size), unreadable (text: why) or text, never read through a link; {"ev": "lock",
+        "status", "owner"} for a `lock` FILE, read without taking it: free, held (its holder
+        runs) or stale (left by a holder that is gone).
     stop   --grace S PID:START_TICKS
         Ends the process group PID leads: SIGTERM, then SIGKILL to what is left after S
         seconds. {"ev": "stopped", "pid", "said"}: stopped, killed, gone or reused.
+    lock   --file FILE --owner JSON [--idle S]
+        Holds an exclusive flock(2) on FILE (its folder made, never opened through a link) for
+        one restart at a time: {"ev": "lock", "status": "locked", "path", "previous"} once
+        held, the owner (JSON, with this holder's pid, start_ticks and since added) written
+        into FILE; `previous` is what a holder that is gone left there (null after a release).
+        {"ev": "lock", "status": "held", "path", "owner"} when another holds it, or "error"
+        with "why", and it exits. An owner read from FILE comes with `now`, this clock's time. Held until stdin ends or sends nothing for S seconds (a link
+        cut without a hang-up), or SIGTERM/SIGHUP; FILE is then emptied. The kernel drops the
+        flock of a holder killed outright, and its owner left in FILE reads as stale.
 
 A failure to start (no such program, a missing --cwd) is one line on stderr, `pulse-process:
 cannot …`, and exit 127; `start` then prints no `started` line. A started process has SIGPIPE
@@ -42,8 +54,10 @@ and SIGXFSZ as a shell would give them (Python ignores both, and ignoring surviv
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import select
 import signal
 import stat
 import sys
@@ -62,6 +76,9 @@ ARGV_MAX_BYTES = 512
 CMDLINE_READ_BYTES = 65536
 #: A pidfile holds a PID: a larger file is refused unread.
 PIDFILE_MAX_BYTES = 64
+#: A lock file holds one owner record: what is read of it is bounded.
+LOCK_MAX_BYTES = 4096
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 Record = Dict[str, Any]
 
@@ -90,6 +107,17 @@ def is_same(pid: int, start_ticks: int) -> Optional[bool]:
     """True while `pid` is the process that started at `start_ticks`, False once reused, None when gone."""
     found = read_identity(pid)
     return None if found is None else found[2] == start_ticks
+
+
+def boot_time() -> float:
+    """Wall-clock time at boot, on the clock that process start times count from: CLOCK_BOOTTIME
+    (shifted as they are in a time namespace), not /proc/uptime, which lxcfs rewrites in a container."""
+    try:
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):
+        with open("/proc/uptime") as uptime:
+            since_boot = float(uptime.read().split()[0])
+    return time.time() - since_boot
 
 
 def write_line(record: Record) -> None:
@@ -222,7 +250,11 @@ def start(args: argparse.Namespace) -> int:
 
 def write_pidfile(path: str, pid: int) -> Optional[str]:
     """Write `pid` beside `path` and rename it into place (whatever was there, a FIFO even, is
-    replaced, never opened); the error, or None."""
+    replaced, never opened; a symbolic link is left alone: replacing it would leave the file it
+    points at with the old PID); the error, or None."""
+    if os.path.islink(path):
+        return "%s is a symbolic link (to %s): not replaced; point [run] pidfile at the file itself" % (
+            path, os.readlink(path))
     written = None
     try:
         fd, written = tempfile.mkstemp(prefix=".pulse-", dir=os.path.dirname(path) or ".")
@@ -373,32 +405,140 @@ def describe(kind: str, pid: int, mark: bytes) -> Optional[Record]:
         argv.pop()
     return {"ev": "process", "kind": kind, "pid": pid, "state": fields[0], "ppid": int(fields[1]),
             "pgid": int(fields[2]), "sid": int(fields[3]), "start_ticks": int(fields[19]),
+            "started": round(boot_time() + int(fields[19]) / CLOCK_TICKS, 2),
             "pulse": bool(mark) and mark in words, "comm": comm, "argv": argv}
 
 
-def read_pidfile(path: str) -> Tuple[str, str]:
-    """(missing | notregular | toolarge | unreadable | text, its size, error or text): never opens
-    anything but a small regular file."""
+def read_pidfile(path: str) -> Tuple[str, str, Optional[float]]:
+    """(missing | symlink | notregular | toolarge | unreadable | text, where it points, its size,
+    error or text, its mtime): never opens anything but a small regular file, never through a link."""
     path = os.path.expanduser(path)
     try:
         if not os.path.lexists(path):
-            return "missing", ""
+            return "missing", "", None
+        if os.path.islink(path):
+            return "symlink", os.readlink(path), None
         if not os.path.isfile(path):
-            return "notregular", ""
+            return "notregular", "", None
         size = os.stat(path).st_size
         if size > PIDFILE_MAX_BYTES:
-            return "toolarge", str(size)
-        # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            return "toolarge", str(size), None
+        # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a
+        # writer; O_NOFOLLOW: nor is a link put there since read through.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         try:
-            data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+            info = os.fstat(fd)
+            data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(info.st_mode) else b""
         finally:
             os.close(fd)
     except FileNotFoundError:
-        return "missing", ""  # removed since the first look
+        return "missing", "", None  # removed since the first look
     except OSError as exc:
-        return "unreadable", exc.strerror or str(exc)
-    return "text", "".join(c if c.isprintable() else " " for c in data.decode("ascii", "replace"))
+        return "unreadable", exc.strerror or str(exc), None
+    return "text", "".join(c if c.isprintable() else " " for c in data.decode("ascii", "replace")), info.st_mtime
+
+
+def read_lock_owner(fd: int) -> Optional[Record]:
+    """The owner record a lock file holds; None when it is empty (released)."""
+    data = os.pread(fd, LOCK_MAX_BYTES, 0)
+    if not data.strip():
+        return None
+    try:
+        owner = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        owner = None
+    return owner if isinstance(owner, dict) else {"unreadable": data[:200].decode("utf-8", "replace")}
+
+
+def open_lock(path: str) -> int:
+    """The lock file's descriptor (made with its folder); OSError when it is a link or not a regular file."""
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a regular file")
+    return fd
+
+
+def holder_alive(owner: Record) -> bool:
+    """True while the process that wrote `owner` into a lock file runs: its PID still has its start
+    time and it has not exited (a zombie's files, its lock among them, are closed)."""
+    pid, start_ticks = owner.get("holder_pid"), owner.get("holder_start_ticks")
+    if not isinstance(pid, int) or not isinstance(start_ticks, int) or pid <= 0:
+        return False
+    found = read_identity(pid)
+    return found is not None and found[2] == start_ticks and found[0] not in ("Z", "X")
+
+
+def peek_lock(path: str) -> Record:
+    """A lock file's state, read without taking it (taking it, even briefly, would make a restart
+    trying at that moment fail): free, held or stale, and the owner it names."""
+    try:
+        fd = os.open(place(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return {"ev": "lock", "status": "free", "owner": None}
+    except OSError as exc:
+        return {"ev": "lock", "status": "error", "owner": {"unreadable": exc.strerror or str(exc)}}
+    try:
+        owner = read_lock_owner(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+    status = "free" if owner is None else "held" if holder_alive(owner) else "stale"
+    return {"ev": "lock", "status": status, "owner": seen_now(owner)}
+
+
+def seen_now(owner: Optional[Record]) -> Optional[Record]:
+    """`owner` with this clock's time added as `now`, so that its `since` is read against the clock that wrote it."""
+    return None if owner is None else dict(owner, now=time.time())
+
+
+def released(fd: int, idle_s: float) -> None:
+    """Wait until stdin ends, sends nothing for `idle_s`, or SIGTERM/SIGHUP comes; then empty the lock file."""
+
+    def hang_up(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, hang_up)
+    try:
+        while True:
+            ready, _, _ = select.select([0], [], [], idle_s)
+            if not ready or not os.read(0, 4096):
+                return
+    finally:
+        os.ftruncate(fd, 0)  # released: whoever takes it next finds no owner left behind
+        os.close(fd)
+
+
+def hold_lock(args: argparse.Namespace) -> int:
+    path = place(args.file)
+    try:
+        owner = json.loads(args.owner)
+        fd = open_lock(path)
+    except (OSError, ValueError) as exc:
+        write_line({"ev": "lock", "status": "error", "path": path, "why": getattr(exc, "strerror", None) or str(exc)})
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        write_line({"ev": "lock", "status": "held", "path": path, "owner": seen_now(read_lock_owner(fd))})
+        os.close(fd)
+        return 0
+    except OSError as exc:
+        write_line({"ev": "lock", "status": "error", "path": path, "why": exc.strerror or str(exc)})
+        os.close(fd)
+        return 0
+    previous = seen_now(read_lock_owner(fd))  # the flock was free: whoever wrote this is gone
+    identity = read_identity(os.getpid())
+    owner.update(holder_pid=os.getpid(), holder_start_ticks=identity[2] if identity else -1, since=time.time())
+    record = json.dumps(owner).encode() + b"\n"
+    os.pwrite(fd, record, 0)
+    os.ftruncate(fd, len(record))
+    write_line({"ev": "lock", "status": "locked", "path": path, "previous": previous})
+    released(fd, args.idle)
+    return 0
 
 
 def probe(args: argparse.Namespace) -> int:
@@ -420,9 +560,11 @@ def probe(args: argparse.Namespace) -> int:
             identity = read_identity(int(name)) if name.isdigit() else None
             if identity is not None and identity[1] in wanted:
                 write_line({"ev": "member", "pid": int(name), "pgid": identity[1]})
+    if args.lock:
+        write_line(peek_lock(args.lock))
     if args.pidfile:
-        status, text = read_pidfile(args.pidfile)
-        write_line({"ev": "pidfile", "status": status, "text": text})
+        status, text, mtime = read_pidfile(args.pidfile)
+        write_line({"ev": "pidfile", "status": status, "text": text, "mtime": mtime})
         number = text.strip()
         if status == "text" and number.isdigit() and len(number) <= 9:
             found = describe("named", int(number), mark)
@@ -455,15 +597,20 @@ def build_parser() -> argparse.ArgumentParser:
     command = commands.add_parser("probe", allow_abbrev=False)
     command.add_argument("--mark", default="", help="text in the command line of every program Pulse runs")
     command.add_argument("--pidfile", default=None, help="a pidfile to read, bounded")
+    command.add_argument("--lock", default=None, help="a restart's lock file to read, not take")
     command.add_argument("pids", nargs="*", type=int, metavar="PID")
     command = commands.add_parser("stop", allow_abbrev=False)
     command.add_argument("--grace", type=float, required=True, help="seconds between SIGTERM and SIGKILL")
     command.add_argument("dest", type=parse_dest, metavar="PID:START_TICKS")
+    command = commands.add_parser("lock", allow_abbrev=False)
+    command.add_argument("--file", required=True, help="the lock file")
+    command.add_argument("--owner", required=True, help="who takes it, as a JSON object")
+    command.add_argument("--idle", type=float, default=30.0, help="seconds without a line on stdin that end it")
     return parser
 
 
 COMMANDS = {"start": start, "launch": launch, "info": info, "signal": send_signals, "stop": stop, "probe": probe,
-            "descendants": descendants}
+            "descendants": descendants, "lock": hold_lock}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

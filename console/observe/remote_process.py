@@ -12,7 +12,8 @@ time it had when it was planned or started (`ProcessRef`); a reused PID is repor
     descendants      a process's descendants, parents first
     send_signal      a signal to each ref (or its group) that is still itself
     stop_group       SIGTERM the group a started process leads, SIGKILL what is left
-    probe            what the restart's guards must know (its own ancestry, groups, the pidfile)
+    probe            what the restart's guards must know (its own ancestry, groups, the pidfile, the lock)
+    take_lock        an exclusive lock held on the target by an agent there, until released
 """
 
 from __future__ import annotations
@@ -156,8 +157,8 @@ async def _abandon(reader: _StartReader) -> None:
 
 
 class _StartReader:
-    """Reads a start's channel up to its `started` line; a login shell's text before the hello is
-    dropped. It keeps its place, so a read given up can be taken up again."""
+    """Reads a start's channel up to its `started` line (a lock's up to its answer); a login shell's
+    text before the hello is dropped. It keeps its place, so a read given up can be taken up again."""
 
     def __init__(self, channel: Channel, target: Target) -> None:
         self.channel = channel
@@ -167,11 +168,16 @@ class _StartReader:
 
     async def started(self) -> tuple[ProcessRef, bytes]:
         """The started process's ref, and what came after its line."""
+        record, rest = await self.next_record("started")
+        return _ref(record, self.target), rest
+
+    async def next_record(self, event: str) -> tuple[dict, bytes]:
+        """The first record after the hello (an `event` line), and what came after it."""
         while True:
             while b"\n" in self.buffer:
                 line, self.buffer = self.buffer.split(b"\n", 1)
                 if self.hello_seen:
-                    return _ref(_record(line, self.target, "started"), self.target), self.buffer
+                    return _record(line, self.target, event), self.buffer
                 self.hello_seen = _is_hello(line, self.target)
             chunk = await self.channel.read()
             if not chunk:
@@ -242,10 +248,124 @@ async def send_signal(
 
 
 async def probe(target: Target, pids: Iterable[int], pidfile: str | None, mark: str,
-                timeout: float = PROBE_TIMEOUT_S) -> list[dict]:
+                timeout: float = PROBE_TIMEOUT_S, *, lock: str | None = None) -> list[dict]:
     """The restart guards' facts, as the agent's records (process_agent.py `probe`; guards.parse_probe reads them)."""
     args = ["probe", f"--mark={mark}"] + ([f"--pidfile={pidfile}"] if pidfile else []) + [str(int(pid)) for pid in pids]
-    return await _ask(target, args, ("process", "member", "pidfile"), timeout)
+    if lock:
+        args.append(f"--lock={lock}")
+    return await _ask(target, args, ("process", "member", "pidfile", "lock"), timeout)
+
+
+#: How often a held lock tells its holder on the target that Pulse is still there.
+LOCK_BEAT_S = 5.0
+#: How long the holder waits for a beat before it takes the link for cut and lets the lock go.
+LOCK_IDLE_S = 30.0
+
+
+class LockBusy(TargetError):
+    """Another holder has the lock: `owner` is what it wrote into the lock file (None when unread)."""
+
+    def __init__(self, path: str, owner: dict | None) -> None:
+        super().__init__(f"{path} is held")
+        self.path = path
+        self.owner = owner
+
+
+class HeldLock:
+    """An exclusive lock that a process agent holds on the target while this object lives.
+
+    The holder lets the lock go when its stdin ends (`release`, Pulse gone, the link closed) or
+    when no beat came for LOCK_IDLE_S (a link cut without a hang-up); a holder killed outright
+    loses its flock to the kernel and leaves its owner behind, which the next taker reports.
+    """
+
+    def __init__(self, target: Target, path: str, owner: dict, channel: Channel, previous: dict | None) -> None:
+        self.target = target
+        self.path = path
+        self.owner = owner
+        self.previous = previous
+        """The owner a holder that is gone left in the file (None when the lock had been released)."""
+        self.lost: str | None = None
+        """Why the holder is gone while this lock is still in use (None while it holds)."""
+        self._attach(channel)
+
+    def _attach(self, channel: Channel) -> None:
+        self._channel = channel
+        self._tasks = [asyncio.create_task(self._beat()), asyncio.create_task(self._watch())]
+
+    async def _beat(self) -> None:
+        while self.lost is None:
+            await asyncio.sleep(LOCK_BEAT_S)
+            try:
+                self._channel.write(b"\n")
+            except (TargetError, OSError, RuntimeError) as exc:
+                self.lost = self.lost or f"the link to its holder failed ({exc})"
+                return
+
+    async def _watch(self) -> None:
+        try:
+            while await self._channel.read():
+                pass
+            self.lost = self.lost or "its holder on the target ended"
+        except TargetError as exc:
+            self.lost = self.lost or f"the link to its holder failed ({exc})"
+
+    async def take_again(self) -> None:
+        """After a loss, take the lock anew (over a reconnected link). LockBusy when another owner
+        took it meanwhile; TargetError when the target cannot be reached."""
+        await self._close()
+        channel, _ = await _hold(self.target, self.path, self.owner)
+        self.lost = None
+        self._attach(channel)
+
+    async def _close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._channel.write_eof()  # the holder empties the file and exits
+        try:
+            await reap(self._channel)
+        finally:
+            self._channel.close()
+
+    async def release(self) -> None:
+        """Let the lock go: the holder empties the lock file and exits (a cancel does not stop that)."""
+        await asyncio.shield(self._close())
+
+
+async def take_lock(target: Target, path: str, owner: dict) -> HeldLock:
+    """Hold an exclusive lock on `path` on the target (process_agent.py `lock`); `owner` goes into the file.
+
+    LockBusy when another holds it; TargetError when it cannot be taken (an unwritable folder, a
+    link in its place) or the agent cannot run.
+    """
+    channel, previous = await _hold(target, path, owner)
+    return HeldLock(target, path, owner, channel, previous)
+
+
+async def _hold(target: Target, path: str, owner: dict) -> tuple[Channel, dict | None]:
+    """A channel to an agent holding the lock, and the owner a gone holder left; see take_lock."""
+    args = ["lock", f"--file={path}", f"--owner={json.dumps(owner)}", f"--idle={LOCK_IDLE_S:g}"]
+    channel = await open_program(target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python)
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            record, _ = await _StartReader(channel, target).next_record("lock")
+    except asyncio.TimeoutError:
+        channel.close()
+        raise TargetError(f"{target.label}: the process agent did not take the lock in {PROBE_TIMEOUT_S:g} s") from None
+    except BaseException:
+        channel.close()
+        raise
+    status = _field(record, "status", target)
+    where = _safe(_field(record, "path", target))
+    if status == "locked":
+        previous = _field(record, "previous", target)
+        return channel, previous if isinstance(previous, dict) else None
+    channel.close()
+    if status == "held":
+        held_by = _field(record, "owner", target)
+        raise LockBusy(where, held_by if isinstance(held_by, dict) else None)
+    raise TargetError(f"{target.label}: {where}: {_safe(record.get('why'))}")
 
 
 async def stop_group(target: Target, ref: ProcessRef, grace_s: float = 2.0) -> str:

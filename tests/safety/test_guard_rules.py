@@ -72,7 +72,7 @@ def test_a_group_is_signalled_only_when_all_of_it_is_planned_and_pulse_is_outsid
 
 def fact(kind: str, pid: int, argv: list[str]) -> dict:
     return {"ev": "process", "kind": kind, "pid": pid, "state": "S", "ppid": 1, "pgid": pid, "sid": 9,
-            "start_ticks": 500 + pid, "pulse": False, "comm": argv[0], "argv": argv}
+            "start_ticks": 500 + pid, "started": 1796000000.0 + pid, "pulse": False, "comm": argv[0], "argv": argv}
 
 
 def test_probe_records_are_read_by_kind():
@@ -80,13 +80,16 @@ def test_probe_records_are_read_by_kind():
         fact("self", 9, ["bash", "-c", "x"]),
         fact("proc", 12, ["python3", "train.py"]),
         {"ev": "member", "pid": 12, "pgid": 12},
-        {"ev": "pidfile", "status": "text", "text": "12"},
+        {"ev": "pidfile", "status": "text", "text": "12", "mtime": 1796000100.0},
+        {"ev": "lock", "status": "stale", "owner": {"pid": 77}},
         fact("named", 12, ["python3", "train.py"]),
     ])
     assert [p.pid for p in probe.own] == [9]
     assert list(probe.procs) == [12] and probe.procs[12].argv == ("python3", "train.py")
     assert probe.group_members == {12: (12,)}
     assert (probe.pidfile, probe.pidfile_text, probe.named.pid) == ("text", "12", 12)
+    assert (probe.pidfile_mtime, probe.named.started) == (1796000100.0, 1796000012.0)
+    assert (probe.lock, probe.lock_owner) == ("stale", {"pid": 77})
 
 
 @pytest.mark.parametrize("broken", [{"ev": "member", "pid": 12}, {**fact("proc", 12, ["x"]), "pid": "twelve"},
