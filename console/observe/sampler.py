@@ -10,7 +10,6 @@ untrusted text from the target: shapes are checked and strings made safe for a t
 from __future__ import annotations
 
 import asyncio
-import codecs
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -23,8 +22,8 @@ from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
 from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
-from console.remote.program import open_program, reap
-from console.remote.target import Target, TargetError
+from console.remote.program import BANNER_MAX_BYTES, open_program, reap
+from console.remote.target import LineReader, Target, TargetError
 
 AGENT_SOURCE = Path(agent.__file__).read_text()
 AGENT_NAME = agent.PROGRAM
@@ -37,7 +36,10 @@ FIRST_SAMPLE_S = 90.0
 #: GPU memory in use below this is the driver's own, not a context of the run.
 IDLE_GPU_MEMORY_MIB = 16
 MAX_TEXT = 1000
-MAX_LINE_BYTES = 4 << 20
+#: The longest line the agent sends (it trims its own lines to this); a longer one is refused.
+MAX_LINE_BYTES = agent.LINE_MAX_BYTES
+#: Lines in a row that are not samples before the agent is given up as broken (one is skipped with a problem).
+MAX_BAD_LINES = 100
 
 ProblemCallback = Callable[[str], None]
 
@@ -299,8 +301,9 @@ def gpu_processes_unseen(sample: Sample) -> bool:
 class Sampler:
     """Samples of the run on `target`, from one long-lived agent there.
 
-    `on_problem` hears about each line that was not a sample (it is skipped); why the agent
-    ended comes as the TargetError that ends the stream.
+    `on_problem` hears about each line that was not a sample (it is skipped; MAX_BAD_LINES in a
+    row end the stream); why the agent ended comes as the TargetError that ends the stream, as
+    does a line over MAX_LINE_BYTES or one that does not come in time.
     """
 
     def __init__(
@@ -334,37 +337,35 @@ class Sampler:
         channel = await open_program(
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.target.python
         )
-        stale_s = max(STALE_MIN_S, 5 * interval_s)
-        wait_s = max(FIRST_SAMPLE_S, stale_s)
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        pending = ""
+        stale_s, first_s = _stale_s(interval_s), _first_line_s(interval_s)
+        lines = LineReader(channel, f"{self.target.label}: the sampling agent", MAX_LINE_BYTES)
+        bad_in_a_row = 0
         self.hello = None
         try:
-            while True:
+            # Each line within its time however it trickles in; the first also waits for the login shell.
+            while (raw := await lines.line(stale_s if self.hello else first_s)) is not None:
+                line = raw.decode("utf-8", "replace")
+                if self.hello is None:
+                    if lines.consumed > BANNER_MAX_BYTES:
+                        raise TargetError(
+                            f"{self.target.label}: over {BANNER_MAX_BYTES >> 10} KiB came before the sampling agent's "
+                            "hello; quiet what the login profile prints, or check [target] python"
+                        )
+                    self._greet(line)
+                    continue
                 try:
-                    async with asyncio.timeout(wait_s):
-                        chunk = await channel.read()
-                except asyncio.TimeoutError:
-                    raise TargetError(f"{self.target.label}: no sample from the agent for {wait_s:g} s") from None
-                if not chunk:
-                    break
-                pending += decoder.decode(chunk)
-                *lines, pending = pending.split("\n")
-                if lines:
-                    wait_s = stale_s
-                if len(pending) > MAX_LINE_BYTES:
-                    self._problem(f"agent line over {MAX_LINE_BYTES} bytes dropped")
-                    pending = ""
-                for line in lines:
-                    if self.hello is None:
-                        self._greet(line)
-                        continue
-                    try:
-                        sample = parse_line(line)
-                    except SampleError as exc:
-                        self._problem(f"agent sent a line that is not a sample ({exc}); skipped")
-                        continue
-                    yield sample
+                    sample = parse_line(line)
+                except SampleError as exc:
+                    bad_in_a_row += 1
+                    if bad_in_a_row >= MAX_BAD_LINES:
+                        raise TargetError(
+                            f"{self.target.label}: the sampling agent sent {bad_in_a_row} lines in a row "
+                            f"that are not samples (the last: {exc})"
+                        ) from None
+                    self._problem(f"agent sent a line that is not a sample ({exc}); skipped")
+                    continue
+                bad_in_a_row = 0
+                yield sample
             async with asyncio.timeout(stale_s):
                 status = await channel.wait()
         finally:
@@ -396,21 +397,44 @@ class Sampler:
             self.on_problem(text)
 
 
+def _stale_s(interval_s: float) -> float:
+    """No line for this long, once the agent has said hello, means the agent or the link is stuck."""
+    return max(STALE_MIN_S, 5 * interval_s)
+
+
+def _first_line_s(interval_s: float) -> float:
+    """How long the agent's first line may take: the login shell's start-up too."""
+    return max(FIRST_SAMPLE_S, _stale_s(interval_s))
+
+
 def _hint(status: int | None) -> str:
     if status == 127:
         return " (set [target] python to an interpreter that exists there)"
     return ""
 
 
+def sample_once_s(window_s: float) -> float:
+    """The most `sample_once` takes: the first line's wait (the login shell), the window, and a line's wait."""
+    return _first_line_s(window_s) + window_s + _stale_s(window_s)
+
+
 async def sample_once(
     target: Target, config: Config, window_s: float, *, process_utilization: bool = False
 ) -> tuple[Sample, Sample]:
     """Two samples `window_s` apart: the second has CPU% over that window (and, with
-    `process_utilization`, each GPU's per-process SM %). TargetError if the agent fails."""
+    `process_utilization`, each GPU's per-process SM %). TargetError if the agent fails, or
+    has not sent both within `sample_once_s(window_s)`, whatever it sends meanwhile."""
     sampler = Sampler(target, config)
     samples: list[Sample] = []
-    async for sample in sampler._samples(window_s, 2, process_utilization):
-        samples.append(sample)
+    deadline_s = sample_once_s(window_s)
+    try:
+        async with asyncio.timeout(deadline_s):
+            async for sample in sampler._samples(window_s, 2, process_utilization):
+                samples.append(sample)
+    except TimeoutError:
+        raise TargetError(
+            f"{target.label}: the sampling agent sent {len(samples)} of 2 samples in {deadline_s:g} s"
+        ) from None
     if len(samples) < 2:
         raise TargetError(f"{target.label}: the sampling agent sent {len(samples)} of 2 samples")
     return samples[0], samples[1]
