@@ -21,6 +21,7 @@ import os
 import re
 import resource
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -99,11 +100,14 @@ def flood_processes() -> list[int]:
     return found
 
 
-def scene_cli(folder: str, argv: list[str], *, short_waits: bool = False, run: list[str] | None = None) -> dict:
+def scene_cli(
+    folder: str, argv: list[str], *, short_waits: bool = False, interrupt_when: str | None = None,
+    run: list[str] | None = None,
+) -> dict:
     """A run (its log the scene's old_log; `run` replaces the program, `{tag}` in it filled), then
-    `pulse ARGV` to its end (`{log}` and `{tag}` in ARGV filled, `{flags}` the restart's flags).
-    Its exit status, stderr, stdout, how long it took, its ru_maxrss (its agents' included), and
-    what is left running."""
+    `pulse ARGV` to its end (`{log}` and `{tag}` in ARGV filled, `{flags}` the restart's flags),
+    SIGINT to it once the file `interrupt_when` exists. Its exit status, stderr, stdout, how long
+    it took, its ru_maxrss (its agents' included), and what is left running."""
     scene = Scene(folder)
     if run is None:
         process = scene.start_run()
@@ -117,6 +121,11 @@ def scene_cli(folder: str, argv: list[str], *, short_waits: bool = False, run: l
         [*(SHORT_WAITS if short_waits else PULSE), *argv], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=False, env={**os.environ, "HOME": folder, "PYTHONPATH": str(REPO)},
     )
+    if interrupt_when is not None:
+        deadline = time.monotonic() + SCENE_LIMIT_S / 2
+        while not os.path.exists(interrupt_when) and time.monotonic() < deadline and pulse.poll() is None:
+            time.sleep(0.02)
+        pulse.send_signal(signal.SIGINT)
     out, err = pulse.communicate(timeout=SCENE_LIMIT_S - 10)
     elapsed = time.monotonic() - started
     time.sleep(0.2)  # what Pulse stopped as it ended has a moment to go
@@ -158,6 +167,19 @@ def test_a_sampling_agent_that_sends_no_sample_ends_check_and_dump_in_one_line(t
     prefix, status = COMMANDS[command]
     assert seen["rc"] == status, seen
     assert re.fullmatch(re.escape(prefix) + said + "\n", seen["err"]), seen["err"]
+    assert seen["run_alive"]
+    assert_bounded(seen)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_ctrl_c_while_the_agent_trickles_is_one_line_and_130(tmp_path: Path, command: str) -> None:
+    """Waits as shipped: the trickle alone would hold the command for the 20 s a line may take."""
+    python = hostile_python(tmp_path, agent.PROGRAM, TRICKLE)
+    config = write_config(tmp_path, {"python": str(python)})
+    seen = in_namespace(scene_cli, folder=str(tmp_path), interrupt_when=f"{python}.started",
+                        argv=[command, str(config), "--match", "{tag}", "--log", "{log}"])
+    assert seen["rc"] == 130, seen
+    assert seen["err"] == f"pulse {command}: interrupted\n"
     assert seen["run_alive"]
     assert_bounded(seen)
 
