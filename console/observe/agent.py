@@ -980,13 +980,16 @@ def log_status(spec: str) -> Optional[Record]:
             if newest is None or mtime > newest[0]:
                 newest = (mtime, candidate)
         if newest is None:
-            return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0}
+            return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0, "mode": 0}
         path = newest[1]
     try:
         info = os.stat(path)
     except OSError:
-        return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0}
-    return {"path": path, "exists": True, "size": info.st_size, "mtime": info.st_mtime, "inode": info.st_ino}
+        return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0, "mode": 0}
+    return {
+        "path": path, "exists": True, "size": info.st_size, "mtime": info.st_mtime, "inode": info.st_ino,
+        "mode": info.st_mode,
+    }
 
 
 # -- the loop ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from console.config import Config
-from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu
+from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
@@ -203,12 +203,15 @@ def _log(raw: object) -> LogStatus | None:
     if raw is None:
         return None
     log_field = _fields(_dict(raw, "log"), "the log")
+    exists = bool(log_field("exists"))
+    mode = _int(log_field("mode"), "the log's mode")
     return LogStatus(
         path=_safe(log_field("path")),
-        exists=bool(log_field("exists")),
+        exists=exists,
         size=_int(log_field("size"), "the log's size"),
         mtime=_present_number(log_field("mtime"), "the log's mtime"),
         inode=_int(log_field("inode"), "the log's inode"),
+        kind=file_kind(mode) if exists else "file",
     )
 
 

@@ -16,6 +16,7 @@ ru_maxrss, its agents included).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -30,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from console.config import Config, RunConfig
 from console.observe import agent
+from console.observe.follow import MAX_FRAME_BYTES, FollowProtocolError, LogFollower, _Frames
 from console.remote.connect import make_target
 from console.remote.program import reap
 from console.remote.target import LineReader, LocalTarget, OutputTooLong, TargetError
@@ -259,6 +262,56 @@ def test_a_flooding_process_agent_ends_the_action_before_anything_is_signalled(t
     assert (seen["rc"], seen["err"]) == (status, said), seen
     assert seen["run_alive"] and len(seen["runs"]) == 1 and seen["new_logs"] == []
     assert_bounded(seen)
+
+
+# -- a log that is a device or a FIFO -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("log", "kind"), [("/dev/zero", "character device"), ("fifo", "FIFO")])
+def test_a_device_or_a_fifo_as_the_log_is_named_in_the_verdict(tmp_path: Path, log: str, kind: str) -> None:
+    if log == "fifo":
+        log = str(tmp_path / "train.log")
+        os.mkfifo(log)
+    seen = in_namespace(scene_cli, folder=str(tmp_path), argv=["check", "--match", "{tag}", "--log", log, "--json"])
+    report = json.loads(seen["out"])
+    assert report["verdict"] not in ("hung", "healthy"), report
+    assert f"log {log} is a {kind}, not a file: its size and age say nothing of the run" in report["evidence"]
+    assert seen["rc"] == 1
+    assert_bounded(seen)
+
+
+@pytest.mark.parametrize("kind", ["character device", "FIFO"])
+async def test_the_follower_never_reads_a_device_or_a_fifo_and_takes_the_file_put_there(tmp_path: Path, kind: str) -> None:
+    log = tmp_path / "train.log"
+    if kind == "FIFO":
+        os.mkfifo(log)
+    else:
+        log.symlink_to("/dev/zero")
+    lines, events = [], []
+    follower = LogFollower(LocalTarget(), Config(run=RunConfig(log=str(log))), lines.extend, on_event=events.append)
+    following = asyncio.ensure_future(follower.run())
+    try:
+        await until(lambda: any(e.data["ev"] == "not_file" for e in events), "the follower to name what the log is")
+        assert follower.status.kind == kind and follower.status.exists
+        said = next(e.text for e in events if e.data["ev"] == "not_file")
+        assert said == f"{log} is a {kind}, not a log file: not read; waiting for a file there (check --log)"
+        await asyncio.sleep(0.3)  # a follower reading /dev/zero would have sent megabytes by now
+        assert lines == [] and follower.pending_bytes == 0
+        log.unlink()
+        log.write_text("step 1\nstep 2\n")
+        await until(lambda: len(lines) == 2, "the lines of the file put in its place")
+        assert [line.text for line in lines] == ["step 1", "step 2"]
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+
+
+def test_a_frame_longer_than_the_follower_ever_sends_is_refused() -> None:
+    frames = _Frames()
+    frames.feed(json.dumps(agent.hello("pulse-follow", 1)).encode() + b"\n")
+    header = {"ev": "data", "path": "/l", "inode": 1, "offset": 0, "len": MAX_FRAME_BYTES + 1, "age": 0}
+    with pytest.raises(FollowProtocolError, match="announced a frame of"):
+        frames.feed(json.dumps(header).encode() + b"\n")
 
 
 # -- the one mechanism, on a real channel (this machine and over SSH) --------------------------------
