@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         status = _dispatch(command, args)
         sys.stdout.flush()  # a reader gone by now shows here, not in the interpreter's last flush
         return status
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl+C: one line, and the shell's 128 + SIGINT
+        print(f"{'pulse' if command == 'console' else f'pulse {command}'}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader left (`pulse check … | head`): stop quietly, as a Unix filter does. Standard output

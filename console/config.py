@@ -1,7 +1,8 @@
 """The run's configuration: where it lives, how it is launched, what is normal for it.
 
 Loaded from TOML (see README) or built from command-line flags. Validation errors
-name file, line and key; loading does no I/O beyond reading the one file.
+name file, line and key; loading does no I/O beyond reading the one file (and checking,
+unread, the ssh_config and known_hosts files it names: read_regular_file).
 """
 
 from __future__ import annotations
@@ -578,30 +579,67 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
     )
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a TOML config file: a regular file of at most MAX_CONFIG_BYTES.
+@dataclass(frozen=True, slots=True)
+class FileRule:
+    """What a local file Pulse reads must be: a regular file of at most `limit` bytes; the words name it in errors."""
+
+    noun: str
+    """'config', as in 'no such config file'."""
+    called: str
+    """'a config', as in 'not a config'."""
+    form: str
+    """'a TOML file', as in 'a config is a TOML file'."""
+    limit: int
+
+
+CONFIG_FILE = FileRule("config", "a config", "a TOML file", MAX_CONFIG_BYTES)
+#: asyncssh reads these itself; an ssh_config is kilobytes, a known_hosts file a line (~100-700 bytes) per host.
+SSH_CONFIG_FILE = FileRule("ssh_config", "an ssh_config", "a text file", MAX_CONFIG_BYTES)
+KNOWN_HOSTS_FILE = FileRule("known_hosts", "a known_hosts file", "a text file", 16 << 20)
+
+
+def read_regular_file(path: str | Path, rule: FileRule, *, read: bool = True, missing_ok: bool = False) -> bytes | None:
+    """The bytes of `path` when it is a regular file within `rule.limit` (or /dev/null: empty);
+    ConfigError (one line, `path: what is wrong`) otherwise. None when it does not exist and
+    `missing_ok`; b"" unread when only checked (`read` False).
 
     Opened without blocking and checked before reading, so a FIFO, a device (a link to
     /dev/zero) or a directory is refused at once instead of hanging or filling memory.
     """
-    path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise ConfigError([f"{path}: no such config file"]) from None
+        if missing_ok:
+            return None
+        raise ConfigError([f"{path}: no such {rule.noun} file"]) from None
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    too_large = ConfigError([f"{path}: larger than {rule.limit >> 20} MiB: not {rule.called}"])
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError([f"{path}: not a regular file: a config is a TOML file"])
+        info = os.fstat(fd)
+        if stat.S_ISCHR(info.st_mode) and os.path.samestat(info, os.stat(os.devnull)):
+            return b""  # `-F /dev/null`, `UserKnownHostsFile /dev/null`: the idiom for an empty file
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError([f"{path}: not a regular file: {rule.called} is {rule.form}"])
+        if info.st_size > rule.limit:
+            raise too_large
+        if not read:
+            return b""
         with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read(MAX_CONFIG_BYTES + 1)
+            data = file.read(rule.limit + 1)  # one past the cap: a file that grew since, or a size stat() does not know
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
     finally:
         os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError([f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config"])
+    if len(data) > rule.limit:
+        raise too_large
+    return data
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file: a regular file of at most MAX_CONFIG_BYTES (read_regular_file)."""
+    path = Path(path)
+    data = read_regular_file(path, CONFIG_FILE)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -683,6 +721,7 @@ def load_from_args(args) -> Config:
         hosts=hosts,
         reach=get("reach") or t.reach,
     )
+    _check_ssh_files(target, args, config.source)
     run = replace(
         u,
         log=under_cwd(get("log"), u.cwd) if given("log") else u.log,
@@ -696,6 +735,18 @@ def load_from_args(args) -> Config:
     if get("stall_after") is not None:
         stall = replace(stall, log_silent_s=get("stall_after"))
     return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall)
+
+
+def _check_ssh_files(target: TargetConfig, args, source: str) -> None:
+    """--ssh-config and --known-hosts (or the config's keys) are regular files within their caps, before
+    asyncssh reads them (console/remote/ssh.py checks again at each connection): ConfigError naming the flag or key."""
+    for key, rule in (("ssh_config", SSH_CONFIG_FILE), ("known_hosts", KNOWN_HOSTS_FILE)):
+        if path := getattr(target, key):
+            where = f"--{key.replace('_', '-')}" if getattr(args, key, None) else f"{source}: target.{key}"
+            try:
+                read_regular_file(Path(path).expanduser(), rule, read=False, missing_ok=key == "known_hosts")
+            except ConfigError as exc:
+                raise ConfigError([f"{where}: {problem}" for problem in exc.problems]) from None
 
 
 def under_cwd(path: str | None, cwd: str | None) -> str | None:

@@ -193,6 +193,8 @@ class Evidence:
     """Seen from a PID namespace, the GPUs hold memory and none of it is under a PID of the run."""
     log_path: str | None = None
     log_exists: bool = False
+    log_kind: str = "file"
+    """What the log's path is (model.file_kind): a device or a FIFO has no size or age to judge by."""
     log_size: int = 0
     log_growth: int = 0
     """Bytes the log grew during the window."""
@@ -670,6 +672,8 @@ class _Diagnosis:
             return ["no log configured"]
         if not ev.log_exists:
             return [f"log {ev.log_path} does not exist"]
+        if ev.log_kind != "file":
+            return [f"log {ev.log_path} is a {ev.log_kind}, not a file: its size and age say nothing of the run"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
         silence = self.silence
         if ev.log_silent_s is not None and ev.log_growth == 0:

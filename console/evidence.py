@@ -411,6 +411,8 @@ def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float 
     before = first.log
     if not log.exists:
         return {"log_path": log.path, "log_exists": False, "log_written_since_launch": False if launched_at else None}
+    if log.kind != "file":  # a device's or a FIFO's size and mtime are no writes of the run
+        return {"log_path": log.path, "log_exists": True, "log_kind": log.kind}
     if before is not None and before.exists and before.inode == log.inode:
         growth = max(0, log.size - before.size)
     else:

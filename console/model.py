@@ -5,6 +5,7 @@ Every layer passes these around, the config included; nothing here does I/O or i
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
@@ -225,6 +226,16 @@ class ProcessReading:
     """Indices of the GPUs the driver lists it on."""
 
 
+#: What a path is, by the file type of its st_mode, when it is not a regular file.
+_FILE_TYPES = {stat.S_IFDIR: "directory", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device",
+               stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket", stat.S_IFLNK: "symbolic link"}  # fmt: skip
+
+
+def file_kind(mode: int) -> str:
+    """'file' for a regular file's st_mode, else what it is ('character device', 'FIFO', ...)."""
+    return "file" if stat.S_ISREG(mode) else _FILE_TYPES.get(stat.S_IFMT(mode), "special file")
+
+
 @dataclass(frozen=True, slots=True)
 class LogStatus:
     """The run's log file as stat() saw it."""
@@ -234,6 +245,9 @@ class LogStatus:
     size: int = 0
     mtime: float = 0.0
     inode: int = 0
+    kind: str = "file"
+    """What the path is (file_kind): only a regular file's size and mtime tell of the run's writes;
+    /dev/zero's say nothing, a FIFO's neither."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,7 +158,8 @@ class Capture:
 
     def _log_record(self, at: float) -> dict:
         size, written = self._written(at)
-        return {"path": self.config.run.log, "exists": True, "size": size, "mtime": self.unix(written), "inode": 1}
+        return {"path": self.config.run.log, "exists": True, "size": size, "mtime": self.unix(written), "inode": 1,
+                "mode": 0o100644}
 
     def log_bytes(self, until: float | None = None) -> bytes:
         """What the log held at monotonic time `until` (now by default)."""

@@ -477,7 +477,9 @@ def test_log_status_takes_the_newest_match_of_a_glob(tmp_path: Path) -> None:
     os.utime(old, (1000, 2000))
     os.utime(new, (1000, 1000))
     status = agent.log_status(str(tmp_path / "train_*.log"))
-    assert status == {"path": str(old), "exists": True, "size": 2, "mtime": 2000.0, "inode": old.stat().st_ino}
+    assert status == {
+        "path": str(old), "exists": True, "size": 2, "mtime": 2000.0, "inode": old.stat().st_ino, "mode": old.stat().st_mode
+    }
     assert agent.log_status(str(tmp_path / "none_*.log"))["exists"] is False
     assert agent.log_status(str(tmp_path / "missing.log"))["exists"] is False
     assert agent.log_status("") is None

@@ -66,7 +66,8 @@ def nvml_line(**overrides) -> dict:
         ],
         "process_error": None,
         "in_pid_namespace": True,
-        "log": {"path": "/workspace/train.log", "exists": True, "size": 1024, "mtime": 1795990000.0, "inode": 77},
+        "log": {"path": "/workspace/train.log", "exists": True, "size": 1024, "mtime": 1795990000.0, "inode": 77,
+                "mode": 0o100644},
     }  # fmt: skip
     line.update(overrides)
     return line

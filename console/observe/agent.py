@@ -14,6 +14,10 @@ GPUs come from NVML in-process (`gpus`: dicts named like model.GpuReading) or, w
 from nvidia-smi (`smi_*_csv`: its raw CSV, parsed on the console's side). Processes come
 from /proc, CPU% as the delta of utime+stime between two samples. The agent exits when
 its stdin reaches EOF or its stdout breaks, so it never outlives the channel that started it.
+
+What it reads and sends is bounded: at most SMI_MAX_BYTES of each nvidia-smi answer, at most
+ARGV_READ_BYTES of a command line (its first CMDLINE_CHARS sent, marked when cut), and no line
+over LINE_MAX_BYTES (the run's processes past it are left out, and process_error says so).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import glob
 import json
 import os
 import re
+import select
 import shlex
 import signal
 import stat
@@ -55,6 +60,13 @@ PULSE_PROGRAM_MARK = "src=sys.stdin.buffer.read(n)"
 INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
 
 SMI_TIMEOUT_S = 5.0
+#: The most of an nvidia-smi answer that is read: a GPU's row is ~200 bytes, a process's ~100
+#: (three answers a line, each up to six times longer as JSON if it is garbage, stay under LINE_MAX_BYTES).
+SMI_MAX_BYTES = 128 << 10
+#: What is kept of nvidia-smi's stderr (its first line is what the operator reads).
+SMI_STDERR_BYTES = 4096
+#: The longest line the agent writes; the console refuses a longer one (sampler.MAX_LINE_BYTES).
+LINE_MAX_BYTES = 4 << 20
 #: How often the nvidia-smi fallback asks for the compute apps: each ask starts nvidia-smi a
 #: second time (~27 ms of CPU); a sample in between repeats the last list.
 APPS_EVERY_S = 5.0
@@ -203,6 +215,15 @@ def run_tree(procs: List[Record], roots: Iterable[int], self_pids: Iterable[int]
 
 #: A command line is matched on its first this-many characters (an argv can be megabytes).
 MATCH_CHARS = 4096
+#: The most of /proc/PID/cmdline that is read: one argument may be 128 KiB (the kernel's
+#: MAX_ARG_STRLEN), so a launcher's whole `-c` string is stepped over and the match still sees
+#: what follows it.
+ARGV_READ_BYTES = (128 << 10) + 2 * MATCH_CHARS
+#: The most of any other /proc text file that is read (an environment is kilobytes).
+PROC_READ_BYTES = 1 << 20
+#: A command line is sent to the console up to this many characters (it shows less), then CMDLINE_CUT.
+CMDLINE_CHARS = 960
+CMDLINE_CUT = " …[cut]"
 #: CPU seconds the match regex may spend on one command line; a real pattern needs microseconds.
 MATCH_BUDGET_S = 0.25
 
@@ -258,17 +279,20 @@ def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[
 # -- /proc reading -------------------------------------------------------------------------
 
 
-def _read_text(path: str) -> str:
+def _read_text(path: str, limit: int = PROC_READ_BYTES) -> str:
+    """The first `limit` bytes of a /proc file, as text."""
     # os.open/os.read rather than open(): a sample reads hundreds of these small files, and a
     # file object costs more than the read itself.
     fd = os.open(path, os.O_RDONLY)
     try:
         chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(65536, left))
             if not chunk:
                 break
             chunks.append(chunk)
+            left -= len(chunk)
     finally:
         os.close(fd)
     return b"".join(chunks).decode("utf-8", "replace")
@@ -284,9 +308,16 @@ def read_stat(path: str) -> Record:
 
 
 def read_argv(proc_dir: str) -> List[str]:
-    """A process's argv from its /proc/PID/cmdline ([] for a kernel thread or a zombie)."""
-    raw = _read_text(proc_dir + "/cmdline")
+    """A process's argv from its /proc/PID/cmdline ([] for a kernel thread or a zombie), its first
+    ARGV_READ_BYTES only."""
+    raw = _read_text(proc_dir + "/cmdline", ARGV_READ_BYTES)
     return raw.rstrip("\0").split("\0") if raw else []
+
+
+def shipped_cmdline(argv: List[str]) -> str:
+    """The command line as the console gets it: its first CMDLINE_CHARS characters, CMDLINE_CUT marking a cut."""
+    text = " ".join(argv)
+    return text if len(text) <= CMDLINE_CHARS else text[:CMDLINE_CHARS] + CMDLINE_CUT
 
 
 class ArgvCache:
@@ -527,7 +558,7 @@ def describe_process(
         "rss_mib": round(stat["rss_pages"] * PAGE_BYTES / MIB, 1),
         "cpu_pct": meter.rate(("process", pid, stat["start_ticks"]), stat["cpu_ticks"], now),
         "cpu_s": round(stat["cpu_ticks"] / CLOCK_TICKS, 2),
-        "cmdline": " ".join(record["argv"]),
+        "cmdline": shipped_cmdline(record["argv"]),
         "nspid": list(parse_nspid(status)),
         "stdout": stdout,
         "unbuffered": _unbuffered(environ, record["argv"]),
@@ -835,17 +866,18 @@ class SmiGpus:
         return process, None
 
     def _collect(self, process: subprocess.Popen) -> Tuple[Optional[str], Optional[str]]:
-        try:
-            out, err = process.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
+        out, err, ended = read_bounded(process, self.timeout_s, SMI_MAX_BYTES, SMI_STDERR_BYTES)
+        if not ended:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except OSError:
                 pass
             try:
-                process.communicate(timeout=1.0)
+                process.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 self._stuck = process
+            if len(out) > SMI_MAX_BYTES:
+                return None, "nvidia-smi sent more than %d KiB: not a query's answer (stopped it)" % (SMI_MAX_BYTES >> 10)
             return None, "nvidia-smi did not answer within %g s (stopped it)" % self.timeout_s
         if process.returncode != 0:
             said = (err or out).decode("utf-8", "replace").strip().splitlines()
@@ -883,6 +915,39 @@ class SmiGpus:
         return {"smi_gpu_csv": gpu_csv, "smi_apps_csv": apps_csv, "gpu_error": error}
 
 
+def read_bounded(process: subprocess.Popen, timeout_s: float, max_out: int, max_err: int) -> Tuple[bytes, bytes, bool]:
+    """(stdout, the first `max_err` bytes of stderr, ended) of `process`, read for at most
+    `timeout_s`; `ended` is False when it ran past it or sent more than `max_out` bytes (then
+    stdout is what came, one read past the bound), and it is left for the caller to stop."""
+    deadline = time.monotonic() + timeout_s
+    out, err = bytearray(), bytearray()
+    kept = {process.stdout.fileno(): out, process.stderr.fileno(): err}
+    poller = select.poll()
+    for fd in kept:
+        poller.register(fd, select.POLLIN)
+    try:
+        while kept and len(out) <= max_out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for fd, _ in poller.poll(left * 1000):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    poller.unregister(fd)
+                    del kept[fd]
+                elif kept[fd] is out or len(err) < max_err:
+                    kept[fd] += chunk
+        ended = not kept and len(out) <= max_out
+        if ended:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        ended = False
+    finally:
+        process.stdout.close()
+        process.stderr.close()
+    return bytes(out), bytes(err[:max_err]), ended
+
+
 def open_gpus(source: str, smi: SmiGpus) -> Tuple[Any, Optional[str]]:
     """The GPU reader for `source` ('auto', 'nvml', 'nvidia-smi', 'none') and a note when NVML is missing.
 
@@ -917,13 +982,16 @@ def log_status(spec: str) -> Optional[Record]:
             if newest is None or mtime > newest[0]:
                 newest = (mtime, candidate)
         if newest is None:
-            return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0}
+            return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0, "mode": 0}
         path = newest[1]
     try:
         info = os.stat(path)
     except OSError:
-        return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0}
-    return {"path": path, "exists": True, "size": info.st_size, "mtime": info.st_mtime, "inode": info.st_ino}
+        return {"path": path, "exists": False, "size": 0, "mtime": 0.0, "inode": 0, "mode": 0}
+    return {
+        "path": path, "exists": True, "size": info.st_size, "mtime": info.st_mtime, "inode": info.st_ino,
+        "mode": info.st_mode,
+    }
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -1039,10 +1107,28 @@ def watch_stdin(hung_up: threading.Event) -> None:
     threading.Thread(target=wait_for_eof, name="stdin-watch", daemon=True).start()
 
 
+def json_line(record: Record, limit: int = LINE_MAX_BYTES) -> str:
+    """`record` as one JSON line of at most `limit` bytes: the processes that would pass it are
+    left out (the first ones kept: the run's roots come first), and process_error says how many."""
+    text = json.dumps(record, separators=(",", ":"))
+    processes = record.get("processes")
+    if len(text) <= limit or not processes:
+        return text
+    room = limit - len(json.dumps(dict(record, processes=[], process_error="x" * 200), separators=(",", ":")))
+    kept: List[Record] = []
+    for process in processes:
+        room -= len(json.dumps(process, separators=(",", ":"))) + 1
+        if room < 0:
+            break
+        kept.append(process)
+    note = "%d of the run's %d processes sent: all would make a line over %d bytes" % (len(kept), len(processes), limit)
+    return json.dumps(dict(record, processes=kept, process_error=note), separators=(",", ":"))
+
+
 def write_line(record: Record) -> bool:
-    """Print `record` as one JSON line; False when nobody reads any more."""
+    """Print `record` as one JSON line (json_line); False when nobody reads any more."""
     try:
-        sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
+        sys.stdout.write(json_line(record) + "\n")
         sys.stdout.flush()
     except (BrokenPipeError, OSError):
         # Point stdout at /dev/null so that exit does not fail again.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from console.backoff import Backoff
 from console.config import Config
-from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine
+from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine, file_kind
 from console.observe import follow_agent, progress
 from console.observe.lines import classify_line
 from console.observe.protocol import Hello, ProtocolError, check_hello
@@ -33,6 +33,8 @@ BACKLOG_BYTES = 1 << 20
 READ_SIZE = 1 << 20
 HEAD_BYTES = follow_agent.HEAD
 MAX_HEADER_BYTES = 65536
+#: The largest frame the agent sends: held reads merged into one (HOLD_BYTES) plus the read that passed it.
+MAX_FRAME_BYTES = follow_agent.HOLD_BYTES + follow_agent.CHUNK
 #: Waits before starting the agent again after a loss (seconds): the first, and the longest.
 #: The SSH layer does its own backoff.
 RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
@@ -63,6 +65,7 @@ FRAME_FIELDS: dict[str, tuple[str, ...]] = {
     "rotated": ("path", "inode", "new_inode", "lost"),
     "replaced": ("path", "inode", "new_path", "new_inode"),
     "missing": ("path",),
+    "not_file": ("path", "mode"),
     "idle": ("path", "inode", "offset", "size", "mtime"),
 }
 
@@ -114,6 +117,10 @@ class _Frames:
                     if self._synced or self._skipped > MAX_HEADER_BYTES:
                         raise FollowProtocolError(f"log follower sent an unreadable header: {line[:80]!r}")
                     continue
+                if header.get("len", 0) > MAX_FRAME_BYTES:
+                    raise FollowProtocolError(
+                        f"log follower announced a frame of {header['len']} bytes, over {MAX_FRAME_BYTES >> 20} MiB"
+                    )
                 self._synced = True
                 self._header = header
             size = self._header.get("len", 0)
@@ -142,7 +149,7 @@ class LogFollower:
     """Follows `config.run.log` on `target` and calls `on_lines` with each batch of new lines.
 
     `on_event` receives an Event(kind="log") for each thing that happened to the file or the
-    follower; `data["ev"]` names it: open, truncated, rotated, replaced, missing,
+    follower; `data["ev"]` names it: open, truncated, rotated, replaced, missing, not_file,
     disconnected, and idle (a heartbeat every few seconds, for liveness rather than the
     event ring). `status` is the file as last seen.
 
@@ -324,6 +331,8 @@ class LogFollower:
                 self._head.clear()
         elif ev == "missing":
             self.status = LogStatus(header["path"], exists=False)
+        elif ev == "not_file":
+            self.status = LogStatus(header["path"], exists=True, kind=_kind(header["mode"]))
         elif ev == "idle":
             self.status = LogStatus(
                 header["path"],
@@ -458,6 +467,11 @@ def _reads(header: dict, size: int) -> list[tuple[int, float]]:
     return [(size, _age(header["age"]))]
 
 
+def _kind(mode: object) -> str:
+    """What a `not_file` frame's st_mode names (model.file_kind); a mode that is not a number names nothing known."""
+    return file_kind(mode) if isinstance(mode, int) and not isinstance(mode, bool) else "special file"
+
+
 def _describe(header: dict) -> str:
     """One line for the operator; paths come from the target, so they are made safe too."""
     ev = header["ev"]
@@ -478,4 +492,6 @@ def _describe(header: dict) -> str:
         return f"a newer log appeared: now following {new_path} (finished {path})"
     if ev == "missing":
         return f"{path} does not exist; waiting for it to appear"
+    if ev == "not_file":
+        return f"{path} is a {_kind(header['mode'])}, not a log file: not read; waiting for a file there (check --log)"
     return f"{path}: {header['size']} bytes, nothing new"

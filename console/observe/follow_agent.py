@@ -22,6 +22,8 @@ so the local side splits lines and nothing is decoded here). Events:
               again after a restart of this program, so its unread tail is gone)
 - `replaced`  path (old), inode (old), new_path, new_inode: a newer file matches the glob
 - `missing`   path: nothing at the path (or no match); waiting for it to appear
+- `not_file`  path, mode: the path is not a regular file (a device, a FIFO, a folder: its st_mode);
+              it is never read (/dev/zero would never end, a FIFO would block); waiting for a file there
 - `idle`      path, inode, size, mtime, offset: heartbeat while nothing new arrives
 
 On Linux the program sleeps in inotify (through libc, by ctypes) on the file and its
@@ -44,6 +46,7 @@ import glob
 import json
 import os
 import select
+import stat as stat_mode
 import struct
 import sys
 import time
@@ -167,24 +170,31 @@ class Source:
         self.is_glob = has_magic(pattern)
         self.left = set()
         """Inodes of glob matches this program switched away from: never go back to them."""
+        self.not_file = None
+        """The st_mode of what the fixed path names when it is not a regular file, else None."""
         self._matches = []
         self._scanned_at = -RESCAN_S
 
     def matches(self, fresh=False):
-        """(path, stat) of every existing match, newest first."""
+        """(path, stat) of every existing match that is a regular file, newest first."""
         if not self.is_glob:
             try:
-                return [(self.pattern, os.stat(self.pattern))]
+                stat = os.stat(self.pattern)
             except OSError:
+                self.not_file = None
                 return []
+            self.not_file = None if stat_mode.S_ISREG(stat.st_mode) else stat.st_mode
+            return [] if self.not_file is not None else [(self.pattern, stat)]
         now = time.monotonic()
         if fresh or now - self._scanned_at >= RESCAN_S:
             found = []
             for path in glob.glob(self.pattern):
                 try:
-                    found.append((path, os.stat(path)))
+                    stat = os.stat(path)
                 except OSError:
                     continue
+                if stat_mode.S_ISREG(stat.st_mode):
+                    found.append((path, stat))
             found.sort(key=lambda item: (item[1].st_mtime, item[0]), reverse=True)
             self._matches = found
             self._scanned_at = now
@@ -314,7 +324,8 @@ class Follower:
         self.path = None
         self.inode = 0
         self.offset = 0
-        self.announced_missing = False
+        self.announced = None
+        """The `missing` or `not_file` frame last sent, so each is said once."""
         self.woke_at = 0.0
         self.caught_up = False
 
@@ -323,15 +334,19 @@ class Follower:
     def open(self, path, offset, inode=None, head=None):
         """Open `path` and start at `offset` (negative: that many bytes before the end).
 
-        Returns False when the file could not be opened (gone since it was listed), or
-        when it is not the file with `inode` starting with `head`.
+        Returns False when the file could not be opened (gone since it was listed), when it is
+        no longer a regular file, or when it is not the file with `inode` starting with `head`.
         """
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there since it was listed must not block
         except OSError:
             return False
         stat = os.fstat(fd)
-        if (inode is not None and stat.st_ino != inode) or (head and os.pread(fd, len(head), 0) != head):
+        if (
+            not stat_mode.S_ISREG(stat.st_mode)
+            or (inode is not None and stat.st_ino != inode)
+            or (head and os.pread(fd, len(head), 0) != head)
+        ):
             os.close(fd)
             return False
         if offset < 0:
@@ -343,7 +358,7 @@ class Follower:
             offset = 0
         self.close()
         self.fd, self.path, self.inode, self.offset = fd, path, stat.st_ino, offset
-        self.announced_missing = False
+        self.announced = None
         self.out.frame(
             {
                 "ev": "open",
@@ -397,16 +412,24 @@ class Follower:
         self.open_current(offset)
 
     def open_current(self, offset):
-        """Open the file the source names now; announce `missing` once when there is none."""
+        """Open the file the source names now; announce once when there is none."""
         while True:
             found = self.source.current(fresh=True)
             if found is None:
-                if not self.announced_missing:
-                    self.out.frame({"ev": "missing", "path": self.source.pattern})
-                    self.announced_missing = True
+                self.announce_absent()
                 return
             if self.open(found[0], offset, found[1].st_ino):
                 return
+
+    def announce_absent(self):
+        """Say once that there is no file to follow: nothing at the path (`missing`), or what is
+        there is not a regular file (`not_file`)."""
+        frame = {"ev": "missing", "path": self.source.pattern}
+        if self.source.not_file is not None:
+            frame = {"ev": "not_file", "path": self.source.pattern, "mode": self.source.not_file}
+        if frame != self.announced:
+            self.announced = dict(frame)
+            self.out.frame(frame)
 
     # -- reading -------------------------------------------------------------
 
@@ -442,13 +465,11 @@ class Follower:
             return True
         found = self.source.current(fresh)
         if found is None:
-            if not self.announced_missing:
-                self.out.frame({"ev": "missing", "path": self.source.pattern})
-                self.announced_missing = True
+            self.announce_absent()
             return False
         path, new = found
         if new.st_ino == self.inode:
-            self.announced_missing = False
+            self.announced = None
             return False
         # Lines written just before the switch are still in the old file: read them first.
         while self.drain():

@@ -25,10 +25,12 @@ from console.observe.pyspy import (
 )
 from console.observe.remote_process import SignalTarget, StartedProcess, descendants, send_signal, start
 from console.observe.textsafe import sanitize
-from console.remote.target import Target, TargetError
+from console.remote.target import OutputTooLong, Target, TargetError, read_all
 
 #: After a timeout, how long the kill of the py-spy still may take.
 KILL_GRACE_S = 3.0
+#: The most a dump may print: a thread's stack is kilobytes, with --locals tens of them.
+DUMP_MAX_BYTES = 16 << 20
 
 
 class DumpError(Exception):
@@ -100,19 +102,19 @@ async def record(
 async def _spy(target: Target, argv: list[str], pid: int, timeout: float) -> str:
     """What py-spy `argv` printed about `pid`; DumpError with its advice when it failed or ran over `timeout`."""
     spy: StartedProcess | None = None
-    output = bytearray()
     status: int | None = None
     ended = False
     try:
         async with asyncio.timeout(timeout):
             spy = await start(target, argv)
-            while chunk := await spy.read():
-                output += chunk
+            output = await read_all(spy, DUMP_MAX_BYTES, f"py-spy on pid {pid}")
             status = await spy.wait()
             ended = True
     except asyncio.TimeoutError:
         advice = classify_error("timed out", 124)[1]
         raise DumpError("timeout", f"py-spy on pid {pid} ran over {timeout:g} s and was killed: {advice}") from None
+    except OutputTooLong as exc:
+        raise DumpError("unreadable", f"{exc}: not a dump (stopped it)") from None
     except TargetError as exc:
         raise DumpError("unreachable", str(exc)) from None
     finally:

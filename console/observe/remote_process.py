@@ -27,8 +27,8 @@ from pathlib import Path
 from console.observe import process_agent
 from console.observe.protocol import ProtocolError, check_hello, field
 from console.observe.textsafe import sanitize
-from console.remote.program import open_program, reap
-from console.remote.target import Channel, Target, TargetError
+from console.remote.program import BANNER_MAX_BYTES, open_program, reap
+from console.remote.target import Channel, LineReader, Target, TargetError, read_all
 
 AGENT_SOURCE = Path(process_agent.__file__).read_text()
 AGENT_NAME = "pulse-process"
@@ -41,6 +41,10 @@ STOP_MARGIN_S = 10.0
 ABANDON_GRACE_S = 3.0
 #: How the agent says that what it was asked to start could not start (then it exits 127).
 CANNOT_START = "pulse-process: cannot "
+#: The most a read, a signal or a probe may answer: a record per process is ~100 bytes.
+REPLY_MAX_BYTES = 16 << 20
+#: The longest line a start's agent sends before the started process's output (its hello, its `started`).
+START_LINE_MAX_BYTES = 64 << 10
 
 
 class AgentRefused(TargetError):
@@ -158,12 +162,13 @@ async def _abandon(reader: _StartReader) -> None:
 
 class _StartReader:
     """Reads a start's channel up to its `started` line (a lock's up to its answer); a login shell's
-    text before the hello is dropped. It keeps its place, so a read given up can be taken up again."""
+    text before the hello is dropped (up to BANNER_MAX_BYTES). It keeps its place, so a read given up
+    can be taken up again."""
 
     def __init__(self, channel: Channel, target: Target) -> None:
         self.channel = channel
         self.target = target
-        self.buffer = b""
+        self.lines = LineReader(channel, f"{target.label}: the process agent", START_LINE_MAX_BYTES)
         self.hello_seen = False
 
     async def started(self) -> tuple[ProcessRef, bytes]:
@@ -173,20 +178,17 @@ class _StartReader:
 
     async def next_record(self, event: str) -> tuple[dict, bytes]:
         """The first record after the hello (an `event` line), and what came after it."""
-        while True:
-            while b"\n" in self.buffer:
-                line, self.buffer = self.buffer.split(b"\n", 1)
-                if self.hello_seen:
-                    return _record(line, self.target, event), self.buffer
-                self.hello_seen = _is_hello(line, self.target)
-            chunk = await self.channel.read()
-            if not chunk:
-                status = await self.channel.wait()
-                stderr = getattr(self.channel, "stderr", "").strip()
-                said = f": {_safe(stderr.splitlines()[-1])}" if stderr else ""
-                hint = "; set [target] python to a Python 3.8+ there" if status == 127 and CANNOT_START not in stderr else ""
-                raise TargetError(f"{self.target.label}: the process agent exited with status {status}{said}{hint}")
-            self.buffer += chunk
+        while (line := await self.lines.line()) is not None:
+            if self.hello_seen:
+                return _record(line, self.target, event), self.lines.rest()
+            self.hello_seen = _is_hello(line, self.target)
+            if not self.hello_seen and self.lines.consumed > BANNER_MAX_BYTES:
+                raise TargetError(f"{self.target.label}: the process agent sent no hello in its first {BANNER_MAX_BYTES >> 10} KiB")
+        status = await self.channel.wait()
+        stderr = getattr(self.channel, "stderr", "").strip()
+        said = f": {_safe(stderr.splitlines()[-1])}" if stderr else ""
+        hint = "; set [target] python to a Python 3.8+ there" if status == 127 and CANNOT_START not in stderr else ""
+        raise TargetError(f"{self.target.label}: the process agent exited with status {status}{said}{hint}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,15 +402,13 @@ async def _ask_once(
     target: Target, args: list[str], events: str | tuple[str, ...], timeout: float, *, login: bool
 ) -> list[dict]:
     channel: Channel | None = None
-    output = bytearray()
     try:
         async with asyncio.timeout(timeout):  # opening the channel too: a link that hangs must not hang the caller
             channel = await open_program(
                 target, AGENT_SOURCE, args, name=AGENT_NAME, python=target.python, login=login
             )
             channel.write_eof()
-            while chunk := await channel.read():
-                output += chunk
+            output = await read_all(channel, REPLY_MAX_BYTES, f"{target.label}: the process agent")
             status = await channel.wait()
     except asyncio.TimeoutError:
         raise TargetError(f"{target.label}: the process agent did not answer in {timeout:g} s") from None
@@ -416,7 +416,7 @@ async def _ask_once(
         if channel is not None:
             channel.close()
             await reap(channel)
-    lines = [line for line in bytes(output).split(b"\n") if line.strip()]
+    lines = [line for line in output.split(b"\n") if line.strip()]
     stderr = getattr(channel, "stderr", "").strip()
     if status != 0:
         said = _safe(stderr.splitlines()[-1]) if stderr else "no message"

@@ -10,21 +10,20 @@ untrusted text from the target: shapes are checked and strings made safe for a t
 from __future__ import annotations
 
 import asyncio
-import codecs
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
 from console.config import Config
-from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu
+from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
 from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
-from console.remote.program import open_program, reap
-from console.remote.target import Target, TargetError
+from console.remote.program import BANNER_MAX_BYTES, open_program, reap
+from console.remote.target import LineReader, Target, TargetError
 
 AGENT_SOURCE = Path(agent.__file__).read_text()
 AGENT_NAME = agent.PROGRAM
@@ -37,7 +36,10 @@ FIRST_SAMPLE_S = 90.0
 #: GPU memory in use below this is the driver's own, not a context of the run.
 IDLE_GPU_MEMORY_MIB = 16
 MAX_TEXT = 1000
-MAX_LINE_BYTES = 4 << 20
+#: The longest line the agent sends (it trims its own lines to this); a longer one is refused.
+MAX_LINE_BYTES = agent.LINE_MAX_BYTES
+#: Lines in a row that are not samples before the agent is given up as broken (one is skipped with a problem).
+MAX_BAD_LINES = 100
 
 ProblemCallback = Callable[[str], None]
 
@@ -201,12 +203,15 @@ def _log(raw: object) -> LogStatus | None:
     if raw is None:
         return None
     log_field = _fields(_dict(raw, "log"), "the log")
+    exists = bool(log_field("exists"))
+    mode = _int(log_field("mode"), "the log's mode")
     return LogStatus(
         path=_safe(log_field("path")),
-        exists=bool(log_field("exists")),
+        exists=exists,
         size=_int(log_field("size"), "the log's size"),
         mtime=_present_number(log_field("mtime"), "the log's mtime"),
         inode=_int(log_field("inode"), "the log's inode"),
+        kind=file_kind(mode) if exists else "file",
     )
 
 
@@ -299,8 +304,9 @@ def gpu_processes_unseen(sample: Sample) -> bool:
 class Sampler:
     """Samples of the run on `target`, from one long-lived agent there.
 
-    `on_problem` hears about each line that was not a sample (it is skipped); why the agent
-    ended comes as the TargetError that ends the stream.
+    `on_problem` hears about each line that was not a sample (it is skipped; MAX_BAD_LINES in a
+    row end the stream); why the agent ended comes as the TargetError that ends the stream, as
+    does a line over MAX_LINE_BYTES or one that does not come in time.
     """
 
     def __init__(
@@ -334,37 +340,35 @@ class Sampler:
         channel = await open_program(
             self.target, AGENT_SOURCE, args, name=AGENT_NAME, python=self.target.python
         )
-        stale_s = max(STALE_MIN_S, 5 * interval_s)
-        wait_s = max(FIRST_SAMPLE_S, stale_s)
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        pending = ""
+        stale_s, first_s = _stale_s(interval_s), _first_line_s(interval_s)
+        lines = LineReader(channel, f"{self.target.label}: the sampling agent", MAX_LINE_BYTES)
+        bad_in_a_row = 0
         self.hello = None
         try:
-            while True:
+            # Each line within its time however it trickles in; the first also waits for the login shell.
+            while (raw := await lines.line(stale_s if self.hello else first_s)) is not None:
+                line = raw.decode("utf-8", "replace")
+                if self.hello is None:
+                    if lines.consumed > BANNER_MAX_BYTES:
+                        raise TargetError(
+                            f"{self.target.label}: over {BANNER_MAX_BYTES >> 10} KiB came before the sampling agent's "
+                            "hello; quiet what the login profile prints, or check [target] python"
+                        )
+                    self._greet(line)
+                    continue
                 try:
-                    async with asyncio.timeout(wait_s):
-                        chunk = await channel.read()
-                except asyncio.TimeoutError:
-                    raise TargetError(f"{self.target.label}: no sample from the agent for {wait_s:g} s") from None
-                if not chunk:
-                    break
-                pending += decoder.decode(chunk)
-                *lines, pending = pending.split("\n")
-                if lines:
-                    wait_s = stale_s
-                if len(pending) > MAX_LINE_BYTES:
-                    self._problem(f"agent line over {MAX_LINE_BYTES} bytes dropped")
-                    pending = ""
-                for line in lines:
-                    if self.hello is None:
-                        self._greet(line)
-                        continue
-                    try:
-                        sample = parse_line(line)
-                    except SampleError as exc:
-                        self._problem(f"agent sent a line that is not a sample ({exc}); skipped")
-                        continue
-                    yield sample
+                    sample = parse_line(line)
+                except SampleError as exc:
+                    bad_in_a_row += 1
+                    if bad_in_a_row >= MAX_BAD_LINES:
+                        raise TargetError(
+                            f"{self.target.label}: the sampling agent sent {bad_in_a_row} lines in a row "
+                            f"that are not samples (the last: {exc})"
+                        ) from None
+                    self._problem(f"agent sent a line that is not a sample ({exc}); skipped")
+                    continue
+                bad_in_a_row = 0
+                yield sample
             async with asyncio.timeout(stale_s):
                 status = await channel.wait()
         finally:
@@ -396,10 +400,25 @@ class Sampler:
             self.on_problem(text)
 
 
+def _stale_s(interval_s: float) -> float:
+    """No line for this long, once the agent has said hello, means the agent or the link is stuck."""
+    return max(STALE_MIN_S, 5 * interval_s)
+
+
+def _first_line_s(interval_s: float) -> float:
+    """How long the agent's first line may take: the login shell's start-up too."""
+    return max(FIRST_SAMPLE_S, _stale_s(interval_s))
+
+
 def _hint(status: int | None) -> str:
     if status == 127:
         return " (set [target] python to an interpreter that exists there)"
     return ""
+
+
+def sample_once_s(window_s: float) -> float:
+    """The most `sample_once` takes: the first line's wait (the login shell), the window, and a line's wait."""
+    return _first_line_s(window_s) + window_s + _stale_s(window_s)
 
 
 async def sample_once(
@@ -412,13 +431,21 @@ async def sample_once(
 ) -> tuple[Sample, Sample]:
     """Two samples `window_s` apart: the second has CPU% over that window (and, with
     `process_utilization`, each GPU's per-process SM %); `on_first` is given the first as soon as it
-    arrives (work that needs only it can start during the window). TargetError if the agent fails."""
+    arrives (work that needs only it can start during the window). TargetError if the agent fails, or
+    has not sent both within `sample_once_s(window_s)`, whatever it sends meanwhile."""
     sampler = Sampler(target, config)
     samples: list[Sample] = []
-    async for sample in sampler._samples(window_s, 2, process_utilization):
-        samples.append(sample)
-        if on_first is not None and len(samples) == 1:
-            on_first(sample)
+    deadline_s = sample_once_s(window_s)
+    try:
+        async with asyncio.timeout(deadline_s):
+            async for sample in sampler._samples(window_s, 2, process_utilization):
+                samples.append(sample)
+                if on_first is not None and len(samples) == 1:
+                    on_first(sample)
+    except TimeoutError:
+        raise TargetError(
+            f"{target.label}: the sampling agent sent {len(samples)} of 2 samples in {deadline_s:g} s"
+        ) from None
     if len(samples) < 2:
         raise TargetError(f"{target.label}: the sampling agent sent {len(samples)} of 2 samples")
     return samples[0], samples[1]

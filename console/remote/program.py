@@ -16,6 +16,9 @@ from console.remote.target import Channel, Target, TargetError
 
 #: How long closing waits for a program to be gone before leaving it to exit by itself.
 REAP_S = 5.0
+#: A login shell's profile may print before the program starts (a banner, conda's notices); a
+#: reader skips at most this much before the program's first line, then gives up on it.
+BANNER_MAX_BYTES = 64 << 10
 
 _BOOTSTRAP = (
     "import sys;n=int(sys.argv[1]);src=sys.stdin.buffer.read(n);del sys.argv[:2];"

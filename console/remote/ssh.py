@@ -14,6 +14,7 @@ the remote command: `close()` sends EOF on its stdin, and remote helpers exit on
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 import weakref
@@ -24,7 +25,7 @@ import asyncssh
 from asyncssh.encryption import get_default_encryption_algs
 
 from console.backoff import Backoff
-from console.config import TargetConfig
+from console.config import KNOWN_HOSTS_FILE, SSH_CONFIG_FILE, ConfigError, TargetConfig, read_regular_file
 from console.model import ConnectionState, ConnectionStatus
 from console.remote.shell import command_line, script_argv
 from console.remote.target import Channel, Target, TargetError, split_user
@@ -42,6 +43,8 @@ REFUSED_RETRY_MAX_S = 2.0
 """The longest wait between attempts while the host answers but refuses the port (sshd restarting):
 a refusal costs the host nothing, and the console must be back within this long of sshd."""
 STDERR_LIMIT = 1 << 20
+#: asyncssh's own default ssh_config, read when none is named.
+DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 CLOSE_TIMEOUT_S = 5.0
 """How long closing waits for the server to acknowledge before the connection is dropped."""
 
@@ -64,9 +67,15 @@ class _HostKeys:
         self.refusal: str | None = None
         """Why the last key was refused, for the operator."""
 
+    def check(self) -> None:
+        """ConfigError (one line) unless each file is missing or a regular file within its cap."""
+        for path in self.files:
+            read_regular_file(path, KNOWN_HOSTS_FILE, read=False, missing_ok=True)
+
     def match(self, host: str, addr: str, port: int | None):
         """asyncssh's known_hosts callback: the keys listed for this host (missing files are empty)."""
-        text = "".join(path.read_text() for path in self.files if path.is_file())
+        texts = (read_regular_file(path, KNOWN_HOSTS_FILE, missing_ok=True) for path in self.files)
+        text = "".join(data.decode("utf-8", "replace") for data in texts if data)
         result = asyncssh.import_known_hosts(text).match(host, addr, port)
         self.known = list(result[0])
         return result
@@ -175,7 +184,7 @@ class _Connection:
         self.keepalive_interval = keepalive_interval
         self.user, self.host = split_user(cfg.host or "")
         self.label = cfg.host or ""
-        self._config_paths = [cfg.ssh_config] if cfg.ssh_config else ()
+        self._config_paths = [Path(cfg.ssh_config).expanduser()] if cfg.ssh_config else ()
         """ssh_config files; () is asyncssh's default, ~/.ssh/config."""
         self.conn: asyncssh.SSHClientConnection | None = None
         self.slots = _ChannelSlots(max_channels)
@@ -194,8 +203,19 @@ class _Connection:
             target._set_state(self.state)
 
     async def _options(self) -> tuple[asyncssh.SSHClientConnectionOptions, _HostKeys]:
-        """Connection options from the ssh_config (read afresh, so fixes apply on the next attempt)."""
+        """Connection options from the ssh_config (read afresh, so fixes apply on the next attempt).
+
+        Each file asyncssh will read is checked first as the TOML config is (read_regular_file):
+        asyncssh would read a FIFO or /dev/zero forever, in a thread that Ctrl+C cannot stop.
+        """
         config = self._config_paths
+        try:
+            # asyncssh reads the default only when it is readable, a named one always.
+            default = [path for path in [DEFAULT_SSH_CONFIG.expanduser()] if os.access(path, os.R_OK)]
+            for path in config or default:
+                read_regular_file(path, SSH_CONFIG_FILE, read=False, missing_ok=not config)
+        except ConfigError as exc:
+            raise _Permanent(f"{self.label}: {exc}; fix the file") from None
         try:
             resolved = await asyncssh.SSHClientConnectionOptions.construct(
                 None, config=config, host=self.host, port=self.cfg.port or (), username=self.user or ()
@@ -210,6 +230,10 @@ class _Connection:
         else:
             files = [Path("~/.ssh/known_hosts").expanduser()]
         host_keys = _HostKeys(files, self.cfg.accept_new_host_key)
+        try:
+            host_keys.check()
+        except ConfigError as exc:
+            raise _Permanent(f"{self.label}: {exc}; fix the file") from None
         try:
             options = await asyncssh.SSHClientConnectionOptions.construct(
                 resolved,

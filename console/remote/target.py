@@ -2,12 +2,15 @@
 
 A Target hides the transport (this machine, or SSH) and the container layer. Observers,
 diagnosis and actions take a Target and never know which one they have.
+
+What a target sends is untrusted and read within bounds: `read_all` takes a command's whole
+output up to a size, `LineReader` its lines, each up to a size and within a time. Past a bound
+the output is refused with one line (OutputTooLong), never cut or dropped without a word.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import os
 import signal
 from abc import ABC, abstractmethod
@@ -21,6 +24,17 @@ from console.remote.shell import script_argv
 
 class TargetError(Exception):
     """A failure the operator must read: one line saying what happened and what to do."""
+
+
+class OutputTooLong(TargetError):
+    """A command sent more than its reader takes, in all or in one line: refused, not cut."""
+
+
+#: The most a command run to its end (`Target.run`) may print: Pulse's commands print kilobytes,
+#: the flight recorder's dumps megabytes; past this it is not their answer.
+RUN_OUTPUT_BYTES = 64 << 20
+#: The longest line `Target.stream` takes.
+STREAM_LINE_BYTES = 1 << 20
 
 
 def split_user(host: str) -> tuple[str | None, str]:
@@ -38,6 +52,91 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_status == 0
+
+
+def size_text(n: int) -> str:
+    """A byte count as it is read: 4 MiB, 64 KiB, 100 bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} bytes"
+
+
+class Readable(Protocol):
+    """Output that comes in chunks: a Channel, or a started process's output."""
+
+    async def read(self) -> bytes:
+        """The next chunk; b'' at the end."""
+
+
+async def read_all(source: Readable, limit: int, what: str) -> bytes:
+    """Everything `source` sends to its end; OutputTooLong ("`what` sent more than …") past `limit` bytes."""
+    out = bytearray()
+    while chunk := await source.read():
+        if len(out) + len(chunk) > limit:
+            raise OutputTooLong(f"{what} sent more than {size_text(limit)}")
+        out += chunk
+    return bytes(out)
+
+
+class LineReader:
+    """Whole lines of `source`, each at most `max_line` bytes, each waited for at most a given time.
+
+    A line past the bound is refused (OutputTooLong), never cut or dropped; a line that does not
+    end in time is a TargetError, however its bytes trickle in. It keeps its place: a wait given
+    up (a timeout, a cancel) loses nothing, and `rest()` is what came after the last line.
+    """
+
+    def __init__(self, source: Readable, what: str, max_line: int) -> None:
+        """`what` names the sender in the errors ("gpu-box: the sampling agent")."""
+        self.source = source
+        self.what = what
+        self.max_line = max_line
+        self.consumed = 0
+        """Bytes of the lines given so far, their ends included."""
+        self._buffer = bytearray()
+        self._scanned = 0
+        """How much of the buffer is known to hold no line end (a long line is searched once)."""
+        self._ended = False
+
+    async def line(self, timeout: float | None = None) -> bytes | None:
+        """The next line without its newline; None at the end of output (an unfinished line stays in `rest()`)."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._next()
+        except TimeoutError:
+            if self._buffer:
+                raise TargetError(
+                    f"{self.what} sent {size_text(len(self._buffer))} without a line end in {timeout:g} s"
+                ) from None
+            raise TargetError(f"{self.what} sent no line for {timeout:g} s") from None
+
+    def rest(self) -> bytes:
+        """What was read after the last line given, taken out of the reader."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        self._scanned = 0
+        return rest
+
+    async def _next(self) -> bytes | None:
+        while True:
+            end = self._buffer.find(b"\n", self._scanned)
+            if end > self.max_line or (end < 0 and len(self._buffer) > self.max_line):
+                raise OutputTooLong(f"{self.what} sent a line of more than {size_text(self.max_line)}")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                self._scanned = 0
+                self.consumed += end + 1
+                return line
+            self._scanned = len(self._buffer)
+            if self._ended:
+                return None
+            chunk = await self.source.read()
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._ended = True
 
 
 class Channel(Protocol):
@@ -88,23 +187,28 @@ class Target(ABC):
         """Start `script` under bash in the target's environment and return its channel."""
 
     async def run(
-        self, script: str, timeout: float, *, stdin: str | bytes | None = None, login: bool = True
+        self,
+        script: str,
+        timeout: float,
+        *,
+        stdin: str | bytes | None = None,
+        login: bool = True,
+        limit: int = RUN_OUTPUT_BYTES,
     ) -> CommandResult:
-        """Run a script to its end; TargetError on timeout (the command is stopped)."""
+        """Run a script to its end; TargetError on timeout, OutputTooLong past `limit` bytes of
+        output (the command is stopped either way)."""
         channel = await self.open(script, login=login)
-        stdout = bytearray()
 
-        async def collect() -> int | None:
+        async def collect() -> tuple[bytes, int | None]:
             if stdin is not None:
                 channel.write(stdin.encode() if isinstance(stdin, str) else stdin)
             channel.write_eof()
-            while chunk := await channel.read():
-                stdout.extend(chunk)
-            return await channel.wait()
+            stdout = await read_all(channel, limit, f"{self.label}: the command")
+            return stdout, await channel.wait()
 
         try:
             async with asyncio.timeout(timeout):
-                status = await collect()
+                stdout, status = await collect()
         except asyncio.TimeoutError:
             raise TargetError(f"{self.label}: command timed out after {timeout:g} s") from None
         finally:
@@ -112,22 +216,18 @@ class Target(ABC):
         return CommandResult(status, stdout.decode("utf-8", "replace"), getattr(channel, "stderr", ""))
 
     async def stream(self, script: str, *, stdin: str | bytes | None = None) -> AsyncIterator[str]:
-        """Lines of a long-running script's output (decoded, newline stripped) until it ends."""
+        """Lines of a long-running script's output (decoded, newline stripped) until it ends;
+        OutputTooLong for a line over STREAM_LINE_BYTES."""
         channel = await self.open(script)
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        pending = ""
+        lines = LineReader(channel, f"{self.label}: the command", STREAM_LINE_BYTES)
         try:
             if stdin is not None:
                 channel.write(stdin.encode() if isinstance(stdin, str) else stdin)
                 channel.write_eof()
-            while chunk := await channel.read():
-                pending += decoder.decode(chunk)
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    yield line
-            pending += decoder.decode(b"", final=True)
-            if pending:
-                yield pending
+            while (line := await lines.line()) is not None:
+                yield line.decode("utf-8", "replace")
+            if rest := lines.rest():
+                yield rest.decode("utf-8", "replace")
         finally:
             channel.close()
 
@@ -142,13 +242,9 @@ class _LocalChannel:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self._process = process
         self._stderr = bytearray()
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
-
-    async def _drain_stderr(self) -> None:
-        assert self._process.stderr is not None
-        while chunk := await self._process.stderr.read(65536):
-            if len(self._stderr) < 1 << 20:
-                self._stderr.extend(chunk)
+        assert process.stdout is not None and process.stderr is not None
+        self._stderr_task = asyncio.ensure_future(_drain(process.stderr, self._stderr))
+        self._discarding: asyncio.Task | None = None
 
     @property
     def pid(self) -> int:
@@ -180,6 +276,18 @@ class _LocalChannel:
         end_process_group(self._process)
         if self._process.stdin is not None and not self._process.stdin.is_closing():
             self._process.stdin.close()
+        # wait() ends only once every pipe has: what nobody reads any more is read and dropped (a
+        # reader left paused on a full buffer would never see the end of a command that flooded it).
+        if self._discarding is None:
+            assert self._process.stdout is not None
+            self._discarding = asyncio.ensure_future(_drain(self._process.stdout, None))
+
+
+async def _drain(stream: asyncio.StreamReader, kept: bytearray | None) -> None:
+    """Read `stream` to its end, keeping its first MiB in `kept` (None: nothing)."""
+    while chunk := await stream.read(65536):
+        if kept is not None and len(kept) < 1 << 20:
+            kept.extend(chunk)
 
 
 def end_process_group(process: asyncio.subprocess.Process, grace_s: float = _KILL_AFTER_S) -> None:
