@@ -782,7 +782,7 @@ class _Diagnosis:
         hidden = ev.terminal_only_progress
         if hidden is not None and self._busy() and not self._recorded():  # its log's silence says nothing: the processes do
             return self._progress_off_log(hidden, "the run is busy")
-        if self._silent() or self.silence.needs_stacks or ev.log_path is None or not ev.log_exists:
+        if self._silent() or self.silence.needs_stacks or not self._log_tells():
             return self._without_log_progress()
 
         if ev.rate_now is not None and ev.rate_baseline and ev.rate_now < self.slow_fraction * ev.rate_baseline:
@@ -957,12 +957,19 @@ class _Diagnosis:
             return f"quiet {format_duration(ev.log_silent_s)}"
         return self._log_state_text()
 
+    def _log_tells(self) -> bool:
+        """The log can show progress: configured, there, a file whose age was read."""
+        ev = self.ev
+        return ev.log_path is not None and ev.log_exists and ev.log_kind == "file" and ev.log_silent_s is not None
+
     def _log_state_text(self) -> str:
         ev = self.ev
         if ev.log_path is None:
             return "no log is configured"
         if not ev.log_exists:
             return f"its log {ev.log_path} does not exist"
+        if ev.log_kind != "file":
+            return f"its log {ev.log_path} is a {ev.log_kind}, not a file"
         return f"its log is {self._quiet_text()}"
 
     def _to_file(self, pids: set[int] | None = None) -> list[ProcessReading]:

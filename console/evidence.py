@@ -230,6 +230,9 @@ class RunLook:
         self.target, self.config, self.state = target, config, state
         self.looks = StackLooks()
         self._estimated_s: float | None = None
+        self.quiet = False
+        """The last verdict found the log quiet, no look at the stacks held yet: the floor is seconds
+        away, so a caller judges every second (not every CHEAP_DIAGNOSIS_S) until the look is due."""
 
     @property
     def usual_s(self) -> float | None:
@@ -244,7 +247,10 @@ class RunLook:
             return None, False
         self._estimated_s = evidence.log_write_interval_s if evidence.log_rhythm_estimated else None
         due = self.target is not None and self.looks.due(evidence, self.config)
-        return diagnose(self.looks.apply(evidence), self.config), due
+        held = self.looks.apply(evidence)
+        silence = Silence(evidence.log_silent_s, evidence.log_write_interval_s, override_s=self.config.stall.log_silent_s)
+        self.quiet = self.target is not None and not silence.progressing and not held.stacks and not due
+        return diagnose(held, self.config), due
 
     async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
         """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""

@@ -50,7 +50,8 @@ class Silence:
     override_s: float | None = None
     """`[stall] log_silent_s` / `--stall-after`: the stall limit, set by the operator."""
     grew: bool = False
-    """The log grew while it was being looked at (a sampling window)."""
+    """The log grew while it was being looked at: never stalled then, whatever its mtime says (a
+    file written from a host whose clock differs)."""
 
     @property
     def limit_s(self) -> float:
@@ -70,8 +71,9 @@ class Silence:
 
     @property
     def progressing(self) -> bool:
-        """The log wrote within its rhythm: evidence of progress."""
-        return self.grew or (self.silent_s is not None and self.silent_s < self.expected_gap_s)
+        """The log wrote within its rhythm: evidence of progress. By its last write's age alone: growth
+        seen over a window (the cheap verdict's spans ten seconds) may be older than the rhythm."""
+        return self.silent_s is not None and self.silent_s < self.expected_gap_s
 
     @property
     def needs_stacks(self) -> bool:

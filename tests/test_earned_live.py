@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -102,3 +104,28 @@ async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_pat
         assert "hung" in app.status_view(app.clock()).verdict
     await sources.target.close()
     assert judged_in < 15, f"hung after {judged_in:.1f} s"
+
+
+def test_a_check_whose_py_spy_is_denied_ptrace_says_so_and_names_the_fix(procs):
+    """Run as another user, py-spy may not attach: the verdict is not a guess but "unknown", with why
+    and what to change; an idle run quiet past its stall limit would still be hung by its CPU alone."""
+    folder = Path(tempfile.mkdtemp(prefix="pulse-ptrace-"))
+    folder.chmod(0o755)
+    try:
+        run = Run(procs, folder, "paced_buffered.py")
+        run.log.chmod(0o644)
+        config = folder / "check.toml"
+        config.write_text(f'[target]\npy_spy = "{PY_SPY}"\n')
+        config.chmod(0o644)
+        while not quiet_past_the_floor(run):
+            time.sleep(0.2)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        done = subprocess.run([*nobody, sys.executable, "-m", "console.cli", "check", str(config), "--json", *run.flags],
+                              cwd=ROOT, env={**os.environ, "HOME": str(folder)}, capture_output=True, text=True, timeout=60)
+        report = json.loads(done.stdout)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert (done.returncode, report["verdict"]) == (1, "unknown"), report["summary"]
+    assert "its stacks could not be taken" in report["summary"]
+    assert "ptrace was denied" in report["summary"] and "kernel.yama.ptrace_scope" in report["summary"]
+    assert "--cap-add SYS_PTRACE" in report["summary"]

@@ -80,7 +80,7 @@ async def _watch(config: Config) -> int:
             except TimeoutError:
                 pass
             watch.observe()
-            if loop.time() >= next_diagnosis:
+            if loop.time() >= next_diagnosis or look.quiet:  # each second while a quiet log nears the floor
                 next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
                 try:
                     verdict = await watch.judge(look)

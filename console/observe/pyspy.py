@@ -414,7 +414,8 @@ _ADVICE = {
         "the process is gone, or py-spy runs in another PID namespace: use the PID as seen where py-spy runs"
     ),
     "permission_denied": (
-        "ptrace was denied: run py-spy as root; in docker add --cap-add SYS_PTRACE; "
+        "ptrace was denied: run py-spy as root, or allow it (sysctl kernel.yama.ptrace_scope=0); "
+        "in docker add --cap-add SYS_PTRACE; "
         "LXC/AppArmor may deny it anyway, then run py-spy on the host with the host PID"
     ),
     "not_found": "py-spy is not installed on the target: `pip install py-spy` there, or set target.py_spy to its path",

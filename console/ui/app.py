@@ -302,7 +302,9 @@ class PulseApp(ThemedApp):
     def _tick(self) -> None:
         if self.watch is not None:
             self.watch.observe()
-        if not self._judged:  # a console opened on a run judges it once two samples are in, not 5 s later
+        # Judged each second, not every CHEAP_DIAGNOSIS_S, until the first verdict (a console opened on a
+        # run judges it once two samples are in) and while a quiet log nears the floor (its look is due then).
+        if not self._judged or self.look.quiet:
             self.cheap_diagnosis()
         # Samples arriving each second draw what log lines changed (throughput) in their own frame:
         # the tick draws it only when none came, so a watched run costs one frame a second, not two.

@@ -28,6 +28,7 @@ from benchlib import poll, writer
 from benchlib.apps import PING_EVERY_S, SIZE
 from benchlib.stats import summary
 from benchlib.world import REPO_ROOT, STOPPING_RUN, TWO_RANK_HANG, World, config_to_spec, stop_process, wait_for
+from console.stall import QUIET_FLOOR_S
 
 BENCH_SCRIPT = REPO_ROOT / "scripts" / "bench.py"
 WRITER = [sys.executable, str(Path(writer.__file__))]
@@ -378,6 +379,9 @@ def run_start(world: World, quick: bool) -> dict:
 
 
 def run_diagnosis(world: World, quick: bool) -> dict:
+    """Key d in the console over the test sshd, then a plain `pulse check` on this machine, on a
+    two-rank hang quiet past the floor: the default path (no [stall] log_silent_s), so every rank is
+    dumped and recorded."""
     log = world.dir / "hung.log"
     tag = f"pulse-bench-hung-{os.getpid()}"
     launcher, rank = TWO_RANK_HANG
@@ -386,11 +390,27 @@ def run_diagnosis(world: World, quick: bool) -> dict:
         hung = world.spawn(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
         # No GPUs: the stand-in's GPUs are the demo trainer's, busy with no PID of this run.
-        config = world.log_config("clean", log, rf"--tag {tag}\b", stall_s=1.0, gpu_source="none")
-        spec = {"config": config_to_spec(config), "silent_s": 1.2, "repeats": 1 if quick else 5}
-        return child(world, "diagnosis", spec)
+        config = world.log_config("clean", log, rf"--tag {tag}\b", stall_s=None, gpu_source="none")
+        spec = {"config": config_to_spec(config), "silent_s": QUIET_FLOOR_S + 0.5, "repeats": 1 if quick else 5}
+        out = child(world, "diagnosis", spec)
+        out["check"] = time_check(world, log, rf"--tag {tag}\b", 1 if quick else 5)
+        return out
     finally:
         stop_process(hung)
+
+
+def time_check(world: World, log: Path, match: str, repeats: int) -> dict:
+    """`pulse check CONFIG --json` as typed (no threshold flag), run `repeats` times: its wall time and verdicts."""
+    config = world.dir / "check.toml"
+    config.write_text(f'[target]\npy_spy = "{Path(sys.executable).with_name("py-spy")}"\n')
+    argv = [sys.executable, "-m", "console.cli", "check", str(config), "--json", "--log", str(log), "--match", match]
+    times, verdicts = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        times.append((time.perf_counter() - started) * 1000)
+        verdicts.append(json.loads(done.stdout)["verdict"] if done.stdout.strip() else f"exit {done.returncode}: {done.stderr.strip()[-200:]}")
+    return {"wall_ms": summary(times), "verdicts": verdicts}
 
 
 # -- 8. silence ------------------------------------------------------------------------------

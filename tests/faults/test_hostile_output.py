@@ -274,9 +274,12 @@ def test_a_device_or_a_fifo_as_the_log_is_named_in_the_verdict(tmp_path: Path, l
         os.mkfifo(log)
     seen = in_namespace(scene_cli, folder=str(tmp_path), argv=["check", "--match", "{tag}", "--log", log, "--json"])
     report = json.loads(seen["out"])
-    assert report["verdict"] not in ("hung", "healthy"), report
+    # The run is healthy (it writes its own log): not hung for a device's silence, and healthy only on
+    # the evidence of its stacks, which the log cannot give.
+    assert report["verdict"] == "healthy", report
+    assert report["summary"].startswith(f"its log {log} is a {kind}, not a file, but the run works: ")
     assert f"log {log} is a {kind}, not a file: its size and age say nothing of the run" in report["evidence"]
-    assert seen["rc"] == 1
+    assert seen["rc"] == 0
     assert_bounded(seen)
 
 
