@@ -9,6 +9,7 @@ Nothing here blocks; `on_change` is called after each update so a UI can repaint
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,9 @@ from console.state import RunState
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 15.0
 #: How long stop() waits for the sources to end after cancelling them.
 STOP_TIMEOUT_S = 10.0
+#: A progress bar redraws up to ten times a second: its redraws reach the screen at most this often
+#: (a person reads a couple a second; each one is a frame), the latest one always.
+PROGRESS_SHOWN_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,8 @@ class Monitor:
         """How many times the sampler had to be started again."""
         self._tasks: list[asyncio.Task] = []
         self._running = False
+        self._progress_shown_at = float("-inf")
+        self._progress_pending: asyncio.TimerHandle | None = None
         target.on_state(self._connection_changed)
 
     @property
@@ -81,6 +87,9 @@ class Monitor:
     async def stop(self) -> None:
         """Stop every source; their remote helpers are hung up and exit."""
         self._running = False
+        if self._progress_pending is not None:
+            self._progress_pending.cancel()
+            self._progress_pending = None
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -137,8 +146,16 @@ class Monitor:
         self._changed()
 
     def _progress(self, progress: ProgressLine | None) -> None:
+        """A bar's redraw is state, not news: held at once, shown with the next change (a sample, a
+        line) or PROGRESS_SHOWN_S after the last one shown, whichever comes first."""
         self.state.set_progress(progress)
-        self._changed()
+        if self._progress_pending is not None:
+            return
+        wait = self._progress_shown_at + PROGRESS_SHOWN_S - time.monotonic()
+        if wait <= 0 or progress is None:
+            self._changed()
+        else:
+            self._progress_pending = asyncio.get_running_loop().call_later(wait, self._changed)
 
     def _log_event(self, event: Event) -> None:
         ev = event.data.get("ev")
@@ -156,5 +173,10 @@ class Monitor:
         self._changed()
 
     def _changed(self) -> None:
+        # Every change is drawn from the state, the bar's latest redraw with it.
+        if self._progress_pending is not None:
+            self._progress_pending.cancel()
+            self._progress_pending = None
+        self._progress_shown_at = time.monotonic()
         if self.on_change is not None and self._running:
             self.on_change()

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO_ROOT), str(Path(__file__).resolve().parent)]
 
-PHASE_NAMES = ("poll", "tail", "flood", "idle", "memory", "start", "diagnosis", "silence", "fleet")
+PHASE_NAMES = ("poll", "tail", "flood", "idle", "logs", "memory", "start", "diagnosis", "silence", "fleet")
 #: The fleet runs only when named (--only fleet): its 256 simulated nodes run 256 agents on this
 #: machine, more than a small shared box has cores for.
 DEFAULT_PHASES = tuple(name for name in PHASE_NAMES if name != "fleet")

@@ -6,6 +6,7 @@ their PIDs and the SSH connections by sshd's, as an operator's network or OOM ki
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -137,3 +138,30 @@ async def test_over_ssh_a_lost_connection_is_shown_and_sampling_resumes(spawn, t
         await monitor.stop()
         await target.close()
     await until(lambda: pulse_helpers(name) == [], "the remote helpers to exit after stop()")
+
+
+async def test_a_bar_redrawn_ten_times_a_second_reaches_the_screen_at_most_twice_a_second(spawn, tmp_path: Path) -> None:
+    """A real tqdm bar (scripts/benchlib/writer.py hf) redrawn at 10 Hz into the log, followed for 3 s: its
+    redraws are held by the follower and by the monitor, so the console is woken and repaints a couple of
+    times a second (plus the samples), and what it shows at the end is the bar's latest redraw."""
+    name = unique_name()
+    log = tmp_path / "bar.log"
+    writer = Path(__file__).resolve().parents[1] / "scripts" / "benchlib" / "writer.py"
+    bar = spawn([sys.executable, str(writer), "hf", str(log), "10", "30", f"--tag={name}"])
+    config = Config(run=RunConfig(log=str(log)), gpus=GpuConfig(source="none", poll_s=60.0))
+    state, changes = RunState(), []
+    monitor = await watch(config, LocalTarget(), state, changes)
+    try:
+        await until(lambda: state.progress is not None, "the bar's first redraw")
+        seen, changes[:] = [], []
+        for _ in range(30):
+            seen.append(state.progress.text)
+            await asyncio.sleep(0.1)
+        assert len(set(seen)) >= 5  # the bar moved
+        assert len(changes) <= 9, f"{len(changes)} repaints in 3 s of a bar redrawn 30 times"
+        bar.kill()
+        bar.wait()
+        last = log.read_bytes().rsplit(b"\r", 1)[-1].decode().strip()
+        await until(lambda: state.progress.text.strip() == last, "the bar's last redraw, held no longer than half a second")
+    finally:
+        await monitor.stop()

@@ -66,6 +66,8 @@ STAT_EVERY_S = 1.0
 BATCH_S = 0.02
 #: Held frames go out at once past this many bytes of the file (a flood is not held back).
 HOLD_BYTES = CHUNK
+#: How long bytes that only redraw a progress bar wait for more before they go (see Output.frame).
+REDRAW_HOLD_S = 0.5
 
 # inotify event bits (linux/inotify.h).
 IN_MODIFY = 0x002
@@ -99,21 +101,29 @@ class Output:
         self.held = []
         self.held_bytes = 0
         self.held_since = 0.0
+        self.held_line = False
 
     def frame(self, header, payload=b"", written_at=None):
-        """Write a frame, or hold it; `written_at` (a data frame's mtime) gives its `age` when it is written."""
+        """Write a frame, or hold it; `written_at` (a data frame's mtime) gives its `age` when it is written.
+
+        Without `hold_s`, a frame goes at once, but bytes that only redraw a progress bar (no line
+        end) wait up to REDRAW_HOLD_S for more: a bar redrawn ten times a second costs the reader
+        two wake-ups a second, and a line that comes meanwhile takes them along at once."""
         if not self.held:
             self.held_since = time.monotonic()
+            self.held_line = False
         self.held.append((header, payload, written_at))
         self.held_bytes += len(payload)
-        if self.hold_s <= 0 or self.held_bytes >= HOLD_BYTES:
+        self.held_line = self.held_line or header.get("ev") != "data" or b"\n" in payload
+        if self.held_bytes >= HOLD_BYTES or (self.hold_s <= 0 and self.held_line):
             self.flush()
 
     def due_in(self):
         """Seconds until the held frames must go (None: none held)."""
         if not self.held:
             return None
-        return max(0.0, self.held_since + self.hold_s - time.monotonic())
+        hold = self.hold_s if self.hold_s > 0 else (0.0 if self.held_line else REDRAW_HOLD_S)
+        return max(0.0, self.held_since + hold - time.monotonic())
 
     def flush(self, due_only=False):
         if not self.held or (due_only and self.due_in() > 0):

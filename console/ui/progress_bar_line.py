@@ -52,4 +52,4 @@ class ProgressBarLine(Static):
         self.set_class(view.text is not None or view.terminal_only is not None, "-shown")
         self.set_class(view.text is None and view.terminal_only is not None, "-terminal-only")
         if line != self.content:
-            self.update(line)
+            self.update(line, layout=False)  # one row, always: a redraw never changes its size

@@ -28,6 +28,7 @@ from benchlib import poll, writer
 from benchlib.apps import PING_EVERY_S, SIZE
 from benchlib.stats import summary
 from benchlib.world import REPO_ROOT, STOPPING_RUN, TWO_RANK_HANG, World, config_to_spec, stop_process, wait_for
+from console.config import Config, RunConfig
 from console.stall import QUIET_FLOOR_S
 
 BENCH_SCRIPT = REPO_ROOT / "scripts" / "bench.py"
@@ -258,6 +259,68 @@ def terminal_idle(terminal: Terminal, seconds: float, ready: bytes | None = None
         while time.perf_counter() - started < seconds and terminal.read(0.1):
             terminal.seen.clear()
         return round((procs.cpu_s(terminal.process.pid) - before) / (time.perf_counter() - started) * 100, 3)
+    finally:
+        terminal.close()
+
+
+# -- 4b. logs as frameworks write them ------------------------------------------------------
+
+#: Shape → redraws or lines a second: what the console watches in the `logs` phase (writer.py's modes).
+LOG_SHAPES = {"hf": 10.0, "lightning": 10.0, "nccl": 1.0, "stamped": 1.0}
+#: The console's process tree by part (a local target: the agents are its children).
+TREE_PARTS = {"sampling agent": "pulse-agent", "log follower": "pulse-follow", "process agent": "pulse-process"}
+
+
+def run_logs(world: World, quick: bool) -> dict:
+    """The console on this machine watching each log shape for a fixed window, its whole process tree
+    (the console, its sampling agent and log follower, any helper) against `tail -F` of the same log
+    in the same terminal size, side by side in one run."""
+    seconds = 10 if quick else 30
+    out = {}
+    for shape, rate in LOG_SHAPES.items():
+        log = world.dir / f"shape-{shape}.log"
+        writer = world.spawn([*WRITER, shape, str(log), f"{rate:g}", str(seconds + 40)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            if not wait_for(lambda: log.exists() and log.stat().st_size > 0, 30):
+                raise RuntimeError(f"the {shape} writer wrote nothing in 30 s")
+            config = Config(run=RunConfig(name=f"bench-{shape}", log=str(log), match=rf"writer\.py {shape} "),
+                            audit_log=str(world.dir / "audit.jsonl"), source="scripts/bench")
+            console = console_tree_in_terminal(world, config, seconds)
+            tail = tree_idle(Terminal(["tail", "-F", str(log)], dict(os.environ), spawn=world.spawn), seconds)
+        finally:
+            stop_process(writer)
+        out[shape] = {"rate_per_s": rate, "console": console, "tail_F": tail,
+                      "ratio": round(console["total"] / tail["total"], 1) if tail["total"] else None}
+    return out
+
+
+def console_tree_in_terminal(world: World, config: Config, seconds: float) -> dict:
+    """The console's whole process tree's CPU (% of one core, by part) drawing into a pseudo-terminal."""
+    spec_path, result_path = world.dir / "logs-terminal-spec.json", world.dir / "logs-terminal-result.json"
+    spec_path.write_text(json.dumps({"config": config_to_spec(config)}))
+    env = {**os.environ, "TEXTUAL_ANIMATIONS": "none", "HOME": str(world.dir / "home-clean")}
+    argv = [sys.executable, str(BENCH_SCRIPT), "--child", "terminal", str(spec_path), str(result_path)]
+    return tree_idle(Terminal(argv, env, spawn=world.spawn), seconds, ready=b"1 alive")
+
+
+def tree_idle(terminal: Terminal, seconds: float, ready: bytes | None = None) -> dict:
+    """CPU (% of one core) of the process tree on `terminal` over `seconds`, by TREE_PARTS, 2 s after
+    it drew `ready` (after it started when None); what it draws is read and dropped."""
+    from benchlib import procs
+
+    try:
+        if ready is not None and terminal.until(ready, terminal.started + 60) is None:
+            raise RuntimeError(f"nothing drawn in the terminal: {bytes(terminal.seen[-300:])!r}")
+        warm_until = time.perf_counter() + 2
+        while time.perf_counter() < warm_until and terminal.read(0.1):
+            pass
+        before, started = procs.tree_cpu(terminal.process.pid, TREE_PARTS), time.perf_counter()
+        while time.perf_counter() - started < seconds and terminal.read(0.1):
+            terminal.seen.clear()
+        spent = procs.cpu_delta(before, procs.tree_cpu(terminal.process.pid, TREE_PARTS))
+        elapsed = time.perf_counter() - started
+        return {part: round(cpu / elapsed * 100, 3) for part, cpu in spent.items()}
     finally:
         terminal.close()
 

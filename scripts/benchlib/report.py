@@ -16,6 +16,7 @@ GOALS = (
     ("idle_cpu_pct", "Idle console CPU, % of one core (8 GPUs at 1 Hz, drawing into a 120×40 pty as top and btop do)", "<", 1.0),
     ("idle_remote_cpu_pct", "Idle remote CPU, % of one core (agent + follower + sshd)", "<", 0.5),
     ("memory_heap_growth_mib_per_hour", "Memory growth of the real console over SSH: its heap (Python's objects and malloc's chunks in use), second half of a fixed window, least squares (MiB per hour)", "<", 1.0),
+    ("logs_bar_vs_line_ratio", "Console's whole process tree watching a tqdm bar redrawn 10×/s (HF Trainer, Lightning: the worse) ÷ watching one line a second", "<=", 1.5),
     ("start_ms", "pulse demo → first full frame, median (ms)", "<", 500),
     ("diagnosis_ms", "Key d → verdict on screen on a two-rank hang quiet past the floor, default path (every rank dumped and recorded), median (ms)", "<", 3000),
     ("check_ms", "pulse check (a whole process, as typed) on the same hang, median (ms)", "<", 3000),
@@ -96,6 +97,10 @@ def headline(phases: dict) -> dict:
     # Kept for readers of earlier runs: an hour is not watched, and buffers are not all full.
     out["memory_growth_last_hour_mib"] = None
     out["memory_growth_after_full_mib_per_hour"] = None
+    bars = [_get(phases, "logs", shape, "console", "total") for shape in ("hf", "lightning")]
+    out["logs_bar_cpu_pct"] = _worst(bars, max)
+    out["logs_line_cpu_pct"] = _get(phases, "logs", "stamped", "console", "total")
+    out["logs_bar_vs_line_ratio"] = ratio(out["logs_bar_cpu_pct"], out["logs_line_cpu_pct"], 2)
     out["start_ms"] = _get(phases, "start", "full_frame_ms", "median")
     out["diagnosis_ms"] = _get(phases, "diagnosis", "key_to_verdict_ms", "median")
     out["check_ms"] = _get(phases, "diagnosis", "check", "wall_ms", "median")
@@ -275,6 +280,14 @@ def markdown(result: dict) -> str:
                             ("first_output_ms", "first output (alternate screen)"),
                             ("full_frame_ms", "first full frame (the first sample drawn: GPUs, processes)"),
                             ("first_log_line_ms", "first trainer log line drawn (the trainer writes it ~1.7 s after its start)"))])
+    if "logs" in p and "hf" in p["logs"]:
+        lines += ["", "## 4b. Logs as frameworks write them (this machine, a local target, 120×40 pseudo-terminal, % of one core)", ""]
+        lines += _table(["log", "redraws or lines a second", "console tree %", "console %", "sampling agent %", "log follower %",
+                         "tail -F %", "Pulse ÷ tail -F"],
+                        [[shape, _fmt(s["rate_per_s"]), _fmt(s["console"]["total"], 2), _fmt(s["console"]["other"], 2),
+                          _fmt(s["console"]["sampling agent"], 2), _fmt(s["console"]["log follower"], 2), _fmt(s["tail_F"]["total"], 2),
+                          _fmt(s["ratio"], 1) if s["ratio"] is not None else "tail -F under the clock's 10 ms tick"]
+                         for shape, s in p["logs"].items() if isinstance(s, dict) and "console" in s])
     if "diagnosis" in p and "key_to_verdict_ms" in p["diagnosis"]:
         d = p["diagnosis"]
         lines += ["", "## 7. Diagnosis (two-rank hang: tests/procs/torchrun + straggler_rank.py, key d → verdict screen)", ""]
