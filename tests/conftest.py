@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,15 @@ from tests.sshd import PidNamespace, SshServer, start_sshd
 #: PID can name a process of the machine's and whatever they leave dies with it. scripts/test runs
 #: pytest there as the child of tests/pid1.py, PID 1; anywhere else the session is refused up front
 #: (refused later, at a signal, the processes a test started would outlive it).
-OWN_PID_NAMESPACE = in_pid_namespace() and 1 in (os.getpid(), os.getppid())
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+# pytest is PID 1's child; a pytest-xdist worker is the child of that pytest.
+OWN_PID_NAMESPACE = in_pid_namespace() and (
+    1 in (os.getpid(), os.getppid()) or ("PYTEST_XDIST_WORKER" in os.environ and _parent_of(os.getppid()) == 1)
+)
 OUTSIDE_PID_NAMESPACE = (
     "the tests signal the processes they start, so they run only in a PID namespace of their own: "
     "run scripts/test, or put `unshare --pid --fork --mount-proc --kill-child python3 tests/pid1.py` before pytest"

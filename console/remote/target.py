@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -236,6 +237,8 @@ class Target(ABC):
 
 
 _KILL_AFTER_S = 2.0
+#: How long LocalTarget.close() waits for what it killed to be reaped.
+CLOSE_REAP_S = 5.0
 
 
 class _LocalChannel:
@@ -316,6 +319,20 @@ class LocalTarget(Target):
         super().__init__(container, python)
         self.label = "local" if container is None else f"local/{container.describe()}"
         self._set_state(ConnectionState(ConnectionStatus.CONNECTED))
+        self._processes: weakref.WeakSet[asyncio.subprocess.Process] = weakref.WeakSet()
+
+    async def close(self) -> None:
+        """End what this target started and still runs (a program that ignored its end of input and
+        SIGTERM, one whose reaping timed out), each by its process group, and reap it: none outlives
+        the event loop that owns its pipes."""
+        left = [process for process in self._processes if process.returncode is None]
+        for process in left:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if left:
+            await asyncio.wait([asyncio.ensure_future(process.wait()) for process in left], timeout=CLOSE_REAP_S)
 
     async def open(self, script: str, *, login: bool = True) -> Channel:
         # This machine's environment is the console's own: a login shell would only add the
@@ -331,4 +348,5 @@ class LocalTarget(Target):
             )
         except FileNotFoundError as exc:
             raise TargetError(f"local: {argv[0]} not found; install it or fix the container setting") from exc
+        self._processes.add(process)
         return _LocalChannel(process)
