@@ -52,6 +52,9 @@ class LineInfo:
     grad_norm: float | None = None
     mfu: float | None = None
     """Model FLOPs utilization as the log prints it: a percentage (nanoGPT, torchtitan) or, for composer, a fraction."""
+    continues: bool = False
+    """The line continues the block of the line before it in its stream (a traceback's frame, an
+    error's next message line, a C++ stack): set by LineReader, never by classify_line alone."""
 
     def as_json(self) -> dict:
         return {

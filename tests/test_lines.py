@@ -179,7 +179,7 @@ def test_torchrun_failures_log() -> None:
         "killed",  # exitcode: -9
         "traceback",
         "normal",
-        "traceback",  # [rank0]: torch.distributed.DistBackendError: NCCL error ...
+        "nccl_timeout",  # [rank0]: torch.distributed.DistBackendError: NCCL error ... unhandled system error
         "traceback",  # ChildFailedError:
         "killed",  # kernel OOM killer
         "killed",  # the shell's "Killed"

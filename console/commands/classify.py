@@ -1,6 +1,7 @@
 """`pulse classify [FILE] [--config CFG]`: log lines in, one JSON object per line out.
 
-The same path the console takes for every log line (bytes → sanitize → classify_line),
+The same path the console takes for every log line (bytes → sanitize → LineReader, which
+classifies each line and gives a line that continues a problem's block the block's kind),
 so it doubles as a way to test a config's [metrics] patterns against a real log.
 Output is flushed per chunk read, so it works at the end of a pipe (`tail -F log | pulse classify`).
 """
@@ -12,7 +13,7 @@ import json
 import sys
 from typing import BinaryIO
 
-from console.observe.lines import classify_line
+from console.observe.lines import LineReader
 from console.observe.textsafe import sanitize, split_lines
 from console.user_patterns import disabled_notices
 
@@ -46,6 +47,7 @@ def run_classify(args: argparse.Namespace) -> int:
 
 def _classify_stream(stream: BinaryIO, patterns) -> int:
     out = sys.stdout
+    reader = LineReader(patterns)
     rest = b""
     # A reader that goes away (`| head`) ends this with BrokenPipeError, which `pulse` turns into a quiet exit.
     while True:
@@ -54,18 +56,18 @@ def _classify_stream(stream: BinaryIO, patterns) -> int:
             break
         lines, rest = split_lines(rest + chunk)
         if lines:
-            out.write(_render(lines, patterns))
+            out.write(_render(lines, reader))
             out.flush()
     if rest:
-        out.write(_render([rest], patterns))
+        out.write(_render([rest], reader))
         out.flush()
     return 0
 
 
-def _render(lines: list[bytes], patterns) -> str:
+def _render(lines: list[bytes], reader: LineReader) -> str:
     """The lines as JSON; a config pattern disabled on the way (past its time budget) is said on stderr."""
     seen = len(disabled_notices())
-    text = "".join(json.dumps(classify_line(sanitize(raw)[0], patterns).as_json()) + "\n" for raw in lines)
+    text = "".join(json.dumps(reader.read(sanitize(raw)[0]).as_json()) + "\n" for raw in lines)
     for notice in disabled_notices()[seen:]:
         print(f"pulse classify: {notice}", file=sys.stderr, flush=True)
     return text

@@ -19,7 +19,7 @@ from console.backoff import Backoff
 from console.config import Config
 from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine, file_kind
 from console.observe import follow_agent, progress
-from console.observe.lines import classify_line
+from console.observe.lines import LineReader
 from console.observe.protocol import Hello, ProtocolError, check_hello
 from console.observe.textsafe import sanitize, sanitize_styled, split_lines
 from console.remote.program import open_program, reap
@@ -207,6 +207,8 @@ class LogFollower:
         self._partial = bytearray()
         self._skipping = False
         self._number = 0
+        self._reader = LineReader(config.metrics.patterns)
+        """Reads each line in the block it continues (a traceback's frames take its kind)."""
         self._slice_started = 0.0
         self._requested: tuple[int, int] = (0, 0)
         self._head = bytearray()
@@ -325,6 +327,7 @@ class LogFollower:
             self._open(header)
         elif ev in ("truncated", "rotated", "replaced"):
             self._end_of_file()
+            self._reader.clear()
             self._report_progress(time.monotonic())
             if ev == "truncated":
                 self._received = 0
@@ -439,7 +442,7 @@ class LogFollower:
 
     def _line(self, raw: bytes, now: float, *, cut: bool = False) -> LogLine:
         text, shortened, sgr = sanitize_styled(raw, self.max_line_bytes)
-        info: LineInfo = classify_line(text, self.config.metrics.patterns)
+        info: LineInfo = self._reader.read(text)
         self._number += 1
         return LogLine(self._number, text, info, cut or shortened, now, sgr)
 

@@ -1,10 +1,12 @@
-"""What one (already sanitized) log line says: its kind and the metrics it states.
+"""What one (already sanitized) log line says: its kind and the metrics it states (pure).
 
-Runs on every log line, so ordinary lines must cost little: a cheap pre-check
-decides whether any kind rule or metric rule can apply before the real ones run.
-Built in: the formats of HF Trainer, tqdm and Lightning bars, Megatron-LM,
-torchtitan, nanoGPT, DeepSpeed and plain `step N | loss X | 14.2K tok/s` lines.
-Extra patterns from the run's config are applied after the built-ins and win.
+classify_line reads one line; LineReader reads a log's lines in order and gives a line that
+continues a problem's block (a traceback's frames, an error's message, a C++ stack) the block's
+kind. Runs on every log line, so ordinary lines must cost little: the gates that can open on a
+line depend on its words only, and are worked out once per line shape (its digits made 0).
+Metrics are read by structure (keys and values, numbers and units, `N/M` pairs, bracketed
+counters, bars), not by a pattern per framework. Extra patterns from the run's config are applied
+after the built-ins and win.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ _NORMAL = LineInfo()
 
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+"
 _NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)\b"
+# A stream's prefix before a line: torchrun's `[rank0]:`, mpirun's `[1,0]<stderr>:`, Ray's and vLLM's
+# `(EngineCore pid=104) `, a captured `stderr: ` (LineReader reads each such stream on its own).
+_STREAM_PREFIX = (
+    r"(?:\[(?:default|rank)\d+\]:\s*|\[\d+(?:,\d+)?\]<std(?:out|err)>:\s*"
+    r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): )?"
+)
 
 
 class _KindRule:
@@ -51,9 +59,10 @@ _KIND_RULES = (
         # each alternative below holds one of these, so the gate skips nothing the regex finds;
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
-         "oom when allocating", "defaultcpuallocator", "error_outofmemory"),
+         "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
+        r"|cuda_error_out_of_memory"
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
         r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
@@ -67,9 +76,13 @@ _KIND_RULES = (
     _KindRule(
         LineKind.CUDA_ERROR,
         ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image",
-         "nvidia driver"),
+         "nvidia driver", "hip error"),
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
-        r"|illegal instruction|cublas_status_(?!success)\w+|cudnn_status_(?!success)\w+|\bxid\b|fallen off the bus"
+        r"|illegal instruction|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
+        # the driver API's status (CUDA_ERROR_ILLEGAL_ADDRESS), a glog CHECK that a CUDA call failed
+        # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
+        r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
+        r"|error code \d+: cuda runtime|\bhip error\b"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
         r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
         # no usable GPU: a driver too old, missing or failing to start
@@ -85,6 +98,10 @@ _KIND_RULES = (
         ("nccl", "collective operation", "heartbeat", "checktimeout"),
         r"collective operation timeout|heartbeat monitor timed out|\bchecktimeout\b"
         # atomic: commit to the first "nccl", so a line full of them stays linear
+        r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
+        # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
+        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|completion|proxy|ibv_\w+)\b)"
+        r"(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err)\b)"
         r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|watchdog"
         # the watchdog's last words before it ends the process
         r"|taking the entire process down)",
@@ -92,21 +109,23 @@ _KIND_RULES = (
     ),
     _KindRule(
         LineKind.NAN,
-        ("nan", "inf", "non-finite", "loss scale"),
+        ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
         rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?{_NONFINITE}|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
-        r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite)?)\b"
+        r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
         r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
         # fp16 loss scaling gave up: every step overflowed down to the smallest scale (fatal, unlike one skip)
-        r"|minimum loss scale reached|loss scale already at minimum",
+        r"|minimum loss scale reached|loss scale already at minimum"
+        # Keras's TerminateOnNaN stopping the run
+        r"|invalid loss, terminating training",
         lower=True,
-        word=r"(?:nan|inf)(?![a-z_])|non-finite|loss scale",
+        word=r"(?:nan|inf)(?![a-z_])|non-finite|loss scale|invalid loss",
     ),
     _KindRule(
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
-         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at"),
+         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
@@ -115,36 +134,69 @@ _KIND_RULES = (
         # the shell's report of a job that a signal ended ("已杀死" is "Killed" in a zh_CN locale)
         r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死"
         # Slurm ending a job or step (time limit, preemption, scancel)
-        r"|\*\*\* (?:JOB|STEP) [\d.]+ (?:ON \S+ )?CANCELLED AT\b",
+        r"|\*\*\* (?:JOB|STEP) [\d.]+ (?:ON \S+ )?CANCELLED AT\b"
+        # MPICH's box around a rank that died (its `EXIT CODE: 9` is the signal)
+        r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
+        # Ray: the task's worker died before it ran
+        r"|\bwas cancelled before it started running\b",
         lower=False,
     ),
     _KindRule(
         LineKind.TRACEBACK,
-        ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python"),
+        ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python", "process ",
+         "call stacks", "stack trace for"),
         r"Traceback \(most recent call last\)|Exception in thread\b|\bterminate called (?:after|without)\b"
         r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
+        # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
+        # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
+        rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
+        # torchrun's agent: a worker that exited with an error (a signal is `killed`, above)
+        r"|\bfailed \(exitcode: [1-9]\d*\)"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
         # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
-        r"|^[\s>]*(?:[A-Z][a-z]{2} +\d+ [\d:]+ +)?(?:\[(?:default|rank)\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
-        r"(?:Error|Exception|Interrupt|Failed)(?: \(see above for traceback\))?(?::|$)",
+        rf"|^[\s>]*(?:[A-Z][a-z]{{2}} +\d+ [\d:]+ +)?{_STREAM_PREFIX}(?:(?:ERROR|CRITICAL) [^\]]{{0,60}}\] )?"
+        r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failed)(?:\([A-Za-z_]\w*\))?"
+        r"(?: \(see above for traceback\))?(?::|$)",
         lower=False,
     ),
     _KindRule(
         LineKind.WARNING,
-        ("warn", "[w", "w0", "w1", "overflow", ": w "),  # w0, w1: glog's `W1023 10:15:43.123 ...`
+        ("warn", "[w", "w0", "w1", "overflow", ": w ", "were not", "recommended minimum"),  # w0, w1: glog's `W1023 10:15:43.123 ...`
         # TensorFlow's C++ log writes `<time>: W path.cc:12] ...`
-        r"Warning\b|\bwarning:|WARN(?:ING)?\b|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|\d: W [\w/.-]+:\d+\]"
+        r"Warning\b|\bwarning:|WARN(?:ING)?\b|<warn>|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|\d: W [\w/.-]+:\d+\]"
         # fp16 loss scaling skipped a step and halved the scale: routine early in training
-        r"|OVERFLOW!|[Gg]radient overflow",
+        r"|OVERFLOW!|[Gg]radient overflow"
+        # what transformers and accelerate log at warning level, printed without the level
+        r"|\bwere not used when initializing\b|\bwere not initialized from the model checkpoint\b"
+        r"|\bis below the recommended minimum\b",
         lower=False,
     ),
 )
 _KIND_RANK = {rule.kind: rank for rank, rule in enumerate(_KIND_RULES)}
 # Every rule's gate words, for one early exit on the common line that no rule can match.
 # "inf" has its own test: it is mostly the start of "INFO", which most logging lines hold.
-_GATE_WORDS = tuple(dict.fromkeys(word for rule in _KIND_RULES for word in rule.gate if word != "inf"))
+# Shorter words that hold several gates ("fail" is in "alloc_failed" and "launch failure") make the
+# list shorter: each word costs one `in` test on every line.
+_GATE_COVER = ("fail", "error", "kill", "warn", "out of", "exit", "oom", "stack", "dump", "fatal", "terminate")
+
+
+def _gate_words() -> tuple[str, ...]:
+    words = {word for rule in _KIND_RULES for word in rule.gate if word != "inf"} | set(_GATE_COVER)
+    return tuple(sorted(word for word in words if not any(other != word and other in word for other in words)))
+
+
+_GATE_WORDS = _gate_words()
+_GATE_SHAPES = tuple(dict.fromkeys(word.translate(str.maketrans("123456789", "000000000")) for word in _GATE_WORDS))
 
 # -- metrics -------------------------------------------------------------------
+#
+# Read by structure, never by a pattern per framework. A metric is a key and its value (`loss: 2.31`,
+# `lr=3e-4`, `'grad_norm': '0.27'`, `loss 2.31`, `Loss：1.98`, `lr=[5e-05]`), a number and its unit
+# (`14.2k tok/s`, `1.52s/it`, `454ms/step`, `405.65/s`), a unit used as a key (`tok/sec: 529,882`,
+# `s/batch 0.63`, `train_speed(iter/s): 0.056`), an `N/M` pair after a step key, in brackets or before a
+# bar. Keys are found by `str.find` (a literal scan, far cheaper than a regex search) and their
+# values read at that spot; a line's several candidates for one metric are decided by the rules
+# docs/readme-parts/logread.md lists ("Which of several").
 
 _VALUE = rf"(?P<v>{_NUMBER})\s?(?P<x>[kmg](?![a-z]))?"
 _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9}
@@ -160,87 +212,176 @@ _VALUE_BEFORE_REVERSED = re.compile(
 )
 # How far before a unit its value may start.
 _VALUE_REACH = 40
-# A value written after a key, e.g. the `: 14,200` of `tps: 14,200`, the `)=491.55` of
-# `tgs (tokens/gpu/second)=491.55`, the `": "8.996"` of a JSON dict.
-_VALUE_AFTER = re.compile(rf"['\")]?\s*(?:[:=]\s*|\s+)['\"]?{_VALUE}")
-_KEY_FOLLOWS = re.compile(r"['\")]?\s*[:=]")
+# A value written after a key or a unit used as one: the `: 14,200` of `tps: 14,200`, the `)=491.55`
+# of `tgs (tokens/gpu/second)=491.55`, the `": "8.996"` of a JSON dict, the `：1.98` of `Loss：1.98`.
+_VALUE_AFTER = re.compile(rf"['\")]{{0,2}}\s*(?:[:=：]\s*|\s+)['\"]?{_VALUE}")
+_KEY_FOLLOWS = re.compile(r"['\")]{0,2}\s*[:=：]")
 # What may follow a unit whose value comes before it (`14.2k tok/s |`), not a key's (`tok/s: 14,200`).
 _UNIT_ENDS = frozenset(("", " ", "|", ",", ")", "]", ";"))
+# A key's value, non-finite ones included (a `nan` loss is read, so it is not taken from another key):
+# `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`.
+_KEYED_VALUE = re.compile(
+    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>{_NUMBER}|{_NONFINITE})(?![\d:])"
+)
+# The characters of a key (`train/loss`, `loss_cls`, `grad-norm`), and of a word (for boundaries).
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./-")
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+# Candidates looked at per metric: real lines state a metric once; a line built of
+# repeated keys must not cost more than a few lookups.
+_MAX_TRIES = 8
 
-# Rates: (gate, unit regex) where a number comes before the unit or a value after it.
+# -- rates: a number before its unit, or a unit used as a key with its value after it ---------------
 # Per-device rates (`Tokens/s/device:`, `tokens/gpu/sec`, `tokens_per_second_per_gpu:`) are
 # the rate the log gives: the operator's baseline is then per device too.
 _TOKEN_UNITS = (
     ("tok", re.compile(r"tok(?:en)?s?\s*/\s*(?:(?:gpu|device)\s*/\s*)?s(?:ec(?:ond)?)?\b(?:\s*/\s*(?:gpu|device)\b)?")),
-    ("tok", re.compile(r"tokens_per_sec(?:ond)?(?:_per_(?:gpu|device))?\b|tokens per second\b")),
+    ("tok", re.compile(r"tokens_per_sec(?:ond)?(?:_per_(?:gpu|device))?\b|tokens (?:per gpu )?per second\b")),
     ("tps", re.compile(r"\btps\b")),
+    ("tgs", re.compile(r"\btgs\b")),  # tokens per GPU per second
     ("wps", re.compile(r"\bwps\b")),  # fairseq: words (tokens) per second
+    ("words", re.compile(r"\bwords/s(?:ec)?\b")),
 )
 _SAMPLE_UNITS = (
-    ("currsamplespersec", re.compile(r"currsamplespersec")),  # DeepSpeed: the current rate, not the average
+    ("currsamplespersec", re.compile(r"currsamplespersec")),  # the current rate, before the running average
     ("samplespersec", re.compile(r"samplespersec")),
     ("sample", re.compile(r"samples?\s*/\s*s(?:ec(?:ond)?)?\b(?!\s*/)")),
     ("sample", re.compile(r"samples_per_sec(?:ond)?\b|samples per second\b")),
-    ("example", re.compile(r"examples/s\b")),  # HF datasets' progress bars
+    ("example", re.compile(r"examples?/s(?:ec)?\b")),
+    ("image", re.compile(r"\bimages?/s(?:ec)?\b")),
+    ("img", re.compile(r"\bimgs?/s(?:ec)?\b")),
+    ("seq", re.compile(r"\bseq(?:uence)?s?/s(?:ec)?\b")),
     ("record", re.compile(r"records?/s(?:ec(?:ond)?)?\b")),
+    ("ips", re.compile(r"\bips\b")),  # images (instances) per second: Paddle's `ips: 225.2 images/sec`
+    ("imps", re.compile(r"\bimps\b")),
 )
-# Serving engines print the prompt (prefill) rate beside the generation rate: generation is
-# the one that measures the run's work (tokens produced); a prefill-only line gives no rate.
-_GENERATION_RATE = re.compile(rf"gen(?:eration)? throughput(?: \(tokens?/s\))?:\s*(?P<v>{_NUMBER})")
-_PREFILL_ONLY = ("prompt throughput", "input throughput")
-# Seconds per batch, then samples a second: timm `Time: 0.316s,  405.65/s`, open_clip `Batch (t): 1.762s, 37194/s`.
-_BATCH_TIME_RATE = re.compile(rf"(?:batch \(t\)|\btime): (?P<t>{_NUMBER})s,?\s+(?P<v>{_NUMBER})/s\b")
-_ITERATIONS = re.compile(r"it/s\b")
-_SECONDS_PER_ITERATION = re.compile(r"s/it\b")
+# A rate whose key names the prompt (prefill, input) side of a serving engine: the generation rate
+# is the one that counts the work done.
+_PROMPT_SIDE = ("prompt", "prefill", "input")
+# Seconds per sample: HF datasets' `6.32s/ examples`.
 _SECONDS_PER_EXAMPLE = re.compile(rf"(?P<v>{_NUMBER})s/ examples")
-_STEPS_PER_SECOND = re.compile(rf"(?:steps_per_second|global_step/sec|\bups)['\"]?\s*[:=\s]\s*['\"]?(?P<v>{_NUMBER})")
-# Time per iteration, in the units the framework prints.
-_ITERATION_TIME = (
-    (re.compile(rf"elapsed time per iteration \(ms\):\s*(?P<v>{_NUMBER})"), 1e-3),  # Megatron
-    (re.compile(rf"elapsed time per iteration \(s\):\s*(?P<v>{_NUMBER})"), 1.0),
-    (re.compile(rf"iter time \(s\):\s*(?P<v>{_NUMBER})"), 1.0),  # DeepSpeed pipeline
-    (re.compile(rf"^iter \d+: loss .*?, time (?P<v>{_NUMBER})ms"), 1e-3),  # nanoGPT
-    (re.compile(rf"train_step_timing in s:\s*(?P<v>{_NUMBER})"), 1.0),  # NeMo
-    (re.compile(rf"\biter_time: (?P<v>{_NUMBER})s"), 1.0),  # YOLOX
-    (re.compile(rf"per-step time (?P<v>{_NUMBER})s"), 1.0),  # TF object detection
-    (re.compile(rf"\bdt: (?P<v>{_NUMBER})ms"), 1e-3),  # nanochat
-    (re.compile(rf"^completed step: \d+, seconds: (?P<v>{_NUMBER})"), 1.0),  # MaxText
-    (re.compile(rf"\beta: .*?\btime: (?P<v>{_NUMBER})"), 1.0),  # mmcv/mmengine, DINO's MetricLogger
+# A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
+# `steps_per_second': 1.76`, `Steps/Sec 3.2`, `train_speed(iter/s): 0.056`.
+_STEP_RATES = (
+    ("it/s", re.compile(r"(?<![a-z])it/s\b")),
+    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b")),
 )
-# Seconds per step before `/step`: Keras `454ms/step`, TF-slim `(17.053 sec/step)`, `2.900 sec/step`.
-_TIME_PER_STEP = re.compile(rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|sec)/step\b")
+_STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "steps/sec", "steps/s", "step/sec",
+                   "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
+# Time per step: a unit (`454ms/step`, `17.053 sec/step`, `0.63 s/batch`, `s/ba`) or a key whose value
+# is one step's time, explicit (`step_avg:258.57ms`, `elapsed time per iteration (ms): 4225.8`,
+# `per-step time 0.813s`, `train_step_timing in s: 0.031`) or plain (`time: 0.593`, `iter_time: 1.599s`,
+# `batch_cost: 0.28 s`, `dt: 989.44ms`): of the plain ones the longest is the step, the others its parts.
+_TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|sec)/(?:step|batch|ba|iter)\b")
+_UNIT_AS_KEY = re.compile(r"\b(?:s|sec)/(?:batch|step|iter)\b")
+_EXPLICIT_TIME_KEYS = ("step_avg", "time per iteration", "time per step", "per-step time", "step_time",
+                       "step time", "train_step_timing", "time/step", "step_timing", "time_per_step",
+                       "time_per_iteration")
+_PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iteration_time", "batch_time",
+                    "batch time", "batch (t)", "batch_cost", "avg_batch_cost", "dt", "train_time", "seconds")
+# The time keys' gate: a line holds one of these where it states a time per step.
+_TIME_GATE = ("tim", "dt", "cost", "step_avg", "seconds", "/step", "/ba", "/iter", "(t)")
+_TIME_VALUE = re.compile(
+    rf"(?P<k>\s*\((?P<ku>ms|us|s|sec)\))?(?: in (?P<ki>ms|s))?['\"]?\s*(?:[:=：]\s*|\s+)['\"]?"
+    rf"(?P<v>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?))(?![\d:])\s?(?P<u>ms|us|sec|s)?(?![a-z])"
+)
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
-_LOSS = re.compile(
-    rf"loss(?:/train/total)?['\"]?\s*(?:[:=]\s*|\s+(?:is\s+)?)['\"]?(?:tensor\()?(?P<v>{_NUMBER}|{_NONFINITE})"
-)
-_LOSS_PREFIXES = ("lm_", "train_", "train/", "avg_", "total_")
-# What makes `loss` part of another key unless a prefix above allows it (`eval_loss`, `val.loss`).
-_NOT_BEFORE_LOSS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./")
-# The value after a key found by `str.find` (a literal scan, far cheaper than a regex search
-# for a key without a literal prefix): `lr: 3e-4`, `'learning_rate': '4.9e-05'`, `lr=[5e-05]`.
-_KEYED_VALUE = re.compile(rf"['\"]?\s*(?:[:=]\s*|\s+)['\"]?\[?(?P<v>{_NUMBER})")
-_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-# The step: `step 7`, `step: 4`, `global_step=12`, `iter 1631:`, `iteration 122/ 250000`, `Step 00004/21400`.
-_STEP = re.compile(
-    r"(?<!\w)(?:global_step|step|iter(?:ation)?|steps(?=['\"]?\s*:))['\"]?\s*(?:[:=]\s*|\s+)?"
-    r"(?P<s>\d{1,3}(?:,\d{3})+|\d+)(?![\d.])(?:\s*/\s*(?P<t>\d{1,3}(?:,\d{3})+|\d+)\b)?"
-)
-# mmcv/mmengine, DINO, timm: `Epoch [1][1200/7517]`, `Epoch(train) [1][10/90]`, `Iter(train) [1520/2046]`,
-# `Epoch: [0/100]  [2240/2502]`, `Train: 0 [  50/10009 (  0%)]`: the step within the epoch (or run) and its total.
-_BRACKET_STEP = re.compile(
-    r"(?:epoch|iter|train: \d+)(?:\(train\))?:?\s*(?:\[\s*\d+(?:/\d+)?\]\s*)?\[\s*(?P<s>\d+)/(?P<t>\d+)(?:\]| \()"
-)
-# JAX/flax examples write metrics through clu: `logging_writer.py:35] [1000] steps_per_second=…`.
-_CLU_STEP = re.compile(r"logging_writer\.py:\d+\] \[(?P<s>\d+)\]")
-_FAIRSEQ_UPDATES = re.compile(r"num_updates['\"]?\s*[:=\s]\s*['\"]?(?P<s>\d+)")
-# A bar's `16/782 [` (tqdm, Keras), or Keras's `1079/1079 - 21s` at the start of a line.
-_PROGRESS_BAR = re.compile(r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d")
+# A `|`-separated field that is a duration alone (`| 8060.78ms |`): the time of the step the line counts.
+_DURATION_FIELD = re.compile(rf"\| (?P<v>\d+(?:\.\d+)?) ?(?P<u>ms) \|")
+# Samples per second after a step's time, unnamed: timm `Time: 0.316s,  405.65/s`, open_clip `37194/s`.
+_BARE_RATE = re.compile(rf"(?<![\w./])(?P<v>\d[\d,]*(?:\.\d+)?)/s\b")
 
-# Candidates looked at per metric: real lines state a metric once; a line built of
-# repeated units must not cost more than a few lookups.
-_MAX_TRIES = 8
+# -- loss, lr, grad norm ----------------------------------------------------------------------------
+# The parts of a loss key that make it the training loss (`train_loss`, `lm loss`, `loss/train/total`,
+# `reduced_train_loss`, `avr_loss`) or a validation one (`val_loss`, `ValLoss`, `eval_loss`); any other
+# part names a component (`loss_cls`, `nll_loss`, `box_loss`).
+_TRAIN_LOSS_WORDS = frozenset(("train", "training", "lm", "total", "avg", "avr", "average", "reduced", "mean",
+                               "overall", "step", "value", "running"))
+_EVAL_LOSS_WORDS = frozenset(("val", "valid", "validation", "eval", "test", "dev"))
+_KEY_PARTS = re.compile(r"[_./-]+")
+_QUALIFIERS = tuple(_TRAIN_LOSS_WORDS | _EVAL_LOSS_WORDS)
+_LR_KEYS = frozenset(("lr", "train_lr", "learning_rate", "train_learning_rate", "cur_lr", "current_lr"))
+_LR_GROUP = re.compile(r"lr_?\d+$")  # ESPnet's `lr_0`: the first parameter group's
+_GRAD_NORM_KEYS = frozenset(("grad_norm", "gradnorm", "grad-norm", "gnorm", "grad_norm_total", "total_grad_norm",
+                             "train/grad_norm", "gradient_norm"))
+
+# -- steps -------------------------------------------------------------------------------------------
+# Keys whose integer value is the step, the first of them on the line that gives one wins:
+# `global_step: 6200`, `num_updates 574`, `step 7`, `Step=340`, `iteration 122/ 250000`, `iter: 190/1051`,
+# `iters: 100`, `Batch 16/29316`, `steps: 20` (with its colon: `Total optimization steps = 782` is a plan).
+# A float (`global_step=208.0`) or a share (`steps:  38%`) is no step; an epoch is never one
+# (`Epoch 1/10`, `epoch: [1/50]`). clu's `] [1000] steps_per_second=…` opens its fields with the step.
+_STEP_KEYS = ("global_step", "num_updates", "step", "iteration", "iter", "iters", "batch", "steps")
+_STEP_VALUE = re.compile(
+    r"['\")]?\s*(?:[:=：]\s*|\s+)?['\"]?(?P<s>\d{1,3}(?:,\d{3})+|\d+)(?![\d.%])"
+    r"(?:\s*/\s*(?P<t>\d{1,3}(?:,\d{3})+|\d+)(?![\d.]))?"
+)
+# `global_step/max_steps: '5/3766'`: a pair of keys and a pair of values.
+_PAIR_KEY_VALUE = re.compile(r"/[a-z_]+['\"]?\s*[:=]\s*['\"]?(?P<s>\d+)/(?P<t>\d+)\b")
+# A bracketed counter `[ 40/5000000]`, `[1][640/1730]`, `[  50/10009 (  0%)]`: the last one is the step
+# (of the epoch, or the run); one keyed by `epoch` is the epoch.
+_BRACKET = re.compile(r"\[\s*(?P<s>\d+)/(?P<t>\d+)\s*(?:\]|\()")
+# A bar's `16/782 [` (tqdm, Keras), Keras's `1079/1079 - 21s` at the start of a line, tqdm's `0it [`.
+_PROGRESS_BAR = re.compile(
+    r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
+)
+_FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_]+[=:]")
+# A line that starts with its step as a column: `510 | loss 5.23 | …` (llama2.c).
+_LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
 
 _INT_METRICS = frozenset({"step", "total_steps"})
+
+# -- gates, by a line's shape ------------------------------------------------------------------------
+#
+# Which rules can apply to a line depends on the words it holds, never on its digits, so it is worked
+# out once per shape (the line with every digit made 0; a training log prints a few shapes over and
+# over) and kept: a bounded dict from shape to the bits of the gates that open on it.
+_SHAPE = bytes.maketrans(b"123456789", b"000000000")
+_SHAPE_TEXT = str.maketrans("123456789", "000000000")
+_MAX_SHAPES = 4096
+_SHAPES: dict[bytes, tuple[int, tuple[str, ...]]] = {}
+(_G_KIND, _G_TOKENS, _G_SAMPLES, _G_IT_RATE, _G_STEP_RATE, _G_TIMED, _G_LOSS, _G_LR, _G_LEARNING, _G_NORM, _G_MFU,
+ _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME) = (1 << n for n in range(16))
+
+
+def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
+    """The gates that open on a line of this shape, and the step keys it holds."""
+    bits = 0
+    if _may_have_kind(shape):
+        bits |= _G_KIND
+    if "tok" in shape or "tps" in shape or "wps" in shape or "tgs" in shape or "words/s" in shape:
+        bits |= _G_TOKENS
+    if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex")):
+        bits |= _G_SAMPLES
+    if "it/s" in shape or "s/it" in shape or "s / it" in shape:
+        bits |= _G_IT_RATE
+    if any(word in shape for word in ("ups", "per_second", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
+        bits |= _G_STEP_RATE
+    if _timed(shape):
+        bits |= _G_TIMED
+    for gate, word in ((_G_LOSS, "loss"), (_G_LR, "lr"), (_G_LEARNING, "learning"), (_G_NORM, "norm"),
+                       (_G_MFU, "mfu"), (_G_FIELDS, "] [")):
+        if word in shape:
+            bits |= gate
+    if "[" in shape and "/" in shape:
+        bits |= _G_BRACKET
+    if "/" in shape or "it [" in shape:
+        bits |= _G_BAR
+    if "| " in shape and shape[:1] in (" ", "0"):
+        bits |= _G_LEADING
+    if "tim" in shape or "ms |" in shape:
+        bits |= _G_STEP_TIME
+    return bits, tuple(key for key in _STEP_KEYS if key in shape)
+
+
+def _gates(low: str) -> tuple[int, tuple[str, ...]]:
+    key = low.encode("utf-8", "surrogatepass").translate(_SHAPE)
+    gates = _SHAPES.get(key)
+    if gates is None:
+        if len(_SHAPES) >= _MAX_SHAPES:
+            _SHAPES.clear()
+        gates = _SHAPES[key] = _shape_gates(low.translate(_SHAPE_TEXT))
+    return gates
+
 
 def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo:
     """The kind of one sanitized log line and the metrics it states.
@@ -249,8 +390,10 @@ def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo
     (`nan`) says it, and the series stay comparable.
     """
     low = text.lower()
-    kind = _kind(text, low)
-    metrics = _metrics(text, low)
+    gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
+    bits, step_keys = gates if gates is not None else _gates(low)
+    kind = _kind(text, low) if bits & _G_KIND else LineKind.NORMAL
+    metrics = _metrics(text, low, bits, step_keys)
     if patterns:
         metrics, nonfinite = _apply_patterns(text, patterns, metrics)
         if nonfinite and _KIND_RANK.get(kind, len(_KIND_RANK)) > _KIND_RANK[LineKind.NAN]:
@@ -261,8 +404,6 @@ def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo
 
 
 def _kind(text: str, low: str) -> LineKind:
-    if not _may_have_kind(low):
-        return LineKind.NORMAL
     for rule in _KIND_RULES:
         for word in rule.gate:
             if word in low:
@@ -272,105 +413,83 @@ def _kind(text: str, low: str) -> LineKind:
     return LineKind.NORMAL
 
 
-def _may_have_kind(low: str) -> bool:
-    """Whether any kind rule's gate opens on `low` (False for almost every line of a healthy run)."""
-    for word in _GATE_WORDS:
-        if word in low:
+def _may_have_kind(shape: str) -> bool:
+    """Whether any kind rule's gate opens on a line of this shape (its digits made 0: glog's `w1023`
+    gate is looked for as `w0`); False for almost every line of a healthy run."""
+    for word in _GATE_SHAPES:
+        if word in shape:
             return True
-    return low.count("inf") > low.count("info")
+    return shape.count("inf") > shape.count("info")
 
 
-def _metrics(text: str, low: str) -> dict | None:
+def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict | None:
     found: dict = {}
-    if "tok" in low or "tps" in low or "wps" in low or "throughput" in low:
+    if bits & _G_TOKENS:
         tokens = _tokens_per_s(low)
         if tokens is not None:
             found["tokens_per_s"] = tokens
-    if "sample" in low or "example" in low or "record" in low:
+    if bits & _G_SAMPLES:
         samples = _samples_per_s(low)
         if samples is not None:
             found["samples_per_s"] = samples
-    if "/s" in low and ("batch (t)" in low or "time:" in low):
-        match = _BATCH_TIME_RATE.search(low)
-        if match:
-            found["samples_per_s"] = _number(match["v"])
-            seconds = _number(match["t"])
-            if seconds > 0:
-                found["it_per_s"] = 1.0 / seconds
-    if "it_per_s" not in found and (
-        "/" in low or "tim" in low or "steps_per_second" in low or "ups" in low or "dt:" in low or "seconds:" in low
-    ):
-        iterations = _iterations_per_s(low)
+    if bits & (_G_IT_RATE | _G_STEP_RATE | _G_TIMED):
+        iterations = _iterations_per_s(low, bits)
         if iterations is not None:
             found["it_per_s"] = iterations
-    if "loss" in low:
+            _bare_samples(low, found)
+    if bits & _G_LOSS:
         loss = _loss(low)
         if loss is not None:
             found["loss"] = loss
-    if "lr" in low:
-        # `lr`, `train_lr`; not `base_lr` (the schedule's peak); `lrm` fails on what follows
-        lr = _keyed(low, "lr", ("train_",))
+    if bits & _G_LR:
+        lr = _lr(low)
         if lr is not None:
             found["lr"] = lr
-    if "learning" in low and "lr" not in found:
+    if bits & _G_LEARNING and "lr" not in found:
         lr = _keyed(low, "learning_rate", ("train_",)) or _keyed(low, "learning rate")
         if lr is not None:
             found["lr"] = lr
-    if "norm" in low:
-        grad_norm = _keyed(low, "norm", ("grad_", "grad ", "grad-", "g"), alone=False)
+    if bits & _G_NORM:
+        grad_norm = _grad_norm(low)
         if grad_norm is not None:
             found["grad_norm"] = grad_norm
-    if "mfu" in low:
-        mfu = _keyed(low, "mfu", ("/",))
+    if bits & _G_MFU:
+        mfu = _mfu(low)
         if mfu is not None and mfu >= 0:  # nanoGPT prints -100% before it has measured
             found["mfu"] = mfu
-    step = _step(text, low)
+    step = _step(text, low, "loss" in found, bits, step_keys)
     if step is not None:
-        found["step"] = int(step[0].replace(",", ""))
-        if step[1]:
-            found["total_steps"] = int(step[1].replace(",", ""))
+        found["step"] = step[0]
+        if step[1] is not None:
+            found["total_steps"] = step[1]
+        if "it_per_s" not in found and bits & _G_STEP_TIME:
+            seconds = _plain_step_time(low, timed_by_step=True)
+            if seconds and math.isfinite(seconds):
+                found["it_per_s"] = 1.0 / seconds
+                _bare_samples(low, found)
     total = sum(found.values())
     if total - total != 0:  # inf: `1e999 tok/s`, a number too large to be a reading
         found = {name: value for name, value in found.items() if math.isfinite(value)}
     return found or None
 
 
-def _step(text: str, low: str) -> tuple[str, str | None] | None:
-    """The step and its total (or None) the line states, from the most specific form it has."""
-    if "[" in low and ("epoch" in low or "iter" in low or "train:" in low):
-        match = _BRACKET_STEP.search(low)
-        if match:
-            return match["s"], match["t"]
-    if "num_updates" in low:
-        match = _FAIRSEQ_UPDATES.search(low)
-        if match:
-            return match["s"], None
-    if "logging_writer" in low:
-        match = _CLU_STEP.search(low)
-        if match:
-            return match["s"], None
-    if "step" in low or "iter" in low:
-        found = _step_word(low)
-        if found:
-            return found
-    if "/" in text:
-        match = _PROGRESS_BAR.search(text)
-        if match:
-            return (match["s"], match["t"]) if match["s"] else (match["ks"], match["kt"])
-    return None
+def _bare_samples(low: str, found: dict) -> None:
+    """A rate with no unit named after a step's time is its samples a second (timm, open_clip)."""
+    if "samples_per_s" not in found and "/s" in low and ("tim" in low or "(t)" in low):
+        bare = _BARE_RATE.search(low)
+        if bare:
+            found["samples_per_s"] = _number(bare["v"])
+
+
+# -- rates --------------------------------------------------------------------------------------------
 
 
 def _tokens_per_s(low: str) -> float | None:
-    if "throughput" in low:
-        match = _GENERATION_RATE.search(low)
-        if match:
-            return _number(match["v"])
-        if any(prefill in low for prefill in _PREFILL_ONLY):
-            return None
     at = low.find("tok/s")
     if at > 0 and low[at + 5 : at + 6] in _UNIT_ENDS:  # the common `13.7k tok/s |`, without a regex
         plain = _plain_number_at_end(low[max(0, at - _VALUE_REACH - 1) : at], whole_line=at <= _VALUE_REACH)
-        if plain is not None:
+        if plain is not None and ("put" not in low and "prompt" not in low and "prefill" not in low
+                                  or not _prompt_side(low, at)):
             return plain
     return _rate(_TOKEN_UNITS, low)
 
@@ -385,7 +504,8 @@ def _samples_per_s(low: str) -> float | None:
 
 
 def _rate(units: Sequence[tuple[str, re.Pattern]], low: str) -> float | None:
-    """The first rate stated with one of `units`: `14.2k tok/s`, `tokens/s: 14,200`, `tps: 14,200`."""
+    """The first rate stated with one of `units` (in their order): `14.2k tok/s`, `tokens/s: 14,200`,
+    `tps: 14,200`; not one whose key names a serving engine's prompt side."""
     for gate, unit in units:
         if gate not in low:
             continue
@@ -400,9 +520,18 @@ def _rate(units: Sequence[tuple[str, re.Pattern]], low: str) -> float | None:
                 value = _value_before(low, start)
             if value is None:
                 value = _scaled(_VALUE_AFTER.match(low, end))
-            if value is not None:
+            if value is not None and not _prompt_side(low, start):
                 return value
     return None
+
+
+def _prompt_side(low: str, at: int) -> bool:
+    """Whether the key just before `at` names a serving engine's prompt side (`Avg prompt throughput:
+    871.4 tokens/s`, `input throughput (token/s): 46.36`)."""
+    key = low[max(0, at - 32) : at]
+    cut = max(key.rfind(","), key.rfind("|"))
+    key = key[cut + 1 :]
+    return any(side in key for side in _PROMPT_SIDE)
 
 
 def _value_before(low: str, end: int) -> float | None:
@@ -452,53 +581,254 @@ def _scaled(match: re.Match | None) -> float | None:
     return value * _SUFFIX[match["x"]] if match["x"] else value
 
 
-def _iterations_per_s(low: str) -> float | None:
-    if "it/s" in low:
-        for match in islice(_ITERATIONS.finditer(low), _MAX_TRIES):
-            value = _value_before(low, match.start())
+def _iterations_per_s(low: str, bits: int) -> float | None:
+    """Steps a second: the bar's own rate (`it/s`, `s/it`), then a rate keyed as one (`ups`,
+    `global_step/sec`), then an explicit time per step (`454ms/step`, `step_avg`, `time per
+    iteration (ms)`), then the longest plain time of a step (`time:`, `iter_time:`, `batch_cost:`)."""
+    for gate, unit in _STEP_RATES if bits & _G_IT_RATE else ():
+        if gate in low or (gate == "s/it" and "s / it" in low):
+            for match in islice(unit.finditer(low), _MAX_TRIES):
+                value = _value_before(low, match.start())
+                if value:
+                    if gate == "it/s":
+                        return value
+                    return 1.0 / (value * 1e-3 if match["ms"] else value)
+    if bits & _G_STEP_RATE:
+        for key in _STEP_RATE_KEYS:
+            start = low.find(key)
+            if start < 0:
+                continue
+            end = start + len(key)
+            if (start and low[start - 1] in _WORD_CHARS and "_per_" not in key) or low[end : end + 1] in _WORD_CHARS:
+                continue
+            value = None
+            if not _KEY_FOLLOWS.match(low, end):
+                value = _value_before(low, start)
+            if value is None:
+                value = _scaled(_VALUE_AFTER.match(low, end))
             if value is not None:
                 return value
-    if "s/it" in low:
-        for match in islice(_SECONDS_PER_ITERATION.finditer(low), _MAX_TRIES):
-            value = _value_before(low, match.start())
-            if value:
-                return 1.0 / value
-    if "steps_per_second" in low or "global_step/sec" in low or "ups" in low:
-        match = _STEPS_PER_SECOND.search(low)
-        if match:
-            return _number(match["v"])
-    if "/step" in low:
-        match = _TIME_PER_STEP.search(low)
-        if match:
-            seconds = _number(match["v"]) * _TIME_UNITS[match["u"]]
-            return 1.0 / seconds if seconds > 0 else None
-    if "tim" in low or "dt:" in low or "seconds:" in low:  # time, timing
-        for rule, seconds in _ITERATION_TIME:
-            match = rule.search(low)
-            if match:
-                value = _number(match["v"]) * seconds
-                return 1.0 / value if value > 0 else None
+    if not bits & _G_TIMED:
+        return None
+    seconds = _explicit_step_time(low)
+    if seconds is None:
+        seconds = _plain_step_time(low, timed_by_step=False)
+    if seconds is not None:
+        return 1.0 / seconds if seconds > 0 and math.isfinite(seconds) else None
     return None
 
 
+def _timed(low: str) -> bool:
+    """Whether `low` may state a time per step (one of `_TIME_GATE` is in it)."""
+    for gate in _TIME_GATE:
+        if gate in low:
+            return True
+    return False
+
+
+def _explicit_step_time(low: str) -> float | None:
+    """Seconds a step took as the line says it explicitly; nan when it says it is not known
+    (`step_avg:nanms`); None when it does not say."""
+    if "/step" in low or "/batch" in low or "/ba" in low or "/iter" in low:
+        match = _TIME_PER_UNIT.search(low)
+        if match:
+            return _number(match["v"]) * _TIME_UNITS[match["u"]]
+        unit = _UNIT_AS_KEY.search(low)  # `s/batch 0.63`
+        if unit:
+            value = _KEYED_VALUE.match(low, unit.end())
+            if value:
+                return float(value["v"].replace(",", ""))
+    for key in _EXPLICIT_TIME_KEYS:
+        at = low.find(key)
+        if at >= 0 and (at == 0 or low[at - 1] not in _WORD_CHARS):
+            seconds = _time_after(low, at + len(key))
+            if seconds is not None:
+                return seconds
+    return None
+
+
+def _plain_step_time(low: str, *, timed_by_step: bool) -> float | None:
+    """The longest of the plain per-step times the line states (the others are parts of a step:
+    `iter_time=0.001` of ESPnet's `train_time=0.014`). `time:` and a `| 8060.78ms |` field count
+    only on a line that also counts steps (`timed_by_step`): a bare `Time 4981.4s` of an epoch is not
+    a step's. nan when the longest is not known."""
+    best = None
+    for key in _PLAIN_TIME_KEYS:
+        if (key == "time") is not timed_by_step:
+            continue
+        at = low.find(key)
+        for _ in range(_MAX_TRIES):
+            if at < 0:
+                break
+            end = at + len(key)
+            if (at == 0 or low[at - 1] not in _WORD_CHARS) and low[end : end + 1] not in _WORD_CHARS \
+                    and not low.endswith(("total ", "total_", "data_", "data "), 0, at):
+                seconds = _time_after(low, end)
+                if seconds is not None and (best is None or not seconds <= best):
+                    best = seconds
+            at = low.find(key, end)
+    if timed_by_step and best is None and "ms |" in low:
+        field = _DURATION_FIELD.search(low)
+        if field:
+            best = _number(field["v"]) * _TIME_UNITS[field["u"]]
+    return best
+
+
+def _time_after(low: str, end: int) -> float | None:
+    """Seconds after a time key ending at `end`: `: 0.593`, ` 561.94ms`, ` (ms): 4225.8`, ` in s: 0.031`, `: 1.599 s`."""
+    match = _TIME_VALUE.match(low, end)
+    if match is None:
+        return None
+    value = float(match["v"].replace(",", ""))
+    unit = match["u"] or match["ku"] or match["ki"] or "s"
+    return value * _TIME_UNITS[unit]
+
+
+# -- loss, lr, grad norm, MFU ---------------------------------------------------------------------------
+
+
 def _loss(low: str) -> float | None:
-    """The training loss: `loss 2.31`, `'loss': 2.31`, `lm loss: 2.3E+00`, `train_loss=2.31`, not `eval_loss`."""
-    at = low.find("loss")
-    if at == 0 or low[at - 1] not in _NOT_BEFORE_LOSS or low.endswith(_LOSS_PREFIXES, 0, at):
-        plain = _plain_value_after(low, at + 4)  # the common `loss 2.31`, without a regex
+    """The training loss. The first plain `loss` decides (`loss 2.31`, `'loss': 2.31`, `Loss：1.98`);
+    else the first training-qualified one (`train_loss=2.31`, `lm loss: 2.3E+00`, `loss/train/total`,
+    `avr_loss`); else the line's only loss of another name (caffe's `mbox_loss = 4.75`), never a
+    validation loss (`val_loss:4.37`, `eval_loss`: HF's eval dict, modded-nanogpt's validation lines).
+    A non-finite value of the deciding key gives none: the line's kind says it."""
+    first = at = low.find("loss")
+    for _ in range(4 * _MAX_TRIES):  # a plain `loss` key, after a line's many `loss_cls:`-like ones
+        if at < 0:
+            break
+        end = at + 4
+        if (at == 0 or low[at - 1] in " {'\"|,(\t") and low[end : end + 1] not in _KEY_CHARS \
+                and not low[max(0, at - 12) : at].rstrip(" '\"").endswith(_QUALIFIERS):
+            plain = _plain_value_after(low, end)  # the common `loss 2.31` / `'loss': 2.31`, without a regex
+            if plain is not None:
+                return plain
+            value, word = _loss_value(low, end)
+            if value is not None and word is None:
+                return value if math.isfinite(value) else None
+        at = low.find("loss", end)
+    at = first
+    qualified = None
+    names: dict[str, float] = {}
+    for _ in range(_MAX_TRIES):
+        if at < 0:
+            break
+        start, end = at, at + 4
+        while start and low[start - 1] in _KEY_CHARS:
+            start -= 1
+        while end < len(low) and low[end] in _KEY_CHARS:
+            end += 1
+        at = low.find("loss", end)
+        token = low[start:end].strip("./-")
+        value, word_after = _loss_value(low, end)
+        if value is None:
+            continue
+        parts = [part for part in _KEY_PARTS.split(token) if part]
+        words = set()
+        for part in parts:
+            words.add(part[:-4] if part.endswith("loss") and part != "loss" else part)
+        words.discard("loss")
+        words.discard("")
+        if word_after:
+            words.add(word_after)
+        if token == "loss" and start and low[start - 1] == " ":
+            before = low[max(0, start - 12) : start - 1].rpartition(" ")[2]
+            if before.isalpha():
+                words.add(before)
+        if not words:
+            return value if math.isfinite(value) else None
+        if words <= _TRAIN_LOSS_WORDS:
+            if qualified is None:
+                qualified = value
+        elif not words & _EVAL_LOSS_WORDS and "scale" not in words:
+            names.setdefault(token, value)  # a component's (`mbox_loss`); a validation loss never is the loss
+    if qualified is not None:
+        return qualified if math.isfinite(qualified) else None
+    if len(names) == 1:
+        value = next(iter(names.values()))
+        return value if math.isfinite(value) else None
+    return None
+
+
+def _loss_value(low: str, end: int) -> tuple[float | None, str | None]:
+    """The value after a loss key ending at `end`, and the word between them if one qualifies it
+    (`loss train: 21.6`, `lm loss value: 2.3`); (None, None) when no value follows (`loss scale: 1.0`
+    is read as `scale`, then refused by the caller)."""
+    word = None
+    if low[end : end + 1] == " ":
+        cut = end + 1
+        stop = cut
+        while stop < len(low) and low[stop].isalpha():
+            stop += 1
+        if stop > cut and low[stop : stop + 1] in (":", "="):
+            word, end = low[cut:stop], stop
+    match = _KEYED_VALUE.match(low, end)
+    if match is None:
+        return None, None
+    return _number(match["v"]) if match["v"][-1].isdigit() else float(match["v"]), word
+
+
+def _lr(low: str) -> float | None:
+    """The learning rate: `lr`, `train_lr`, ESPnet's `lr_0` (not `base_lr`, `min_lr`, nanochat's `lrm`)."""
+    at = low.find("lr")
+    for _ in range(_MAX_TRIES):
+        if at < 0:
+            return None
+        start, end = at, at + 2
+        while start and low[start - 1] in _WORD_CHARS:
+            start -= 1
+        while end < len(low) and low[end] in _WORD_CHARS:
+            end += 1
+        token = low[start:end]
+        if token in _LR_KEYS or _LR_GROUP.match(token):
+            plain = _plain_value_after(low, end)
+            if plain is not None:
+                return plain
+            match = _KEYED_VALUE.match(low, end)
+            if match and match["v"][-1].isdigit():
+                return _number(match["v"])
+        at = low.find("lr", end)
+    return None
+
+
+def _grad_norm(low: str) -> float | None:
+    """The gradient norm: `grad_norm`, `grad norm`, `gnorm`, `grad-norm`; a non-finite one is none."""
+    at = low.find("norm")
+    if at > 4 and low[at - 5 : at] == "grad_" and (at == 5 or low[at - 6] not in _KEY_CHARS):
+        plain = _plain_value_after(low, at + 4)  # the common `grad_norm 1.3`, without a regex
         if plain is not None:
             return plain
-    end = 0
     for _ in range(_MAX_TRIES):
-        match = _LOSS.search(low, end)
-        if match is None:
-            break
-        start, end = match.span()
-        before = low[start - 1] if start else " "
-        if (before.isalnum() or before in "_./") and not low.endswith(_LOSS_PREFIXES, 0, start):
+        if at < 0:
+            return None
+        start, end = at, at + 4
+        while start and low[start - 1] in _KEY_CHARS:
+            start -= 1
+        if end < len(low) and low[end] in _WORD_CHARS:
+            at = low.find("norm", end)
             continue
-        value = _number(match["v"])
-        return value if math.isfinite(value) else None
+        token = low[start:end]
+        if token in _GRAD_NORM_KEYS or (token == "norm" and low.endswith("grad ", 0, start)):
+            plain = _plain_value_after(low, end)
+            if plain is not None:
+                return plain
+            match = _KEYED_VALUE.match(low, end)
+            if match:
+                return _number(match["v"]) if match["v"][-1].isdigit() else None
+        at = low.find("norm", end)
+    return None
+
+
+def _mfu(low: str) -> float | None:
+    """MFU as printed: `mfu: 13.99%`, `mfu 16.68%`, `MFU/%: 41.2`, or its value before it (`9.2% bf16 MFU`)."""
+    value = _keyed(low, "mfu", ("/",))
+    if value is not None:
+        return value
+    at = low.find("mfu")
+    head = low[max(0, at - 16) : at]
+    cut = head.rfind("%")
+    if cut > 0:
+        return _plain_number_at_end(head[:cut], whole_line=at <= 16)
     return None
 
 
@@ -516,7 +846,7 @@ def _keyed(low: str, key: str, prefixes: tuple[str, ...] = (), *, alone: bool = 
             if plain is not None:
                 return plain
             match = _KEYED_VALUE.match(low, end)
-            if match:
+            if match and match["v"][-1].isdigit():
                 return _number(match["v"])
         at = low.find(key, at + 1)
     return None
@@ -525,32 +855,96 @@ def _keyed(low: str, key: str, prefixes: tuple[str, ...] = (), *, alone: bool = 
 def _plain_value_after(low: str, end: int) -> float | None:
     """A plain number right after a key ending at `end` (`: 2.31`, `=3e-4`, ` 1.5`, `': '8.996'`), or None."""
     rest = low[end : end + _VALUE_REACH]
-    value = rest.lstrip(" :='\"")
-    if 0 < len(rest) - len(value) <= 4:
-        return _plain_float(value.partition(" ")[0].rstrip(",;|)]}'\""))
+    value = rest.lstrip(" :='\"：")
+    if 0 < len(rest) - len(value) <= 4 and value[:1].isdigit():
+        token = value.partition(" ")[0].rstrip(",;|)]}'\"%")
+        if token.isascii() and "_" not in token:  # _plain_float, inlined: three calls a line
+            try:
+                return float(token)
+            except ValueError:
+                return None
     return None
 
 
-def _step_word(low: str) -> tuple[str, str | None] | None:
-    """`_STEP`'s first match (step, total); tried first where the line's first `step` or `iter`
-    starts, which is where it matches on almost every line, and there a plain `step 5/100` is read
-    without a regex."""
-    step, iteration = low.find("step"), low.find("iter")
-    at = step if iteration < 0 or 0 <= step < iteration else iteration
-    if at >= 0:
-        start = at - 7 if low.endswith("global_", 0, at) else at
-        if start == 0 or low[start - 1] not in _WORD_CHARS:
-            rest = low[at + 4 : at + _VALUE_REACH]
-            value = rest.lstrip(" :='\"")
-            if 0 < len(rest) - len(value) <= 4:
-                done, _, total = value.partition(" ")[0].rstrip(",;|:)]}'\"").partition("/")
-                if done.isdigit() and done.isascii() and (not total or total.isdigit() and total.isascii()):
-                    return done, total or None
-        match = _STEP.match(low, start)
+# -- steps ----------------------------------------------------------------------------------------------
+
+
+def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, ...]) -> tuple[int, int | None] | None:
+    """The step and its total (or None): a named step key first (its total, or the total of another
+    step key with the same step), then the last bracketed counter, then a bar, then the leading
+    column of a line that also states a loss (`510 | loss 5.23 | …`)."""
+    step = total = None
+    for key in step_keys:
+        found = _step_key(low, key)
+        if found is None:
+            continue
+        if step is None:
+            step, total = found
+            if total is not None:
+                break
+        elif found[0] == step and found[1] is not None:
+            total = found[1]
+            break
+    if step is not None:
+        return step, total
+    if bits & _G_FIELDS:
+        fields = _FIELDS_STEP.search(low)
+        if fields:
+            return int(fields["s"]), None
+    if bits & _G_BRACKET:
+        last = None
+        for match in islice(_BRACKET.finditer(low), _MAX_TRIES):
+            done, of = int(match["s"]), int(match["t"])
+            if 0 < of and done <= of and not low[: match.start()].rstrip(" :").endswith("epoch"):
+                last = done, of
+        if last is not None:
+            return last
+    if bits & _G_BAR:
+        match = _PROGRESS_BAR.search(text)
         if match:
-            return match["s"], match["t"]
-    match = _STEP.search(low)
-    return (match["s"], match["t"]) if match else None
+            if match["is"]:
+                return int(match["is"]), None
+            done, of = (match["s"], match["t"]) if match["s"] else (match["ks"], match["kt"])
+            return int(done), int(of)
+    if has_loss and bits & _G_LEADING:
+        match = _LEADING_STEP.match(low)
+        if match:
+            return int(match["s"]), None
+    return None
+
+
+def _step_key(low: str, key: str) -> tuple[int, int | None] | None:
+    """The first integer value of `key` where it is a word of its own: (step, total or None)."""
+    at = low.find(key)
+    for _ in range(_MAX_TRIES):
+        if at < 0:
+            return None
+        end = at + len(key)
+        if (at == 0 or low[at - 1] not in _WORD_CHARS) and low[end : end + 1] not in _WORD_CHARS \
+                and (key != "steps" or low[end : end + 1] == ":"):
+            rest = low[end : end + _VALUE_REACH]
+            value = rest.lstrip(" :='\"")
+            if 0 < len(rest) - len(value) <= 4:  # the plain `step 5`, `step: 5/100`, without a regex
+                done, slash, of = value.partition(" ")[0].rstrip(",;|:)]}'\"").partition("/")
+                if done.isdigit() and done.isascii() and (not slash or of.isdigit() and of.isascii()):
+                    if not of:
+                        return int(done), None
+                    done_n, of_n = int(done), int(of)
+                    if 0 < of_n and done_n <= of_n:
+                        return done_n, of_n
+            if low[end : end + 1] == "/":
+                pair = _PAIR_KEY_VALUE.match(low, end)  # `global_step/max_steps: '5/3766'`
+                if pair:
+                    return int(pair["s"]), int(pair["t"])
+            match = _STEP_VALUE.match(low, end)
+            if match:
+                done = int(match["s"].replace(",", ""))
+                of = int(match["t"].replace(",", "")) if match["t"] else None
+                if of is None or 0 < of and done <= of:
+                    return done, of
+                return done, None
+        at = low.find(key, end)
+    return None
 
 
 def _number(text: str) -> float:
@@ -590,3 +984,307 @@ def _apply_patterns(
         metrics = dict(metrics or {})
         metrics[pattern.name] = int(value) if pattern.name in _INT_METRICS else value
     return metrics, nonfinite
+
+
+
+# -- blocks: a problem is the lines it spans -------------------------------------------------
+#
+# classify_line sees one line. A problem is a block: a traceback's frames, the message lines after
+# an exception, a C++ stack, torchrun's failure table. LineReader reads a log's lines in order, as
+# the follower feeds them, and gives a line that continues a block the kind of the line before it
+# (and LineInfo.continues). Whether a line continues is read from the block's shape, never from its
+# words: the stream prefix it shares, its indentation under the block's first line, a stack frame's
+# marker, a delimiter that opens or closes a table, a box side or log header it shares with the
+# block's first line, and the message mode the line before left (an exception's message runs on
+# over the unindented lines right after it; a first line that ends with `:` announces paragraphs).
+
+#: Lines one block may hold before it is taken as finished (a table, a long stack).
+MAX_BLOCK_LINES = 400
+#: Streams with a block open at once; the oldest is dropped to make room.
+MAX_BLOCK_STREAMS = 64
+
+# A stream of its own: torchrun's `[rank3]:` / `[default3]:`, mpirun's `[1,0]<stderr>:`, Ray's and
+# vLLM's `(EngineCore pid=104) `, a subprocess's captured `stderr: ` (the kind rules' prefix, here
+# required), and an NCCL thread's `host:pid:tid [dev] `.
+_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|[\w.-]+:\d+:\d+ \[\d+\] )")
+# A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
+# `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
+_HEADER = re.compile(
+    r"\[?(?P<g>[IWEF])\d{3,4}(?:\d{4})? \d\d:\d\d:\d\d"
+    r"|[\[(|]?\s?\d{2,4}[-/]\d\d[-/]\d\d[ T_]\d\d:\d\d(?::\d\d)?[.,\d]*(?:Z|[+-]\d\d:?\d\d)?\]?(?:: (?P<t>[IWEF]) )?"
+    r"|\[?\d\d[-/]\d\d[ -]\d\d:\d\d:\d\d\]?"
+    r"|\[?(?P<w>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
+)
+_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
+_ERROR_LEVELS = frozenset(("E", "F", "ERROR", "CRITICAL", "FATAL"))
+_DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared by shape
+# An exception's line: `RuntimeError: …`, `torch.OutOfMemoryError: …`, `ResourceExhaustedError (see
+# above for traceback): …`, `UserWarning: …`, `CUDA error: …`; its message may run on after it.
+_EXCEPTION_LINE = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w* error:"
+)
+_WHAT = ("what():", "terminate called")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+# A stack's frame marker (c10's `frame #3: …`, gdb's `#3 0x…`, the flight recorder's `#0 all_reduce
+# from …`, NCCL's return-code trace `NCCL INFO
+# transport/net.cc:1314 -> 6`) or its heading (`Exception raised from … (most recent call first):`).
+_FRAME = re.compile(r"frame #\d+\b|#\d+ \S|Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
+_STACK_HEADINGS = ("(most recent call first):", "(most recent call last):")
+_C_STACK_HEADING = "(most recent call first):"
+_PY_FRAME = re.compile(r'\s+File "[^"]*", line \d+')
+_DELIMITER_CHARS = frozenset("=-*_~#")
+# The side of a box a block is drawn in: rich's traceback (`│`, `╰`), MPICH's `=   BAD TERMINATION`.
+_RULED = frozenset("│╰╭├└┃║")
+_BOX_SIDES = frozenset("=*#║│┃")
+
+# A block's message mode: whether its next header-less, unindented line is part of it.
+_NO_MESSAGE, _MESSAGE, _PARAGRAPHS = 0, 1, 2
+
+
+class _Block:
+    __slots__ = ("kind", "head", "indent", "side", "level", "mode", "table", "blank", "lines", "chain", "frames",
+                 "warning")
+
+    def __init__(self, kind: LineKind, body: str) -> None:
+        self.kind = kind
+        self.lines = 0
+        self.blank = False
+        self.table = ""  # the delimiter character of the table the block is inside
+        self.chain = False  # its last line chains the next traceback to it ("During handling…")
+        self.warning = kind is LineKind.WARNING
+        self.indent = len(body) - len(body.lstrip(" \t"))
+        line = body[self.indent:]
+        self.side = _side(line)
+        header = _HEADER.match(line)
+        self.head = line[:160].translate(_DIGITS) if header else ""
+        self.level = _level(line, header) if header else None
+        message = _message(line, header).strip()
+        self.frames = message.startswith("Traceback (most recent call last)") or message.endswith(_STACK_HEADINGS)
+        # a head that announces what follows (`Exception in thread X:`, `Process EngineCore:`) heads its traceback
+        self.chain = message.endswith(":") and not self.frames
+        if message.endswith(":"):
+            self.mode = _PARAGRAPHS  # `ResourceExhaustedError:`, `WARNING:torch.distributed.run:`: its message follows
+        elif self.level in _ERROR_LEVELS or _EXCEPTION_LINE.match(message) or message.startswith(_WHAT):
+            self.mode = _MESSAGE
+        else:
+            self.mode = _NO_MESSAGE
+
+
+class LineReader:
+    """Reads one log's lines in order, each through classify_line, and gives a line that continues
+    a block (a traceback, an error's message, a C++ stack) the kind of the line before it.
+
+    The follower feeds it every line; memory is bounded (one small record per stream with a block
+    open). A line with a kind of its own keeps it, but for a traceback's indented frames and source
+    lines (code, whatever its words). Cheap while no block is open: one dict test per line.
+    """
+
+    __slots__ = ("patterns", "_open", "_latest")
+
+    def __init__(self, patterns: Sequence[MetricPattern] = ()) -> None:
+        self.patterns = patterns
+        self._open: dict[str, _Block] = {}
+        self._latest = ""
+
+    def clear(self) -> None:
+        """Forget every open block (the log was truncated or replaced)."""
+        self._open.clear()
+        self._latest = ""
+
+    def read(self, text: str) -> LineInfo:
+        """What `text` (the log's next sanitized line) says, in the block it continues."""
+        info = classify_line(text, self.patterns)
+        if not self._open and info.kind is LineKind.NORMAL:
+            return info
+        return self._in_block(text, info)
+
+    def _in_block(self, text: str, info: LineInfo) -> LineInfo:
+        stream, body = "", text
+        prefix = _STREAM.match(text)
+        if prefix:
+            stream, body = prefix[0].rstrip(" "), text[prefix.end():]
+        block = self._open.get(stream)
+        if block is None and not stream and self._latest:
+            # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice)
+            latest = self._open.get(self._latest)
+            if latest is not None and body.strip() and _continues(latest, body) is not None:
+                stream, block = self._latest, latest
+        self._latest = stream
+        kind = info.kind
+        if not body.strip():
+            if block is not None:
+                if block.blank and not block.table:
+                    del self._open[stream]  # two blank lines end any block but a table
+                else:
+                    block.blank = True
+            return info
+        rest = _continues(block, body) if block is not None and block.lines < MAX_BLOCK_LINES else None
+        if rest is None:
+            if kind is LineKind.NORMAL:
+                if block is not None:
+                    del self._open[stream]
+                return info
+            self._start(stream, kind, body)
+            return info
+        own = kind is not LineKind.NORMAL
+        if kind is LineKind.NORMAL or (block.frames and rest[:1] in (" ", "\t")):
+            if kind is LineKind.NORMAL and _has_metrics(info) and not (block.frames and rest[:1] in (" ", "\t")):
+                del self._open[stream]  # a progress line is never part of a problem (a source line may say `lr = 0.1`)
+                return info
+            kind = block.kind  # a frame, its source line, the message's next line
+        _advance(block, kind, rest, own)
+        return _with(info, kind)
+
+    def _start(self, stream: str, kind: LineKind, body: str) -> None:
+        self._open.pop(stream, None)
+        if len(self._open) >= MAX_BLOCK_STREAMS:
+            del self._open[next(iter(self._open))]
+        self._open[stream] = _Block(kind, body)
+
+
+def _with(info: LineInfo, kind: LineKind) -> LineInfo:
+    return LineInfo(
+        kind, info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss, info.step, info.total_steps,
+        info.lr, info.grad_norm, info.mfu, True,
+    )
+
+
+def _has_metrics(info: LineInfo) -> bool:
+    return (
+        info.step is not None or info.loss is not None or info.tokens_per_s is not None
+        or info.samples_per_s is not None or info.it_per_s is not None or info.lr is not None
+    )
+
+
+def _level(line: str, header: re.Match) -> str | None:
+    level = header["g"] or header["t"] or header["w"]
+    if level is None:
+        found = _LEVEL.search(line, header.end(), header.end() + 40)
+        level = found[0] if found else None
+    return level
+
+
+def _message(line: str, header: re.Match | None) -> str:
+    """The line's message: what follows its header (timestamp, level, logger, `file.py:12]`)."""
+    if header is None:
+        return line
+    rest = line[header.end():]
+    # the header's other fields: up to the last `] `, ` - ` or ` | ` in its first 80 characters
+    cut = max(rest.rfind("] ", 0, 80), rest.rfind(" - ", 0, 80) + 1, rest.rfind(" | ", 0, 80) + 1)
+    if cut > 0:
+        return rest[cut + 2:]
+    if header["w"] and rest.startswith(":"):  # Python's `WARNING:torch.distributed.run:…`
+        return rest[1:].partition(":")[2] if rest.count(":") > 1 else rest[1:]
+    return rest
+
+
+def _side(line: str) -> str:
+    """The box side a line starts with (`=   `, `║ `), or ""."""
+    if line[:1] in _BOX_SIDES and line[1:2] in (" ", "\t"):
+        return line[: len(line) - len(line[1:].lstrip(" \t"))]
+    return ""
+
+
+def _delimiter(line: str) -> str:
+    """The character of a delimiter line (`=====`, `-----`, `*****`), or ""."""
+    stripped = line.strip()
+    if len(stripped) >= 10 and stripped[0] in _DELIMITER_CHARS and stripped == stripped[0] * len(stripped):
+        return stripped[0]
+    return ""
+
+
+def _after_shared_header(block: _Block, line: str) -> str | None:
+    """The rest of `line` after the log header it shares with the block's first line, or None."""
+    line = line[:160].translate(_DIGITS)
+    head = block.head
+    n = 0
+    for a, b in zip(line, head):
+        if a != b:
+            break
+        n += 1
+    header = _HEADER.match(line)
+    if header is None or n < header.end():
+        return None
+    while n > header.end() and line[n - 1].isalnum() and line[n : n + 1].isalnum():
+        n -= 1  # the shared part ends inside a word of the message: back to the word's start
+    return line[n:]
+
+
+def _continues(block: _Block, body: str) -> str | None:
+    """What of `body` (a non-blank line without its stream prefix) continues `block`, judged by its
+    shape: the line under the block's indentation and shared header; None if it does not continue."""
+    indent = len(body) - len(body.lstrip(" \t"))
+    if indent > block.indent:
+        return body[block.indent:]  # a frame, its source line, an error's indented detail
+    # the next line of a message wrapped under an indented first line (judged below, as a line
+    # without a header of its own)
+    wrapped = indent > 0 and indent == block.indent
+    line = body[indent:]
+    if line[0] in _RULED:
+        return line
+    if block.side and line.startswith(block.side):
+        return line  # the box the block is drawn in
+    if block.table:
+        if _HEADER.match(line) is None:
+            return line
+        return _after_shared_header(block, line)
+    if _delimiter(line):
+        return line if not block.blank or block.mode == _PARAGRAPHS else None
+    if _FRAME.match(line) or line.rstrip().endswith(_C_STACK_HEADING):
+        return line  # (Python's `Traceback (most recent call last):` heads a block of its own)
+    header = _HEADER.match(line)
+    if header is not None:
+        if not block.head:
+            return None  # a log record of its own
+        rest = _after_shared_header(block, line)
+        if rest is None:
+            return None
+        level = _level(line, header)
+        if level != block.level:
+            return None  # a record of another level
+        if level in _ERROR_LEVELS:
+            return rest  # the same error's next record
+        stripped = rest.lstrip(" \t")
+        if not stripped:
+            return None
+        if stripped is not rest or stripped[0] in _RULED or _FRAME.match(stripped) or _delimiter(stripped):
+            return rest
+        line = rest
+    if line.startswith("Traceback (most recent call last)"):
+        return line if block.chain else None  # a traceback of its own, unless chained to this one
+    if block.blank:
+        return line if block.mode == _PARAGRAPHS else None
+    return line if block.mode != _NO_MESSAGE or (wrapped and header is None) else None
+
+
+def _advance(block: _Block, kind: LineKind, rest: str, own: bool) -> None:
+    """`rest` (the line under the block's indentation and header) joined `block` with `kind` (`own`:
+    the line's own kind, not the block's)."""
+    block.kind = kind
+    block.lines += 1
+    block.blank = False
+    delimiter = _delimiter(rest)
+    if delimiter:
+        if block.table == delimiter:
+            block.table = ""
+            block.mode = _NO_MESSAGE  # the table closed: only indented lines and stacks may follow
+        elif not block.table:
+            block.table = delimiter
+        return
+    if rest[:1] in (" ", "\t") or rest[:1] in _RULED:
+        if _PY_FRAME.match(rest):
+            block.frames = True  # what is indented under it is its source line
+        if block.warning:
+            block.mode = _NO_MESSAGE  # a warning is its line and the source line under it
+        return
+    stripped = rest.strip()
+    block.chain = stripped.startswith(_CHAINED)
+    if stripped.startswith("Traceback (most recent call last)") or stripped.endswith(_STACK_HEADINGS):
+        block.frames, block.mode = True, _PARAGRAPHS
+        return
+    block.frames = block.frames and bool(_FRAME.match(stripped))
+    if _EXCEPTION_LINE.match(stripped) or stripped.startswith(_WHAT):
+        block.mode = _PARAGRAPHS if stripped.endswith(":") else _MESSAGE
+        block.warning = kind is LineKind.WARNING
+    elif own and block.mode == _MESSAGE:
+        block.mode = _NO_MESSAGE  # a statement of its own closes the message it ends (Ray's "The actor is dead…")

@@ -117,8 +117,8 @@ class ProblemSpans:
             if prefix:
                 stream, body = prefix[0].rstrip(" "), text[prefix.end():]
         current = self.open.get(stream)
-        if current is None and not stream and body.startswith(_NATIVE_STACK):
-            stream = self._latest  # the rest of a rank's C++ error, printed without its prefix
+        if current is None and not stream and (body.startswith(_NATIVE_STACK) or line.info.continues):
+            stream = self._latest  # the rest of a rank's error, printed without its prefix
             current = self.open.get(stream)
         if current is not None:
             if _continues(current, line, body):
@@ -175,7 +175,8 @@ def _continues(span: _Open, line: LogLine, body: str) -> bool:
         if body.startswith("==========") and not body.strip("="):
             span.block_from = line.number
             return _join(span, line, _Phase.BLOCK)
-        return False
+        # the reader (LineReader) found it continues the exception's block: its message's next line
+        return line.info.continues and _join(span, line, _Phase.AFTER)
     if phase is _Phase.CHAIN:
         return _TRACEBACK in body and _join(span, line, _Phase.FRAMES)
     if phase is _Phase.BLOCK:
@@ -191,6 +192,8 @@ def _continues(span: _Open, line: LogLine, body: str) -> bool:
         return _join(span, line, _Phase.TAIL)
     if body.startswith(_NATIVE_STACK) or body.startswith(_DEVICE_ADVICE):
         return _join(span, line, _Phase.TAIL)
+    if line.info.continues:
+        return _join(span, line, _Phase.TAIL)  # the next line of its block, as the reader read it
     return line.info.kind is problem.name.info.kind and line.number == span.seen + 1 and _join(span, line, _Phase.TAIL)
 
 
