@@ -37,7 +37,7 @@ from console.diagnose import (
 )
 from console.model import LogLine, ProcessReading, Sample
 from console.observe.follow import MAX_LINE_BYTES, log_pattern
-from console.observe.lines import classify_line
+from console.observe.lines import LineReader
 from console.observe.nccl import (
     DEFAULT_DUMP_PREFIX,
     DUMP_PREFIX_VARIABLES,
@@ -372,9 +372,10 @@ def tail_lines(tail: str, config: Config, now: float) -> list[LogLine]:
     if raws and not raws[-1]:
         raws.pop()
     out = []
+    reader = LineReader(config.metrics.patterns)  # a block's continuation lines take its kind, as the follower reads them
     for number, raw in enumerate(raws, 1):
         text, cut = sanitize(raw, MAX_LINE_BYTES)
-        out.append(LogLine(number, text, classify_line(text, config.metrics.patterns), cut, now))
+        out.append(LogLine(number, text, reader.read(text), cut, now))
     return out
 
 
