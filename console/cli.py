@@ -345,6 +345,10 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
             from console.commands.fleet_check import run_fleet_check
 
             return run_fleet_check(config, args)
+        if command == "watch":
+            from console.commands.fleet_watch import run_fleet_watch
+
+            return run_fleet_watch(config, args)
         if command in ("dump", "restart", "warmup"):
             from console.commands import fleet_actions
 

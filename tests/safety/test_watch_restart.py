@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from console.config import load_config
 from console.journal.store import JournalError, journal_path, open_for_reading, read_entries
 from tests.safety.namespace import HEALTHY, SCENE_LIMIT_S, Scene, alive, in_namespace, pids_with
+from tests.safety.test_gpu_holders import STAND_IN
 from tests.sshd import start_sshd
 from tests.test_restart import wait_for
 
@@ -28,17 +33,21 @@ def hang_launch(scene: Scene) -> str:
     return f"{sys.executable} -u {HEALTHY} --tag {scene.tag} --interval 0.05 --steps {STEPS}"
 
 
-def watch_config(scene: Scene, name: str = "watch.toml", *, max_restarts: int = 1, extra: str = "") -> str:
+def watch_config(scene: Scene, name: str = "watch.toml", *, max_restarts: int = 1, gpus: bool = False) -> str:
     """A config for the hanging run: the policy restarts on hung after 1 s, a stall after 1 s of quiet,
-    every alert appended to alerts.jsonl at once."""
+    every alert appended to alerts.jsonl at once; with `gpus`, the demo's nvidia-smi answers for 8 idle H200s."""
     config = scene.folder / name
+    state = scene.folder / "gpus.json"
+    state.write_text('{"holders": []}')
     config.write_text(
-        f'[run]\nname = "train"\nlaunch = "{hang_launch(scene)}"\nmatch = "{scene.tag}"\n'
+        (f'[target]\nnvidia_smi = "{sys.executable} {STAND_IN} --state {state}"\n[gpus]\nsource = "nvidia-smi"\n'
+         if gpus else "")
+        + f'[run]\nname = "train"\nlaunch = "{hang_launch(scene)}"\nmatch = "{scene.tag}"\n'
         f'log = "{scene.folder}/{scene.tag}_{{started}}.log"\npidfile = "{scene.pidfile}"\ngrace_s = 2\n'
         "[stall]\nlog_silent_s = 1\nsample_window_s = 0.5\n"
         f"[alerts]\nhold_s = 0\nrecover_s = 0\nmin_interval_s = 0\nterminal = false\n"
         f"command = \"cat >> {scene.folder}/alerts.jsonl; echo >> {scene.folder}/alerts.jsonl\"\n"
-        f'[watch]\nrestart_on = ["hung"]\nmax_restarts = {max_restarts}\nrestart_after = "1s"\n{extra}'
+        f'[watch]\nrestart_on = ["hung"]\nmax_restarts = {max_restarts}\nrestart_after = "1s"\n'
     )
     return str(config)
 
@@ -76,16 +85,21 @@ def journal(scene: Scene, config: str) -> dict:
 def scene_hang_restarted_once(folder: str) -> dict:
     scene = Scene(folder)
     old = start_hung_run(scene)
-    config = watch_config(scene)
+    config = watch_config(scene, gpus=True)
     started = time.monotonic()
-    watch = scene.pulse_process("watch", config)
+    watch = scene.pulse_process("watch", config, "--metrics", "127.0.0.1:0")
+    said = [watch.stderr.readline(), watch.stderr.readline()]
+    endpoint = said[1].rsplit(" ", 1)[-1].strip()
     wait_for(lambda: any(a["event"] == "restart_limit" for a in alerts(scene)), "the second hang to meet the limit", 50)
     took = time.monotonic() - started
     runs = pids_with(scene.tag)
     time.sleep(1.0)  # a few more verdicts: the hung run is left alone
     left_alone = pids_with(scene.tag) == runs and all(alive(pid) for pid in runs)
+    with urllib.request.urlopen(endpoint, timeout=10) as response:
+        scraped = {"type": response.headers["Content-Type"], "text": response.read().decode()}
     stopped = stop_watch(watch)
-    return {"watch": stopped, "took": took, "old_alive": alive(old.pid), "runs": runs, "left_alone": left_alone,
+    stopped["err"] = "".join(said) + stopped["err"]
+    return {"watch": stopped, "took": took, "endpoint": endpoint, "scraped": scraped, "old_alive": alive(old.pid), "runs": runs, "left_alone": left_alone,
             "alerts": alerts(scene), "audit": scene.audit(), "journal": journal(scene, config),
             "journal_text": scene.pulse("journal", config)["out"], "report": scene.pulse("report", config)["out"],
             "pidfile": scene.pidfile.read_text()}
@@ -122,6 +136,28 @@ def test_a_hang_is_restarted_once_and_the_next_past_the_limit_is_alerted_and_lef
     assert "- **Automatic restarts:** 1" in seen["report"] and "Outcome (" in seen["report"]
     assert "policy: hung for " in seen["watch"]["out"]
     print(f"hang, restart, hang again, limit: {seen['took']:.1f} s")
+    # Its metrics endpoint, scraped over HTTP and read with prometheus_client's own parser.
+    assert seen["endpoint"].startswith("http://127.0.0.1:") and seen["endpoint"].endswith("/metrics")
+    assert seen["scraped"]["type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(seen["scraped"]["text"]):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            assert labels.pop("run") == "train" and labels.pop("host") == socket.gethostname(), sample
+            samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
+    assert samples[("pulse_verdict", (("verdict", "hung"),))] == 1
+    assert sum(v for (name, _), v in samples.items() if name == "pulse_verdict") == 1
+    assert 0 <= samples[("pulse_verdict_age_seconds", ())] < 30
+    assert samples[("pulse_throughput", (("metric", "tokens_per_s"),))] == 14200
+    assert samples[("pulse_loss", ())] == 2.31 and samples[("pulse_step", ())] == STEPS
+    assert samples[("pulse_link_state", (("state", "connected"),))] == 1
+    assert samples[("pulse_restarts_total", ())] == 1
+    assert samples[("pulse_alerts_total", ())] == len(seen["alerts"])
+    for gpu in range(8):
+        one = (("gpu", str(gpu)),)
+        assert samples[("pulse_gpu_memory_total_bytes", one)] == 143771 * 2**20
+        assert samples[("pulse_gpu_utilization_percent", one)] == 0
+        assert samples[("pulse_gpu_power_watts", one)] > 0 and samples[("pulse_gpu_temperature_celsius", one)] > 0
 
 
 # -- two watches on one run restart it once -------------------------------------------------------
@@ -131,7 +167,7 @@ def scene_two_watches(folder: str) -> dict:
     scene = Scene(folder)
     old = start_hung_run(scene)
     # Two operators' watches: a journal each, one audit log (the config names it) to count the restarts.
-    config = watch_config(scene, extra="", max_restarts=1)
+    config = watch_config(scene)
     Path(config).write_text(f'audit_log = "{scene.audit_path}"\n' + Path(config).read_text())
     watches = []
     for name in ("a", "b"):
