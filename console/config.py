@@ -647,7 +647,8 @@ def _watch(r: _Reader, data: dict) -> WatchConfig:
     window_s = _seconds(r.get(w, "watch.restart_window", duration, 6 * 3600.0, _duration))
     after_s = _seconds(r.get(w, "watch.restart_after", duration, 600.0, _duration))
     metrics = r.get(w, "watch.metrics", str, None, _listen)
-    return WatchConfig(restart_on, r.where("watch.restart_on"), max_restarts, window_s, after_s,
+    source = r.where("watch.restart_on") if restart_on else ""
+    return WatchConfig(restart_on, source, max_restarts, window_s, after_s,
                        None if metrics is None else listen_address(metrics))
 
 

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import time
 
+from console.actions.audit import StepStatus
 from console.commands import actions
 from console.config import Config
 from console.diagnose import Verdict, diagnose
@@ -54,7 +55,7 @@ def outcome(code: int, report: actions.ActionReport) -> tuple[str, str]:
         return "interrupted", f"{launch[-1].detail}; {unknown[-1].detail}"
     if code == actions.EXIT_REFUSED and not steps:
         return "refused", report.said or "refused"
-    failed = [e for e in steps if e.status.value == "failed"]
+    failed = [e for e in steps if e.status is StepStatus.FAILED]
     return "failed", f"{failed[0].step}: {failed[0].detail}" if failed else (report.said or f"exit {code}")
 
 
@@ -87,24 +88,23 @@ class AutoRestart:
             self.watch.alerter.announce("restart_limit", verdict, decision.text, "look at the run: pulse journal shows"
                                         " the automatic restarts so far")
             return
-        self.task = asyncio.create_task(self._restart(decision), name="pulse watch automatic restart")
+        self.task = asyncio.create_task(self._restart(decision, verdict), name="pulse watch automatic restart")
 
     @property
     def due(self) -> bool:
         """The policy will answer the next verdict: judge now (see RestartPolicy.due)."""
         return self.policy.due() and (self.task is None or self.task.done())
 
-    async def _restart(self, decision: Decision) -> None:
-        journal, alerter = self.watch.journal, self.watch.alerter
+    async def _restart(self, decision: Decision, verdict: Verdict) -> None:
+        journal = self.watch.journal
         self._say(f"{decision.text}: looking at the run first")
         try:
             evidence = await gather(self.look.target, self.config, follower_state=self.watch.state, dump_stacks="always")
         except TargetError as exc:
-            self.policy.restarted()
+            self.policy.restarted()  # an attempt all the same: a watch that cannot see its run does not retry at once
             self.restarts += 1
-            text = f"{decision.text}: not restarted: the look at the run failed ({exc})"
-            self._say(text)
-            journal.add(KIND, text, {"event": "restart", "outcome": "failed", "verdict": decision.verdict})
+            journal.add(KIND, f"{decision.text}: no evidence could be taken", {"event": "restart", "verdict": decision.verdict})
+            self._ended(verdict, "failed", f"the look at the run failed ({exc}); nothing done", actions.ActionReport())
             return
         self.look.looks.remember(evidence, self.config)  # the cheap verdicts that follow see these stacks too
         fresh = diagnose(evidence, self.config)

@@ -122,8 +122,9 @@ async def _watch(config: Config) -> int:
             except TimeoutError:
                 pass
             watch.observe()
-            # Each second while a quiet log nears the floor, or when the restart policy's wait is over.
-            if loop.time() >= next_diagnosis or look.quiet or auto.due:
+            # Each second until the first verdict and while a quiet log nears the floor, and when the
+            # restart policy's wait is over.
+            if loop.time() >= next_diagnosis or shown is None or look.quiet or auto.due:
                 next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
                 try:
                     verdict = await watch.judge(look)
