@@ -11,6 +11,8 @@
 `Alerter` sends each alert to every configured sink at once, each in its own task with
 its own timeout, so a sink that fails or hangs never holds up the monitor or the others.
 Every alert, and every delivery (sent or failed, with why), is journaled as kind `alert`.
+`pulse watch`'s restart policy announces each automatic restart's outcome ("restart") and a
+used-up limit ("restart_limit") through the same sinks, at once (`Alerter.announce`).
 
 Sinks:
 - terminal: BEL, then OSC 9 (iTerm2, WezTerm, Windows Terminal, kitty) and OSC 777
@@ -24,7 +26,7 @@ Sinks:
 
 The alert object:
 
-    {"event": "worse" | "recovered", "time": Unix seconds, "host": …, "container": … | null,
+    {"event": "worse" | "recovered" | "restart" | "restart_limit", "time": Unix seconds, "host": …, "container": … | null,
      "run": …, "verdict": …, "previous": … | null, "summary": …, "evidence": [lines],
      "next_step": …, "step": "dump" | "log" | "restart" | "warmup" | null}
 """
@@ -114,10 +116,14 @@ def alert_object(event: str, verdict, previous: str | None, config: Config, at: 
     }
 
 
+#: How a chat line starts for an alert that is not a problem getting worse.
+_HEADS = {"recovered": "recovered", "restart": "automatic restart", "restart_limit": "automatic restarts used up"}
+
+
 def alert_text(alert: dict) -> str:
     """One paragraph for a chat channel or a notification."""
     where = alert["host"] + (f" ({alert['container']})" if alert["container"] else "")
-    head = "recovered" if alert["event"] == "recovered" else f"{alert['verdict'].upper()}"
+    head = _HEADS.get(alert["event"], alert["verdict"].upper())
     lines = [f"Pulse · {alert['run']} on {where}: {head}: {alert['summary']}"]
     lines += [f"• {line}" for line in alert["evidence"]]
     if alert["event"] != "recovered":
@@ -287,9 +293,17 @@ class Alerter:
         event = self.policy.observe(verdict.name, now)
         if event is None or not speak:
             return None
-        alert = alert_object(event, verdict, previous, self.config, now)
+        return self._send(alert_object(event, verdict, previous, self.config, now))
+
+    def announce(self, event: str, verdict, summary: str, next_step: str) -> dict:
+        """Send an alert that is no change of verdict (`pulse watch`'s automatic restarts: "restart",
+        "restart_limit"): at once, past the hysteresis and the rate limit, which are for verdicts."""
+        alert = alert_object(event, verdict, self.policy.announced, self.config, self.clock())
+        return self._send({**alert, "summary": summary, "next_step": next_step})
+
+    def _send(self, alert: dict) -> dict:
         self.sent.append(alert)
-        self._journal(f"{event}: {verdict.name}: {verdict.summary}", {"alert": alert})
+        self._journal(f"{alert['event']}: {alert['verdict']}: {alert['summary']}", {"alert": alert})
         for sink in self.sinks:
             if self._in_flight[sink] >= MAX_IN_FLIGHT:
                 self._journal(f"{sink.name}: not sent: {MAX_IN_FLIGHT} deliveries still running", {"sink": sink.name, "ok": False})

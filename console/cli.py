@@ -40,7 +40,8 @@ COMMAND_EXAMPLES = {
     "dump": ["pulse dump run.toml", "pulse dump --pid 4242 --native"],
     "restart": ["pulse restart run.toml", "pulse restart run.toml --yes --grace 60"],
     "warmup": ["pulse warmup run.toml --yes"],
-    "watch": ["pulse watch run.toml", "nohup pulse watch run.toml >> watch.log 2>&1 &"],
+    "watch": ["pulse watch run.toml", "nohup pulse watch run.toml >> watch.log 2>&1 &",
+              "pulse watch run.toml --restart-on hung --max-restarts 2 --restart-after 15m --metrics :9464"],
     "journal": ["pulse journal run.toml", "pulse journal run.toml --since 2d --json"],
     "report": ["pulse report run.toml --since 12h > incident.md"],
 }
@@ -212,6 +213,15 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
         parser.add_argument("--all-roots", action="store_true", help="stop every process tree the match finds")
     elif command == "warmup":
         parser.add_argument("--yes", action="store_true", help="do not ask")
+    elif command == "watch":
+        w = parser.add_argument_group("restart policy and metrics (or the config's [watch] table; these win)")
+        w.add_argument("--restart-on", metavar="VERDICT[,VERDICT…]",
+                       help="restart the run (as pulse restart --yes) once its verdict has been one of these for --restart-after")
+        w.add_argument("--max-restarts", type=int, metavar="N", help="at most N automatic restarts per --restart-window")
+        w.add_argument("--restart-window", metavar="DURATION", help="the window --max-restarts counts in (default 6h)")
+        w.add_argument("--restart-after", metavar="DURATION", help="how long the verdict must last first (default 10m)")
+        w.add_argument("--metrics", metavar="HOST:PORT",
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1)")
     elif command in ("journal", "report"):
         parser.add_argument("--since", default="6h" if command == "journal" else "24h", metavar="DURATION",
                             help="how far back: 90s, 30m, 6h, 2d (default %(default)s)")
@@ -335,6 +345,10 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
             from console.commands.fleet_check import run_fleet_check
 
             return run_fleet_check(config, args)
+        if command == "watch":
+            from console.commands.fleet_watch import run_fleet_watch
+
+            return run_fleet_watch(config, args)
         if command in ("dump", "restart", "warmup"):
             from console.commands import fleet_actions
 

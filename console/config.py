@@ -24,6 +24,7 @@ from typing import Any
 from console.paths import audit_log_path
 from console.model import Container, MetricPattern
 from console.placeholders import CUSTOM_PLACEHOLDERS, WARMUP_PLACEHOLDERS, placeholder_refusal
+from console.units import parse_duration
 from console.user_patterns import compile_metric_pattern
 
 
@@ -150,6 +151,23 @@ class AlertsConfig:
     """Further attempts of a webhook after a failed one."""
 
 
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """What `pulse watch` does beyond the journal and the alerts: its restart policy and its metrics
+    endpoint (console/journal/policy.py, console/journal/metrics.py). Flags of the same names win."""
+
+    restart_on: tuple[str, ...] = ()
+    """Verdicts that restart the run once they have lasted `restart_after_s` (none: never restarts)."""
+    restart_on_source: str = ""
+    """Where the config sets `restart_on`, as an error about it starts: 'run.toml:12: watch.restart_on'."""
+    max_restarts: int | None = None
+    """The most automatic restarts within `restart_window_s`; required with `restart_on`."""
+    restart_window_s: float = 6 * 3600.0
+    restart_after_s: float = 600.0
+    metrics: tuple[str, int] | None = None
+    """(host, port) of the Prometheus endpoint; None serves none."""
+
+
 DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
 
 
@@ -166,6 +184,7 @@ class Config:
     source: str = "<flags>"
     """The file this came from, for messages."""
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
 
 
 class ConfigError(Exception):
@@ -405,8 +424,9 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     problems: list[str] = []
     r = _Reader(source, _key_lines(text), problems)
     for key in data:
-        if key not in ("target", "run", "gpus", "metrics", "warmup", "stall", "actions", "audit_log", "alerts"):
-            r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log, alerts)")
+        if key not in ("target", "run", "gpus", "metrics", "warmup", "stall", "actions", "audit_log", "alerts", "watch"):
+            r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log, alerts,"
+                           " watch)")
 
     t = r.table(data, "target", ("host", "port", "container", "accept_new_host_key", "known_hosts",
                                  "ssh_config", "python", "py_spy", "nvidia_smi", "slurm_job", "hosts", "reach"))
@@ -552,9 +572,10 @@ def parse_config(text: str, source: str = "<config>") -> Config:
 
     audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
     alerts = _alerts(r, data)
+    watch = _watch(r, data)
     if problems:
         raise ConfigError(problems)
-    return Config(target, run, gpus, metrics, warmup, stall, tuple(actions), audit_log, source, alerts)
+    return Config(target, run, gpus, metrics, warmup, stall, tuple(actions), audit_log, source, alerts, watch)
 
 
 def _webhook_url(value: str) -> str | None:
@@ -577,6 +598,58 @@ def _alerts(r: _Reader, data: dict) -> AlertsConfig:
         timeout_s=float(r.get(a, "alerts.timeout_s", number, 10.0, _positive)),
         retries=r.get(a, "alerts.retries", int, 2, lambda v: None if 0 <= v <= 10 else "must be 0-10"),
     )
+
+
+def _duration(value: str | int | float) -> str | None:
+    if isinstance(value, str):
+        try:
+            value = parse_duration(value)
+        except ValueError as exc:
+            return str(exc)
+    return _positive(value)
+
+
+def _seconds(value: str | int | float) -> float:
+    """A checked duration key's value ('10m', or a number of seconds) in seconds."""
+    return parse_duration(value) if isinstance(value, str) else float(value)
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """'HOST:PORT', ':PORT' or 'PORT' (on 127.0.0.1), '[::1]:PORT' → (host, port); port 0 takes a free one.
+    ValueError saying what an address looks like otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host, port = "", text.strip()
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not port.isdigit() or int(port) > 65535 or any(c.isspace() or c in "[]/" for c in host) or host.startswith("-"):
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or :9464 for this machine only)")
+    return host or "127.0.0.1", int(port)
+
+
+def _listen(value: str) -> str | None:
+    try:
+        listen_address(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _verdict_names(value: list) -> str | None:
+    # Which names are verdicts is console.diagnose's to say (a layer above): the watch checks them.
+    return None if value and all(isinstance(v, str) and v for v in value) else 'must be a list of verdict names, e.g. ["hung"]'
+
+
+def _watch(r: _Reader, data: dict) -> WatchConfig:
+    w = r.table(data, "watch", ("restart_on", "max_restarts", "restart_window", "restart_after", "metrics"))
+    duration = (str, int, float)
+    restart_on = tuple(r.get(w, "watch.restart_on", list, [], _verdict_names))
+    max_restarts = r.get(w, "watch.max_restarts", int, None, lambda v: None if v >= 1 else "must be 1 or more")
+    window_s = _seconds(r.get(w, "watch.restart_window", duration, 6 * 3600.0, _duration))
+    after_s = _seconds(r.get(w, "watch.restart_after", duration, 600.0, _duration))
+    metrics = r.get(w, "watch.metrics", str, None, _listen)
+    source = r.where("watch.restart_on") if restart_on else ""
+    return WatchConfig(restart_on, source, max_restarts, window_s, after_s,
+                       None if metrics is None else listen_address(metrics))
 
 
 @dataclass(frozen=True, slots=True)
@@ -734,7 +807,33 @@ def load_from_args(args) -> Config:
     stall = config.stall
     if get("stall_after") is not None:
         stall = replace(stall, log_silent_s=get("stall_after"))
-    return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall)
+    return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall,
+                   watch=_watch_flags(config.watch, args))
+
+
+def _watch_flags(watch: WatchConfig, args) -> WatchConfig:
+    """`pulse watch`'s policy and metrics flags laid over the config's [watch]: ConfigError naming the flag."""
+    changes: dict[str, Any] = {}
+    if (names := getattr(args, "restart_on", None)) is not None:
+        names = tuple(name.strip() for name in names.split(","))
+        if not all(names):
+            raise ConfigError(["--restart-on: give verdict names separated by commas, e.g. --restart-on hung,dead"])
+        changes.update(restart_on=names, restart_on_source="--restart-on")
+    if (count := getattr(args, "max_restarts", None)) is not None:
+        if count < 1:
+            raise ConfigError([f"--max-restarts: must be 1 or more, not {count}"])
+        changes["max_restarts"] = count
+    for flag, key in (("restart_window", "restart_window_s"), ("restart_after", "restart_after_s")):
+        if (text := getattr(args, flag, None)) is not None:
+            if message := _duration(text):
+                raise ConfigError([f"--{flag.replace('_', '-')}: {message}, not {text!r}"])
+            changes[key] = _seconds(text)
+    if (address := getattr(args, "metrics", None)) is not None:
+        try:
+            changes["metrics"] = listen_address(address)
+        except ValueError as exc:
+            raise ConfigError([f"--metrics: {exc}"]) from None
+    return replace(watch, **changes) if changes else watch
 
 
 def _check_ssh_files(target: TargetConfig, args, source: str) -> None:

@@ -26,7 +26,13 @@ def fleet_refusal(command: str, config: Config, pid: int | None = None) -> str |
     if command == "restart" and not config.target.slurm_job:
         return (f"restart: the target is {fleet}: Pulse restarts several nodes only through Slurm (--slurm-job ID); "
                 "restart one node with --host NODE")
-    if command in ("watch", "journal", "report"):
+    if command == "watch" and config.watch.restart_on:
+        return (f"watch: the target is {fleet}: the restart policy acts on one machine (a fleet's would requeue or"
+                " resubmit the job: not built); give --host NODE, or drop --restart-on")
+    if command == "watch" and not config.watch.metrics:
+        return (f"watch: the target is {fleet}: the run journal and alerts are kept for one machine; a fleet's watch"
+                " serves each node's metrics: give --metrics HOST:PORT, or --host NODE")
+    if command in ("journal", "report"):
         return f"{command}: the target is {fleet}: the run journal is kept for one machine; give --host NODE"
     if command == "dump" and pid is not None:
         return f"dump: --pid names a process on one machine, but the target is {fleet}: give --host NODE with --pid"

@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '6h', '2d', '1h30m' → seconds; ValueError saying what a duration looks like otherwise."""
+    text = text.strip().lower()
+    parts = _DURATION.findall(text)
+    if not parts or _DURATION.sub("", text).strip():
+        raise ValueError("give a duration such as 90s, 30m, 6h, 2d or 1h30m")
+    return sum(float(value) * _UNIT_S[unit] for value, unit in parts)
+
 
 def format_duration(seconds: float, *, compact: bool = False, tenths: bool = False) -> str:
     """`2d 4h`, `5h 12m`, `7m 03s`, `42s` (largest two units); `compact` drops the space: `7m03s`;

@@ -23,8 +23,8 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
-from dataclasses import replace
+from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from console.actions.audit import (
@@ -94,8 +94,11 @@ def format_event(event: StepEvent | OutputLine) -> str:
     return visible(f"[{_MARK[event.status]}] {event.step}: {event.detail}")
 
 
-async def _print_events(events: AsyncGenerator[StepEvent | OutputLine, None], out: TextIO) -> list[StepEvent]:
-    steps = []
+async def _print_events(
+    events: AsyncGenerator[StepEvent | OutputLine, None], out: TextIO, steps: list[StepEvent] | None = None
+) -> list[StepEvent]:
+    """Print each event as it comes; the step events, also appended to `steps` as they come."""
+    steps = [] if steps is None else steps
     async for event in events:
         if isinstance(event, StepEvent):
             steps.append(event)
@@ -141,19 +144,33 @@ def _no_audit(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "no_audit", False))
 
 
+@dataclass
+class ActionReport:
+    """What one mutating command did, for a caller that acts on it (`pulse watch`'s restart policy):
+    the step events it printed, and the one line that refused or failed it before or outside a step."""
+
+    steps: list[StepEvent] = field(default_factory=list)
+    said: str | None = None
+
+
 async def _mutating(
     action: str,
     config: Config,
     args: argparse.Namespace,
     plan_and_run: Callable[[Target], AsyncGenerator],
+    report: ActionReport | None = None,
 ) -> int:
+    def refuse(text: str, code: int = EXIT_REFUSED) -> int:
+        _say(text, sys.stderr)
+        if report is not None:
+            report.said = text
+        return code
+
     if getattr(args, "read_only", False):
-        _say(f"read-only: {action} disabled (started with --read-only)", sys.stderr)
-        return EXIT_REFUSED
+        return refuse(f"read-only: {action} disabled (started with --read-only)")
     unwritable = None if _no_audit(args) else audit_refusal(action, AuditLog(config.audit_log))
     if unwritable:
-        _say(f"{action}: {unwritable}", sys.stderr)
-        return EXIT_REFUSED
+        return refuse(f"{action}: {unwritable}")
     target = make_target(config.target)
     try:
         return await plan_and_run(target)
@@ -161,14 +178,11 @@ async def _mutating(
         _say(f"{action} on {target.label}:", sys.stdout)
         for line in exc.lines:
             _say(f"  {visible(line)}", sys.stdout)
-        _say(f"{action}: {exc}", sys.stderr)
-        return EXIT_REFUSED
+        return refuse(f"{action}: {exc}")
     except ActionRefused as exc:
-        _say(f"{action}: {exc}", sys.stderr)
-        return EXIT_REFUSED
+        return refuse(f"{action}: {exc}")
     except TargetError as exc:
-        _say(f"{action}: {exc}", sys.stderr)
-        return EXIT_FAILED
+        return refuse(f"{action}: {exc}", EXIT_FAILED)
     finally:
         await target.close()
 
@@ -214,8 +228,13 @@ def _ask(
     return None
 
 
-def restart(config: Config, args: argparse.Namespace) -> int:
-    """`pulse restart`: plan, confirm, stop, wait for GPU memory, launch, verify; 0 only when verified alive."""
+async def restart_run(
+    config: Config, args: argparse.Namespace, *, judged_pids: Collection[int] | None = None,
+    report: ActionReport | None = None,
+) -> int:
+    """`pulse restart` on the machine `config` names, to its exit code (see `restart`), its steps and any
+    refusal also in `report`. `judged_pids`: restart only these processes (the ones a verdict was earned
+    on): a plan that would stop any other is refused, nothing done (the run was restarted meanwhile)."""
 
     async def plan_and_run(target: Target) -> int:
         if getattr(args, "grace", None) is not None:
@@ -223,17 +242,27 @@ def restart(config: Config, args: argparse.Namespace) -> int:
         plan = await plan_restart(
             target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
         )
+        if judged_pids is not None and (unjudged := [p.pid for p in plan.processes if p.pid not in judged_pids]):
+            raise ActionRefused(f"the run changed since it was judged: PID {' '.join(map(str, unjudged))} was not"
+                                " among the processes judged; nothing done")
         refused = _ask("restart", args, f"restart on {target.label}:", plan.describe(), plan.hidden)
         if refused is not None:
+            if report is not None:
+                report.said = unconfirmed_escaped(args, plan.hidden) or "restart: not confirmed"
             return refused
         events = execute_restart(
             target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force), audit=not _no_audit(args)
         )
-        steps = await _print_events(events, sys.stdout)
+        steps = await _print_events(events, sys.stdout, report.steps if report is not None else [])
         verified = [e for e in steps if e.step == "verify" and e.status is StepStatus.OK]
         return EXIT_OK if verified else EXIT_FAILED
 
-    return _interruptible("restart", _mutating("restart", config, args, plan_and_run))
+    return await _mutating("restart", config, args, plan_and_run, report)
+
+
+def restart(config: Config, args: argparse.Namespace) -> int:
+    """`pulse restart`: plan, confirm, stop, wait for GPU memory, launch, verify; 0 only when verified alive."""
+    return _interruptible("restart", restart_run(config, args))
 
 
 def warmup(config: Config, args: argparse.Namespace) -> int:

@@ -2,11 +2,15 @@
 
     pulse watch CONFIG            monitor + diagnosis with no UI: journal and alerts; prints
                                   each verdict change; SIGTERM or SIGINT stop it cleanly
+        [--restart-on V,… --max-restarts N …]   the restart policy (console/commands/auto_restart.py)
+        [--metrics HOST:PORT]                     Prometheus metrics (console/journal/metrics.py)
     pulse journal CONFIG [--since 6h] [--json]
     pulse report CONFIG [--since 24h]   Markdown post-mortem of the window
 
 Exit status: 0 done (watch: stopped by SIGTERM/SIGINT after committing the journal);
-2 a bad config, no journal to read, or a journal that cannot be opened (one line on stderr).
+2 a bad config, no journal to read, or a journal that cannot be opened, a restart policy that
+cannot run (with --read-only, without [run] launch, an audit log that cannot be written), or a
+metrics address that cannot be listened on (one line on stderr).
 `pulse watch` does not exit on its own: a lost connection is retried and journaled.
 """
 
@@ -17,6 +21,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -37,15 +42,35 @@ def _error(command: str, text: str) -> int:
 def run_watch(config: Config, args: argparse.Namespace) -> int:
     if not (config.run.match or config.run.pidfile or config.run.log):
         return _error("watch", f"{config.source}: nothing names the run: give [run] match, pidfile or log (or --match/--log)")
+    if refused := policy_refusal(config, args):
+        return _error("watch", refused)
     try:
         return asyncio.run(_watch(config))
     except JournalError as exc:
         return _error("watch", str(exc))
 
 
+def policy_refusal(config: Config, args: argparse.Namespace) -> str | None:
+    """Why the restart policy cannot run as given (one line), before the watch starts; None when it can or there is none."""
+    from console.actions.audit import AuditLog, audit_refusal
+    from console.journal.policy import policy_problem
+
+    if problem := policy_problem(config.watch):
+        return problem
+    if not config.watch.restart_on:
+        return None
+    if getattr(args, "read_only", False):
+        return "--read-only: the restart policy (--restart-on, [watch] restart_on) restarts the run; drop one of them"
+    if not config.run.launch:
+        return f"{config.source}: the restart policy needs [run] launch (or --launch): the command that starts the run"
+    return audit_refusal("restart", AuditLog(config.audit_log))
+
+
 async def _watch(config: Config) -> int:
     from console.alerts import tty_writer
+    from console.commands.auto_restart import AutoRestart
     from console.evidence import RunLook
+    from console.journal.metrics import MetricsEndpoint, SnapshotCollector, snapshot_of
     from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
     from console.monitor import Monitor
     from console.remote.connect import make_target
@@ -60,18 +85,35 @@ async def _watch(config: Config) -> int:
         stopped_by.append(sig.name)
         stop.set()
 
+    collector, endpoint = SnapshotCollector(), None
+    if config.watch.metrics:  # first: an address it cannot listen on is refused before anything is opened
+        endpoint = MetricsEndpoint(collector)
+        try:
+            host, port = endpoint.start(*config.watch.metrics)
+        except OSError as exc:
+            where = ":".join(map(str, config.watch.metrics))
+            return _error("watch", f"--metrics {where}: cannot listen there ({exc.strerror or exc}); give a free HOST:PORT")
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     state = RunState()
-    watch = RunWatch.open(config, state, terminal_write=tty_writer(sys.stdout))
+    try:
+        watch = RunWatch.open(config, state, terminal_write=tty_writer(sys.stdout))
+    except JournalError:
+        if endpoint is not None:
+            endpoint.stop()
+        raise
     watch.journal.add("watch", f"pulse watch started (pid {os.getpid()})")
     target = make_target(config.target)
     monitor = Monitor(config, target, state)
     look = RunLook(target, config, state)
+    auto = AutoRestart(config, watch, look)
+    labels = (("run", config.run.name), ("host", config.target.host or socket.gethostname()))
     print(f"pulse watch: {target.label}: journal {watch.journal.path}", file=sys.stderr, flush=True)
+    if endpoint is not None:
+        print(f"pulse watch: metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
     await monitor.start()
     next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
-    shown = None
+    shown, shown_since = None, None
     try:
         while not stop.is_set():
             try:
@@ -80,7 +122,9 @@ async def _watch(config: Config) -> int:
             except TimeoutError:
                 pass
             watch.observe()
-            if loop.time() >= next_diagnosis or look.quiet:  # each second while a quiet log nears the floor
+            # Each second until the first verdict and while a quiet log nears the floor, and when the
+            # restart policy's wait is over.
+            if loop.time() >= next_diagnosis or shown is None or look.quiet or auto.due:
                 next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
                 try:
                     verdict = await watch.judge(look)
@@ -88,11 +132,18 @@ async def _watch(config: Config) -> int:
                     watch.journal.add("watch", f"a look at the run failed: {exc}")
                     verdict = None
                 if verdict is not None and verdict.name != shown:
-                    shown = verdict.name
+                    shown, shown_since = verdict.name, time.time()
                     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {verdict.name}: {verdict.summary}", flush=True)
+                if verdict is not None:
+                    auto.consider(verdict)
+            collector.publish([snapshot_of(state, labels, verdict=shown, verdict_since=shown_since,
+                                           restarts=auto.restarts, alerts=len(watch.alerter.sent))])
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+        await auto.stop()
+        if endpoint is not None:
+            endpoint.stop()
         await monitor.stop()
         await target.close()
         watch.observe()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -10,19 +9,15 @@ from dataclasses import dataclass
 
 from console.journal.store import Entry, Minute
 from console.state import RATE_METRICS, RATE_UNITS
-from console.units import format_duration
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+from console.units import format_duration, parse_duration
 
 
 def parse_since(text: str) -> float:
     """'90s', '30m', '6h', '2d', '1h30m' → seconds; ValueError with a one-line reason otherwise."""
-    text = text.strip().lower()
-    parts = _DURATION.findall(text)
-    if not parts or _DURATION.sub("", text).strip():
-        raise ValueError(f"--since {text!r}: give a duration such as 90s, 30m, 6h, 2d or 1h30m")
-    return sum(float(value) * _UNIT_S[unit] for value, unit in parts)
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"--since {text.strip().lower()!r}: {exc}") from None
 
 
 def clock_text(at: float) -> str:
@@ -47,9 +42,32 @@ class Window:
         return next((name for name in RATE_METRICS if name in seen), None)
 
 
+def is_automatic_restart(entry: Entry) -> bool:
+    """The entry `pulse watch`'s restart policy wrote before it restarted the run, with the evidence it saved."""
+    return entry.kind == "policy" and entry.data.get("event") == "restart" and "stacks" in entry.data
+
+
+#: The parts of an automatic restart's saved evidence, in the order they are shown.
+SAVED_PARTS = (("evidence", "why"), ("processes", "processes"), ("stacks", "stacks"), ("log_tail", "last log lines"),
+               ("gpus", "GPUs"))
+
+
+def saved_evidence_lines(data: dict) -> list[str]:
+    """An automatic restart's saved evidence as indented lines: the verdict, then each part under its heading."""
+    lines = [f"{data['verdict']}: {data['summary']}"]
+    for key, heading in SAVED_PARTS:
+        if data.get(key):
+            lines += [f"{heading}:", *(f"  {line}" for line in data[key])]
+    return lines
+
+
 def journal_lines(window: Window) -> list[str]:
-    """`pulse journal`: one line per entry, then the throughput per hour."""
-    lines = [f"{clock_text(e.time)}  {e.kind:<10}  {e.text}" for e in window.entries]
+    """`pulse journal`: one line per entry (an automatic restart's saved evidence below it), then the throughput per hour."""
+    lines = []
+    for e in window.entries:
+        lines.append(f"{clock_text(e.time)}  {e.kind:<10}  {e.text}")
+        if is_automatic_restart(e):
+            lines += [f"{'':33}{line}" for line in saved_evidence_lines(e.data)]
     if not lines:
         lines.append("(nothing journaled in this window)")
     hours = hourly(window)
@@ -144,16 +162,29 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
     failed = [a for a in alerts if a.data.get("ok") is False]
     sent = [a for a in alerts if "alert" in a.data]
     out.append(f"- **Alerts:** {len(sent)}" + (f", {len(failed)} failed deliveries" if failed else ""))
+    automatic = [e for e in window.entries if is_automatic_restart(e)]
+    if automatic:
+        out.append(f"- **Automatic restarts:** {len(automatic)}")
 
     out += ["", "## Timeline", "", "| time (UTC) | what |", "| --- | --- |"]
     for e in window.entries:
-        if e.kind in ("verdict", "action", "connection", "log", "watch") or (e.kind == "alert" and "alert" in e.data):
+        if e.kind in ("verdict", "action", "connection", "log", "watch", "policy") or (e.kind == "alert" and "alert" in e.data):
             out.append(f"| {clock_text(e.time)} | {e.kind}: {_cell(e.text)} |")
     if problems:
         out += ["", "## Problems (first line of each)", "", "| time (UTC) | kind | line |", "| --- | --- | --- |"]
         out += [f"| {clock_text(e.time)} | {e.data['problem']} | `{_cell(e.text, code=True)}` |" for e in problems[:50]]
         if len(problems) > 50:
             out.append(f"| … | | {len(problems) - 50} more (pulse journal) |")
+    if automatic:
+        out += ["", "## Automatic restarts and the evidence each saved"]
+        outcomes = [e for e in window.of("policy") if e.data.get("event") == "outcome"]
+        for e in automatic:
+            ended = next((o for o in outcomes if o.time >= e.time), None)
+            out += ["", f"### {clock_text(e.time)}: {_cell(e.text)}", ""]
+            if ended is not None:
+                out += [f"Outcome ({clock_text(ended.time)}): {_cell(ended.text)}", ""]
+            # In a fenced block as written (a stack's frames, a log's lines), a fence of its own cut short.
+            out += ["```", *(line.replace("`", "'") for line in saved_evidence_lines(e.data)), "```"]
     changes = [e for e in window.of("verdict") if e.data["verdict"] != "healthy"]
     if changes:
         last = changes[-1]

@@ -1,0 +1,95 @@
+"""`pulse watch --hosts A,B --metrics HOST:PORT`: a fleet's nodes as Prometheus series, over the real sshd.
+
+The real CLI on two nodes: the test sshd, where a real process writes throughput lines, and an alias
+whose port nothing listens on. Scraped over HTTP and read with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fleet.test_fleet_hosts import closed_port, writer  # noqa: F401 - the writer fixture
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fleet_config(sshd, tmp_path: Path, log: Path) -> Path:
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        sshd.ssh_config.read_text()
+        + f"Host pulse-dead\n  HostName 127.0.0.1\n  Port {closed_port()}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n  BatchMode yes\n"
+    )
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        f'[target]\nhosts = ["{sshd.alias}", "pulse-dead"]\nssh_config = "{ssh_config}"\nknown_hosts = "{sshd.known_hosts}"\n'
+        f'[run]\nname = "train"\nlog = "{log}"\nmatch = \'fleet_writer[.]py\'\n[gpus]\npoll_s = 0.3\n'
+    )
+    return config
+
+
+def pulse(*args: str, tmp_path: Path, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")}
+    return subprocess.Popen([sys.executable, "-m", "console.cli", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def scrape(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_a_fleet_watch_serves_each_nodes_series(sshd, tmp_path: Path, writer: Path) -> None:  # noqa: F811
+    watch = pulse("watch", str(fleet_config(sshd, tmp_path, writer)), "--metrics", "127.0.0.1:0", tmp_path=tmp_path)
+    try:
+        said = watch.stderr.readline()
+        assert said.startswith("pulse watch: 2 hosts (") and " 2 nodes; metrics on http://127.0.0.1:" in said, said
+        url = said.rsplit(" ", 1)[-1].strip()
+
+        def key(name: str, node: str, **more: str) -> tuple:
+            return name, tuple(sorted({"run": "train", "host": node, "node": node, **more}.items()))
+
+        rate = key("pulse_throughput", sshd.alias, metric="tokens_per_s")
+        unreachable = key("pulse_verdict", "pulse-dead", verdict="unknown")
+        seen: dict = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen = scrape(url)
+            if seen.get(rate) and seen.get(unreachable):
+                break
+            time.sleep(0.2)
+        assert seen[rate] == 1500
+        assert seen[key("pulse_link_state", sshd.alias, state="connected")] == 1
+        assert seen[unreachable] == 1
+        assert seen[key("pulse_link_state", "pulse-dead", state="connected")] == 0
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err
+    assert "pulse-dead: unknown: " in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "pulse: watch: the target is 2 hosts (a, b): the run journal and alerts are kept for one machine; a fleet's"
+             " watch serves each node's metrics: give --metrics HOST:PORT, or --host NODE"),
+        (["--metrics", ":0", "--restart-on", "hung", "--max-restarts", "1"],
+         "the restart policy acts on one machine (a fleet's would requeue or resubmit the job: not built)"),
+    ],
+)
+def test_what_a_fleet_watch_cannot_do_is_one_line(tmp_path: Path, args, message) -> None:
+    watch = pulse("watch", "--hosts", "a,b", "--match", "x", *args, tmp_path=tmp_path)
+    out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 2 and len(err.splitlines()) == 1 and message.removeprefix("pulse: ") in err, err
