@@ -225,6 +225,7 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     elif command in ("journal", "report"):
         parser.add_argument("--since", default="6h" if command == "journal" else "24h", metavar="DURATION",
                             help="how far back: 90s, 30m, 6h, 2d (default %(default)s)")
+        parser.add_argument("--demo", action="store_true", help="the last `pulse demo` run's journal (no config needed)")
         if command == "journal":
             parser.add_argument("--json", action="store_true", help="one JSON object: entries and per-minute figures")
     if command in ("restart", "warmup"):

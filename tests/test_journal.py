@@ -256,3 +256,15 @@ def test_each_run_gets_its_own_file_under_the_state_folder(tmp_path, monkeypatch
     assert a.parent == tmp_path / "pulse" / "journal"
     assert a.name.startswith("root@gpu1-train-")
     assert len({a, b, c}) == 3  # names that clean to the same text stay apart
+
+
+def test_two_flag_only_runs_never_share_a_journal_and_one_run_keeps_its_own(tmp_path, monkeypatch):
+    """Every flag-only run is named "run": the journal is keyed by the log and the match too (issue 33:
+    two `pulse watch` on two logs wrote one file, and `pulse journal` showed A's events as B's)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    a = RunConfig(log="/w/a.log", match=r"train\.py --run a")
+    b = RunConfig(log="/w/b.log", match=r"train\.py --run b")
+    assert journal_path(Config(run=a)) != journal_path(Config(run=b))
+    assert journal_path(Config(run=a)) != journal_path(Config(run=RunConfig(log="/w/a.log", match=r"train\.py --run b")))
+    relaunched = RunConfig(log="/w/train_{started}.log", match=r"train\.py")
+    assert journal_path(Config(run=relaunched)) == journal_path(Config(run=RunConfig(log="/w/train_{started}.log", match=r"train\.py")))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.config import load_config
+from console.config import Config, RunConfig, load_config
 from console.journal.store import Journal, journal_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,3 +182,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, env, monkeypatch, capsys, ar
     assert main(["journal", str(config), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_last_demos_journal_is_read_with_demo_and_its_path_is_said(tmp_path, monkeypatch):
+    """`pulse demo` has no config file: `pulse journal --demo` reads the journal of the last demo run."""
+    from console.demo.run import name_demo_journal
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    argv = [sys.executable, "-m", "console.cli", "journal", "--demo"]
+    none = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert none.returncode == 2 and none.stderr.endswith("no demo has run yet here: `pulse demo` first\n")
+    config = Config(run=RunConfig(name="demo-healthy", log=str(tmp_path / "demo" / "train.log"), match="demo"))
+    name_demo_journal(config)
+    journal = Journal(journal_path(config)).start()
+    journal.add("watch", "pulse demo started")
+    journal.close()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"journal {journal_path(config)}\n"
+    assert "pulse demo started" in done.stdout

@@ -24,10 +24,11 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 from console.config import Config
 from console.journal.report import Window, journal_json, journal_lines, parse_since, report_markdown
-from console.journal.store import JournalError, journal_path, open_for_reading, read_window
+from console.journal.store import JournalError, journal_path, last_demo_pointer, open_for_reading, read_window
 
 EXIT_OK = 0
 EXIT_BAD = 2
@@ -152,10 +153,20 @@ async def _watch(config: Config) -> int:
     return EXIT_OK
 
 
-def _window(config: Config, since: str):
+def read_path(config: Config, args: argparse.Namespace) -> Path:
+    """The journal a read command reads: the config's run's, or with --demo the last `pulse demo`'s."""
+    if not getattr(args, "demo", False):
+        return journal_path(config)
+    pointer = last_demo_pointer()
+    try:
+        return Path(pointer.read_text().strip())
+    except OSError:
+        raise JournalError(f"{pointer}: no demo has run yet here: `pulse demo` first") from None
+
+
+def _window(path: Path, since: str):
     """(journal path, Window) for a read command; JournalError / ValueError say what is wrong."""
     seconds = parse_since(since)
-    path = journal_path(config)
     conn = open_for_reading(path)
     try:
         end = time.time()
@@ -166,21 +177,23 @@ def _window(config: Config, since: str):
 
 def run_journal(config: Config, args: argparse.Namespace) -> int:
     try:
-        path, window = _window(config, args.since)
+        path, window = _window(read_path(config, args), args.since)
     except (JournalError, ValueError) as exc:
         return _error("journal", str(exc))
     if args.json:
         print(json.dumps(journal_json(window, str(path)), indent=2))
     else:
+        print(f"journal {path}", file=sys.stderr)  # which run's: a journal is one run's, keyed by its target, log and match
         print("\n".join(journal_lines(window)))
     return EXIT_OK
 
 
 def run_report(config: Config, args: argparse.Namespace) -> int:
     try:
-        _, window = _window(config, args.since)
+        path, window = _window(read_path(config, args), args.since)
     except (JournalError, ValueError) as exc:
         return _error("report", str(exc))
+    print(f"journal {path}", file=sys.stderr)
     container = f" ({config.target.container.describe()})" if config.target.container else ""
     sys.stdout.write(report_markdown(window, host=(config.target.host or "this machine") + container, run=config.run.name))
     return EXIT_OK

@@ -234,11 +234,24 @@ def run_demo(args: argparse.Namespace) -> int:
         except (OSError, TimeoutError) as exc:
             print(f"pulse demo: could not start the simulated run: {exc}", file=sys.stderr)
             return 1
+        name_demo_journal(config)
         return run_console(config, args)
     finally:
         demo.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def name_demo_journal(config: Config) -> None:
+    """Write where this demo's journal is (its own: its log is in its own folder), for `pulse journal --demo`."""
+    from console.journal.store import journal_path, last_demo_pointer
+
+    pointer = last_demo_pointer()
+    try:
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.write_text(f"{journal_path(config)}\n")
+    except OSError:
+        pass  # the console says why its journal cannot open; the demo runs without it
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -86,17 +86,27 @@ CREATE TABLE IF NOT EXISTS lease(
 
 
 def journal_path(config: Config) -> Path:
-    """Where `config`'s run keeps its journal: the state folder, one file per host, container and run name.
+    """Where `config`'s run keeps its journal: the state folder, one file per run: its target (host,
+    port, container), its log as configured (a `{started}` pattern stays one run across relaunches),
+    its match and pidfile, and its name.
 
-    The name is readable (`root@gpu1-pct200-train.sqlite3`) with a short hash of the exact
-    identity, so that names that differ only in characters a file name cannot hold stay apart.
+    Two watches of one run share the file (its lease makes one of them the writer); two runs never
+    do, even when every flag-only run is named "run". The name is readable
+    (`root@gpu1-pct200-train-….sqlite3`) with a short hash of the exact identity.
     """
     target = config.target
     container = target.container.describe().replace(" ", "") if target.container else ""
-    identity = "\0".join((target.host or "local", str(target.port or ""), container, config.run.name))
+    run = config.run
+    identity = "\0".join((target.host or "local", str(target.port or ""), container, run.name,
+                          run.log or "", run.match or "", run.pidfile or ""))
     readable = re.sub(r"[^A-Za-z0-9@._-]+", "_", "-".join(p for p in (target.host or "local", container, config.run.name) if p))
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     return paths.state_dir() / "journal" / f"{readable[:80]}-{digest}.sqlite3"
+
+
+def last_demo_pointer() -> Path:
+    """The file where `pulse demo` names its run's journal, for `pulse journal --demo` and `report --demo`."""
+    return paths.state_dir() / "journal" / "last-demo.txt"
 
 
 class JournalError(Exception):
