@@ -363,10 +363,11 @@ class Terminal:
     """A process on a pseudo-terminal of SIZE, as a terminal emulator would run it: what it
     draws is read as it comes (time-stamped), what is typed goes to it as keys."""
 
-    def __init__(self, argv: list[str], env: dict, *, spawn=functools.partial(subprocess.Popen, start_new_session=True)) -> None:
+    def __init__(self, argv: list[str], env: dict, *, spawn=functools.partial(subprocess.Popen, start_new_session=True),
+                 size: tuple[int, int] = SIZE) -> None:
         self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
-        env = {**env, "TERM": "xterm-256color", "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1])}
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+        env = {**env, "TERM": "xterm-256color", "COLUMNS": str(size[0]), "LINES": str(size[1])}
         self.started = time.perf_counter()
         self.process = spawn(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO_ROOT)
         os.close(slave)
