@@ -45,6 +45,7 @@ the recording saw waiting or still, is never busy, even at 100 % CPU):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ from console.observe.roles import fold_helpers
 from console.state import RATE_UNITS
 from console.stall import Silence
 from console.units import format_duration, format_indices, spread
+from console.slowness import Baseline, SlowLook, Slowdown, from_log, name_cause, no_history_text, slowdown
 
 VERDICTS = (
     "healthy",
@@ -205,6 +207,12 @@ class Evidence:
     rate_metric: str | None = None
     rate_now: float | None = None
     rate_baseline: float | None = None
+    rate_values: tuple[float, ...] = ()
+    """Every rate value the log gave that the look holds, oldest first: the run's own history."""
+    rate_history: Baseline | None = None
+    """The run's best sustained rate learned from its journal, when the caller read one."""
+    slow_look: SlowLook | None = None
+    """A slow run's stacks, /proc and NVML over a few seconds (console.slow_look), once it was taken."""
     rate_silent_s: float | None = None
     """Seconds since the last throughput line, when one was seen."""
     rate_interval_s: float | None = None
@@ -352,6 +360,38 @@ def diagnose(evidence: Evidence, config: Config) -> Verdict:
 #: Verdicts the run's stacks can change: a run whose log shows no progress (it may wait, or work
 #: quietly), a buffered one, an out-of-memory line it may have gone on past.
 STACKS_DECIDE = frozenset(("hung", "unknown", "buffered", "oom"))
+
+
+#: The next step for each cause of a slowdown (console.slowness.CAUSES).
+SLOW_STEPS = {
+    "input-bound": "feed it faster: more DataLoader workers (num_workers), pin_memory and prefetch, or a faster store",
+    "slow rank": "look at the straggler's host and the frame it spends its time in; the other ranks wait for it",
+    "neighbour on the GPU": "move or stop the other job on the run's GPU",
+    "CPU starvation": "free the run's cores (the other work on them) or give it more",
+    "GPU held back": "check the GPU's cooling and power (nvidia-smi -q -d PERFORMANCE)",
+    "memory pressure": "free host memory (fewer DataLoader workers, a smaller prefetch) or give it more",
+    "recompiling": "make the shapes static (pad to buckets) or mark them dynamic (torch._dynamo.mark_dynamic); "
+                   "TORCH_LOGS=recompiles says which guard fails",
+    "unknown": "look again, or dump the stacks while it is slow",
+}
+
+
+def baseline_of(ev: Evidence) -> Baseline | None:
+    """What the run's rate is measured against: the config's baseline, else its journal's best, else its log's."""
+    if ev.rate_baseline:
+        return Baseline(ev.rate_baseline, "config")
+    return ev.rate_history or from_log(ev.rate_values)
+
+
+def slowdown_of(ev: Evidence, fraction: float) -> Slowdown | None:
+    """The run is slow against its baseline (console.slowness.slowdown)."""
+    return slowdown(ev.rate_values, baseline_of(ev), fraction) if ev.rate_values else None
+
+
+def wants_slow_look(evidence: Evidence, config: Config) -> bool:
+    """The run is slow and the cause has not been looked at yet."""
+    return (evidence.slow_look is None and any(p.state not in ("Z", "X") for p in evidence.processes)
+            and diagnose(evidence, config).name == "slow")
 
 
 def wants_stacks(evidence: Evidence, config: Config) -> bool:
@@ -722,12 +762,27 @@ class _Diagnosis:
         if ev.rate_now is None or ev.rate_metric is None:
             return []
         unit = RATE_UNITS.get(ev.rate_metric, ev.rate_metric)
-        if ev.rate_baseline:
-            ratio = ev.rate_now / ev.rate_baseline
-            return [f"throughput {ev.rate_now:,.0f} {unit} = {ratio:.0%} of baseline {ev.rate_baseline:,.0f}"]
-        return [f"throughput {ev.rate_now:,.0f} {unit} (no baseline)"]
+        baseline = baseline_of(ev)
+        if baseline is not None:
+            ratio = ev.rate_now / baseline.rate
+            what = "baseline" if baseline.source == "config" else "its best sustained"
+            return [f"throughput {ev.rate_now:,.0f} {unit} = {ratio:.0%} of {what} {baseline.rate:,.0f} "
+                    f"({baseline.where(time.time())})"]
+        return [f"throughput {ev.rate_now:,.0f} {unit} ({no_history_text(len(ev.rate_values))})"]
 
     # -- the rules -----------------------------------------------------------
+
+    def _slow(self, found: Slowdown) -> Verdict:
+        ev = self.ev
+        unit = RATE_UNITS.get(ev.rate_metric or "", ev.rate_metric or "")
+        text = found.text(unit, time.time())
+        if ev.slow_look is None:
+            return Verdict("slow", text, self._process_lines() + self._gpu_lines(),
+                           "look at the cause: a few seconds of every process's stacks, /proc and NVML", "dump")
+        cause = name_cause(ev.slow_look)
+        lines = [*cause.evidence, *(f"ruled out: {why}" for why in cause.ruled_out)]
+        return Verdict("slow", f"{cause.name}: {cause.summary}; {text}", lines, SLOW_STEPS[cause.name], "dump")
+
 
     def verdict(self) -> Verdict:
         ev = self.ev
@@ -785,14 +840,9 @@ class _Diagnosis:
         if self._silent() or self.silence.needs_stacks or not self._log_tells():
             return self._without_log_progress()
 
-        if ev.rate_now is not None and ev.rate_baseline and ev.rate_now < self.slow_fraction * ev.rate_baseline:
-            return Verdict(
-                "slow",
-                f"throughput below {self.slow_fraction:.0%} of baseline",
-                self._throughput_line() + self._process_lines() + self._gpu_lines(),
-                "dump the stacks (p) to see where time goes; check GPU clocks and other jobs on the GPUs",
-                "dump",
-            )
+        found = slowdown_of(ev, self.slow_fraction)
+        if found is not None:
+            return self._slow(found)
 
         if hidden is not None:
             return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")

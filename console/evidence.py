@@ -22,6 +22,7 @@ import binascii
 import statistics
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import Literal
 
 from console.config import Config, StallConfig
@@ -33,6 +34,8 @@ from console.diagnose import (
     StackSummary,
     Verdict,
     diagnose,
+    slowdown_of,
+    wants_slow_look,
     wants_stacks,
 )
 from console.model import LogLine, ProcessReading, Sample
@@ -66,6 +69,8 @@ from console.observe.pyspy_run import DumpError, dump, record
 from console.observe.recovered import count_text, family_of, reason_of
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
+from console.slow_look import read_slow_look
+from console.slowness import Baseline, SlowLook, recompile_lines
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 from console.state import RunState
@@ -98,6 +103,7 @@ async def gather(
     follower_state: RunState | None = None,
     dump_stacks: DumpStacks = "auto",
     launched_at: float | None = None,
+    rate_histories: Mapping[str, Baseline] | None = None,
 ) -> Evidence:
     """One look at the run on `target`: what `console.diagnose.diagnose` needs.
 
@@ -105,7 +111,9 @@ async def gather(
     lines since the last launch and its throughput series are used; no tail is read).
     `launched_at`: the target-clock time of the console's last launch, if any.
     `dump_stacks`: 'auto' dumps and records the stacks only when the verdict cannot be earned
-    without them (console.diagnose.wants_stacks). TargetError when the target cannot be sampled.
+    without them (console.diagnose.wants_stacks). `rate_histories`: the run's best sustained rate of
+    each metric from its journal, when the caller read one. A run slow against its baseline gets its slow look
+    (console.slow_look) unless `dump_stacks` is 'never'. TargetError when the target cannot be sampled.
     """
     window_s = config.stall.sample_window_s if window_s is None else window_s
     early: list[asyncio.Future[StacksTaken]] = []
@@ -134,12 +142,19 @@ async def gather(
             await asyncio.gather(tail, return_exceptions=True)
 
     if follower_state is not None:
+        state = follower_state
         evidence = from_samples(first, last, config, follower_state, timed=True, launched_at=launched_at)
         evidence = with_read_rhythm(evidence, follower_state)
     else:
         state = RunState()
         state.add_lines(tail_lines(tail_text, config, time.monotonic()))
         evidence = with_lifetime_rhythm(from_samples(first, last, config, state, timed=False, launched_at=launched_at), tail_text)
+    if rate_histories and evidence.rate_metric in rate_histories:
+        evidence = replace(evidence, rate_history=rate_histories[evidence.rate_metric])
+    if dump_stacks != "never" and wants_slow_look(evidence, config):
+        evidence = replace(evidence, slow_look=await read_slow_look(
+            target, evidence.processes, evidence.gpus, py_spy=config.target.py_spy,
+            recompile_lines=recompiles_since_slow(state, evidence, config)))
 
     if evidence.nccl:
         evidence = replace(evidence, flight=await read_flight_records(target, evidence.processes, timeout=TAIL_TIMEOUT_S))
@@ -229,6 +244,10 @@ class RunLook:
     def __init__(self, target: Target | None, config: Config, state: RunState) -> None:
         self.target, self.config, self.state = target, config, state
         self.looks = StackLooks()
+        self.rate_histories: dict[str, Baseline] = {}
+        """The run's best sustained rate of each metric from its journal, set by whoever reads the journal."""
+        self._slow_look: SlowLook | None = None
+        """The slow look of the slowdown in progress: taken once per slowdown, held while it lasts."""
         self._estimated_s: float | None = None
         self.quiet = False
         """The last verdict found the log quiet, no look at the stacks held yet: the floor is seconds
@@ -246,17 +265,30 @@ class RunLook:
         if evidence is None:
             return None, False
         self._estimated_s = evidence.log_write_interval_s if evidence.log_rhythm_estimated else None
+        evidence = replace(evidence, rate_history=self.rate_histories.get(evidence.rate_metric or ""))
         due = self.target is not None and self.looks.due(evidence, self.config)
-        held = self.looks.apply(evidence)
+        held = self._with_slow_look(self.looks.apply(evidence))
+        due = due or (self.target is not None and wants_slow_look(held, self.config))
         silence = Silence(evidence.log_silent_s, evidence.log_write_interval_s, override_s=self.config.stall.log_silent_s)
         self.quiet = self.target is not None and not silence.progressing and not held.stacks and not due
         return diagnose(held, self.config), due
 
     async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
         """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""
-        evidence = await gather(self.target, self.config, follower_state=self.state, launched_at=launched_at)
+        evidence = self._with_slow_look(await gather(self.target, self.config, follower_state=self.state,
+                                                     launched_at=launched_at, rate_histories=self.rate_histories))
         self.looks.remember(evidence, self.config)
         return diagnose(evidence, self.config), evidence
+
+    def _with_slow_look(self, evidence: Evidence) -> Evidence:
+        """`evidence` with the slowdown's look once one was taken; the look is forgotten when the slowdown ends."""
+        if slowdown_of(evidence, self.config.metrics.slow_fraction) is None:
+            self._slow_look = None
+        elif evidence.slow_look is not None:
+            self._slow_look = evidence.slow_look
+        elif self._slow_look is not None:
+            return replace(evidence, slow_look=self._slow_look)
+        return evidence
 
 
 def dump_prefixes(processes: tuple[ProcessReading, ...]) -> list[str]:
@@ -485,10 +517,27 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
         fields["log_write_interval_s"] = state.write_interval_s()
     if metric is None or not values:
         return fields
-    fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric))
+    fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric),
+                  rate_values=tuple(state.values(metric)))
     if timed and state.last_rate_at is not None:
         fields.update(rate_silent_s=round(now - state.last_rate_at, 1), rate_interval_s=state.rate_interval_s())
     return fields
+
+
+def recompiles_since_slow(state: RunState, evidence: Evidence, config: Config) -> int:
+    """Dynamo's recompile lines among the lines after the run's last rate at or above the slow limit."""
+    found = slowdown_of(evidence, config.metrics.slow_fraction)
+    metric = evidence.rate_metric
+    if found is None or metric is None:
+        return 0
+    limit = found.fraction * found.baseline.rate
+    since: list[str] = []
+    for line in reversed(state.current_lines()):
+        value = getattr(line.info, metric, None)
+        if value is not None and value >= limit:
+            break
+        since.append(line.text)
+    return recompile_lines(since)
 
 
 def _nccl_line(text: str) -> NcclFact | None:

@@ -323,9 +323,29 @@ def test_diverged_on_nan_loss():
 
 
 def test_slow_against_the_baseline():
-    verdict = diagnose(replace(HEALTHY, rate_now=5100.0), CONFIG)
+    verdict = diagnose(replace(HEALTHY, rate_now=5100.0, rate_values=(14200.0,) * 10 + (5100.0,) * 5), CONFIG)
     assert verdict.name == "slow"
-    assert "throughput 5,100 tok/s = 36% of baseline 14,200" in verdict.evidence
+    assert verdict.summary.startswith("5.1K tok/s, 64 % below the baseline 14.2K (set in the config)")
+    assert verdict.next_step.startswith("look at the cause")
+
+
+def test_a_config_baseline_is_not_slow_on_one_low_value():
+    verdict = diagnose(replace(HEALTHY, rate_now=5100.0, rate_values=(14200.0,) * 10 + (5100.0,)), CONFIG)
+    assert verdict.name == "healthy"
+    assert "throughput 5,100 tok/s = 36% of baseline 14,200 (set in the config)" in verdict.evidence
+
+
+def test_a_slowdown_is_learned_from_the_runs_own_log_without_a_config_baseline():
+    learned = replace(HEALTHY, rate_baseline=None, rate_now=9100.0, rate_values=(14200.0,) * 40 + (9100.0,) * 8)  # 48 values: the best 24
+    verdict = diagnose(learned, CONFIG)
+    assert verdict.name == "slow"
+    assert verdict.summary.startswith("9.1K tok/s, 36 % below its best sustained 14.2K (its log's best 24 values)")
+
+
+def test_a_fresh_run_says_no_history_yet_never_healthy_because_nothing_to_compare():
+    fresh = replace(HEALTHY, rate_baseline=None, rate_values=(14200.0,) * 6)
+    verdict = diagnose(fresh, CONFIG)
+    assert "throughput 14,200 tok/s (no history yet: 6 rate values of the 40 a learned baseline needs)" in verdict.evidence
 
 
 def test_a_healthy_run_in_a_pid_namespace_stays_healthy_and_says_the_gpu_pids_are_unseen():

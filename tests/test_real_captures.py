@@ -21,7 +21,10 @@ from tests.real_captures import REAL, Capture, scenarios
 #: Each captured run: the verdict it must get and words its summary or evidence must hold (per GPU
 #: source where pmon's one sample and NVML's 5 s of samples differ).
 EXPECTED = {
-    "accelerate_tqdm": ("healthy", ["the run is alive and its log progresses"]),
+    # Captured beside a dozen other jobs on the same two GPUs (their processes are in the capture's NVML
+    # readings): its rate fell from ~51 it/s for the first half of its log to ~35 as they started. Slow
+    # against its own history is what it was (issue 34); the cause needs a slow look, which a replay has not.
+    "accelerate_tqdm": ("slow", ["35.5 it/s, 30 % below its best sustained 51", "are not the run's"]),
     "hf_healthy": ("healthy", ["the run is alive and its log progresses"]),
     "hf_healthy_buffered": ("healthy", ["the run is alive and its log progresses"]),
     "hf_ddp_worker_hang": (

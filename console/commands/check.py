@@ -64,6 +64,7 @@ from typing import TextIO
 from console.config import Config, StallConfig
 from console.diagnose import Evidence, Verdict, diagnose, is_problem
 from console.evidence import gather
+from console.journal.store import read_rate_histories
 from console.model import GpuReading, ProcessReading
 from console.observe.nccl import nccl_lines
 from console.observe.roles import fold_helpers
@@ -97,7 +98,7 @@ def run_check(config: Config, args: argparse.Namespace) -> int:
 async def _look(config: Config) -> tuple[str, Evidence]:
     target = make_target(config.target)
     try:
-        return target.label, await gather(target, config)
+        return target.label, await gather(target, config, rate_histories=read_rate_histories(config))
     finally:
         await target.close()
 

@@ -44,6 +44,8 @@ from pathlib import Path
 
 from console import paths
 from console.config import Config
+from console.slowness import Baseline, from_journal
+from console.state import RATE_METRICS
 
 FLUSH_S = 0.5
 LEASE_S = 10.0
@@ -51,6 +53,8 @@ BUSY_TIMEOUT_MS = 5000
 MAX_AGE_S = 30 * 86400.0
 MAX_BYTES = 64 * 1024 * 1024
 PRUNE_EVERY_S = 600.0
+#: How far back a learned baseline looks: a week of the run's history (the journal keeps MAX_AGE_S).
+HISTORY_S = 7 * 86400.0
 #: Entries held while commits fail; past it new ones are dropped (and counted), memory stays bounded.
 MAX_QUEUED = 100_000
 #: Values kept per open minute and metric for its median (a log printing faster is sampled).
@@ -411,6 +415,32 @@ def read_minutes(conn: sqlite3.Connection, since: float | None = None, lock: thr
             (int((since or 0.0) // 60),),
         ).fetchall()
     return [Minute(*row) for row in rows]
+
+
+def rate_histories(minutes: Iterable[Minute]) -> dict[str, Baseline]:
+    """The run's best sustained rate of each throughput metric across its journal (console.slowness.from_journal)."""
+    by_metric: dict[str, list[tuple[float, float]]] = {}
+    for m in minutes:
+        if m.metric in RATE_METRICS:
+            by_metric.setdefault(m.metric, []).append((m.minute * 60.0, m.median))
+    return {metric: found for metric, rows in by_metric.items() if (found := from_journal(rows)) is not None}
+
+
+def read_rate_histories(config: Config, since_s: float = HISTORY_S) -> dict[str, Baseline]:
+    """rate_histories of `config`'s run from its journal file, {} when it has none (or it cannot be read)."""
+    path = journal_path(config)
+    if not path.exists():
+        return {}
+    try:
+        conn = open_for_reading(path)
+    except JournalError:
+        return {}
+    try:
+        return rate_histories(read_minutes(conn, time.time() - since_s))
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
 
 
 def read_window(conn: sqlite3.Connection, start: float, lock: threading.Lock | None = None) -> tuple[list[Entry], list[Minute]]:

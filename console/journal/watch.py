@@ -19,13 +19,17 @@ from console.config import Config
 from console.diagnose import Verdict
 from console.evidence import RunLook
 from console.journal.recorder import JournalRecorder, restore
-from console.journal.store import Journal, journal_path
+from console.journal.store import HISTORY_S, Journal, journal_path, rate_histories
 from console.state import RunState
 
 #: How often the cheap diagnosis (from the state alone, no command on the target) runs.
 CHEAP_DIAGNOSIS_S = 5.0
 #: How much history a console reopened on a run gets back (the sparklines hold 240 points: 4 h of minutes).
 RESTORE_S = 4 * 3600.0
+
+
+#: The journal's minutes change slowly: a learned baseline is read again once a minute.
+HISTORY_EVERY_S = 60.0
 
 
 class RunWatch:
@@ -39,6 +43,8 @@ class RunWatch:
         """The last verdict journaled before this watch opened (its data), or None."""
         self.recorder = JournalRecorder(journal, state, wall=wall)
         self.alerter = Alerter(config, sinks, journal, clock=wall)
+        self.wall = wall
+        self._history_read_at: float | None = None
         audit.AUDIT_LISTENERS.append(self.record_action)
 
     @classmethod
@@ -54,12 +60,20 @@ class RunWatch:
     async def judge(self, look: RunLook) -> Verdict | None:
         """The run's verdict now (looking at its stacks when one is due), journaled and alerted on;
         None before two samples."""
+        self._learn_baseline(look)
         verdict, due = look.cheap()
         if due:
             verdict, _ = await look.full()
         if verdict is not None:
             self.verdict(verdict)
         return verdict
+
+    def _learn_baseline(self, look: RunLook) -> None:
+        """The run's best sustained rates from its journal, read again at most every HISTORY_EVERY_S."""
+        now = self.wall()
+        if self._history_read_at is None or now - self._history_read_at >= HISTORY_EVERY_S:
+            self._history_read_at = now
+            look.rate_histories = rate_histories(self.journal.minutes(now - HISTORY_S))
 
     def verdict(self, verdict: Verdict) -> None:
         """A verdict from any diagnosis (the cheap one, or a full one on a key press)."""
