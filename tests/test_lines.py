@@ -92,7 +92,8 @@ def test_hf_trainer_log() -> None:
     # the banner's `Total optimization steps = 782` is not a step report
     assert all(metrics(line) == {} for line in lines[:8])
     assert metrics(lines[8]) == {"loss": 3.4571, "grad_norm": 1.8327, "lr": 4.936e-05}
-    assert metrics(lines[12]) == {"samples_per_s": 80.6, "it_per_s": 10.1}  # eval: no training loss
+    # an eval line's only loss is its loss (issue 36: `val_loss` as the only loss on a line)
+    assert metrics(lines[12]) == {"samples_per_s": 80.6, "it_per_s": 10.1, "loss": 2.9811}
     assert metrics(lines[13]) == {
         "tokens_per_s": 34081.2,
         "samples_per_s": 33.282,
@@ -284,7 +285,8 @@ def test_false_positives_are_normal(line: str) -> None:
         ("'loss': 2.31", {"loss": 2.31}),
         ("lm loss: 2.31E+00", {"loss": 2.31}),
         ("train_loss=2.31", {"loss": 2.31}),
-        ("eval_loss=2.31", {}),
+        ("eval_loss=2.31", {"loss": 2.31}),  # the line's only loss
+        ("train_loss=2.1 eval_loss=2.31", {"loss": 2.1}),
         ("step 10/1000", {"step": 10, "total_steps": 1000}),
         ("iteration 10/ 1000", {"step": 10, "total_steps": 1000}),
         ("'step': 10", {"step": 10}),

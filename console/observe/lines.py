@@ -83,6 +83,8 @@ _KIND_RULES = (
         # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
         r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
         r"|error code \d+: cuda runtime|\bhip error\b"
+        # c10's C10_CUDA_CHECK_WARN: a CUDA call that failed, its error string after it
+        r"|\bcuda warning: \S"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
         r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
         # no usable GPU: a driver too old, missing or failing to start
@@ -100,7 +102,7 @@ _KIND_RULES = (
         # atomic: commit to the first "nccl", so a line full of them stays linear
         r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
         # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
-        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|completion|proxy|ibv_\w+)\b)"
+        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|complet(?:ion|ed)|proxy|ibv_\w+)\b)"
         r"(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err)\b)"
         r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|watchdog"
         # the watchdog's last words before it ends the process
@@ -111,7 +113,7 @@ _KIND_RULES = (
         LineKind.NAN,
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
-        rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?{_NONFINITE}|tensor\({_NONFINITE}"
+        rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?{_NONFINITE}|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
         r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
@@ -325,6 +327,12 @@ _PROGRESS_BAR = re.compile(
     r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
 )
 _FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_]+[=:]")
+# A step key written into its number (`iteration100`), its number ending the word.
+_GLUED_STEP_KEYS = frozenset(("iteration", "iter", "step"))
+_GLUED_STEP = re.compile(r"(?P<s>\d+)(?![\w.])")
+# An `N / M` pair right after an epoch's number is the step within the epoch and its total
+# (fairseq's `epoch 001:   2000 / 8223 loss=…`), as the last of `[3/300][370/1251]` is.
+_EPOCH_PAIR = re.compile(r"epoch:?\s*\d+\s*[:|,]?\s+(?P<s>\d+)\s*/\s*(?P<t>\d+)(?![\d./])")
 # A line that starts with its step as a column: `510 | loss 5.23 | …` (llama2.c).
 _LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
 
@@ -710,6 +718,7 @@ def _loss(low: str) -> float | None:
     at = first
     qualified = None
     names: dict[str, float] = {}
+    evals: dict[str, float] = {}
     for _ in range(_MAX_TRIES):
         if at < 0:
             break
@@ -740,12 +749,19 @@ def _loss(low: str) -> float | None:
         if words <= _TRAIN_LOSS_WORDS:
             if qualified is None:
                 qualified = value
-        elif not words & _EVAL_LOSS_WORDS and "scale" not in words:
-            names.setdefault(token, value)  # a component's (`mbox_loss`); a validation loss never is the loss
+        elif "scale" in words:
+            continue
+        elif not words & _EVAL_LOSS_WORDS:
+            names.setdefault(token, value)  # a component's (`mbox_loss`)
+        elif words - _EVAL_LOSS_WORDS <= _TRAIN_LOSS_WORDS:
+            evals.setdefault(token, value)  # the loss only where the line states no other
     if qualified is not None:
         return qualified if math.isfinite(qualified) else None
     if len(names) == 1:
         value = next(iter(names.values()))
+        return value if math.isfinite(value) else None
+    if not names and len(evals) == 1:  # a validation line's only loss (`step:125/1480 val_loss:4.3719`)
+        value = next(iter(evals.values()))
         return value if math.isfinite(value) else None
     return None
 
@@ -899,6 +915,10 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
                 last = done, of
         if last is not None:
             return last
+    if bits & _G_BAR and "epoch" in low:
+        pair = _EPOCH_PAIR.search(low)
+        if pair and 0 < int(pair["t"]) and int(pair["s"]) <= int(pair["t"]):
+            return int(pair["s"]), int(pair["t"])
     if bits & _G_BAR:
         match = _PROGRESS_BAR.search(text)
         if match:
@@ -920,6 +940,10 @@ def _step_key(low: str, key: str) -> tuple[int, int | None] | None:
         if at < 0:
             return None
         end = at + len(key)
+        if (at == 0 or low[at - 1] not in _WORD_CHARS) and low[end : end + 1].isdigit() and key in _GLUED_STEP_KEYS:
+            glued = _GLUED_STEP.match(low, end)  # `iteration100 loss: …`: the key written into its value
+            if glued:
+                return int(glued["s"]), None
         if (at == 0 or low[at - 1] not in _WORD_CHARS) and low[end : end + 1] not in _WORD_CHARS \
                 and (key != "steps" or low[end : end + 1] == ":"):
             rest = low[end : end + _VALUE_REACH]
@@ -1006,7 +1030,7 @@ MAX_BLOCK_STREAMS = 64
 # A stream of its own: torchrun's `[rank3]:` / `[default3]:`, mpirun's `[1,0]<stderr>:`, Ray's and
 # vLLM's `(EngineCore pid=104) `, a subprocess's captured `stderr: ` (the kind rules' prefix, here
 # required), and an NCCL thread's `host:pid:tid [dev] `.
-_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|[\w.-]+:\d+:\d+ \[\d+\] )")
+_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|(?P<process>[\w.-]+:\d+):\d+ \[\d+\] )")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
 _HEADER = re.compile(
@@ -1022,6 +1046,8 @@ _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared
 # above for traceback): …`, `UserWarning: …`, `CUDA error: …`; its message may run on after it.
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w* error:"
+    # an absl / XLA status code: `RESOURCE_EXHAUSTED: Out of memory …`, `INTERNAL: …`
+    r"|(?!(?:DEBUG|INFO|NOTE|WARN|WARNING)\b)[A-Z]{3,}(?:_[A-Z]+)*: "
 )
 _WHAT = ("what():", "terminate called")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
@@ -1102,7 +1128,8 @@ class LineReader:
         stream, body = "", text
         prefix = _STREAM.match(text)
         if prefix:
-            stream, body = prefix[0].rstrip(" "), text[prefix.end():]
+            # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them
+            stream, body = prefix["process"] or prefix[0].rstrip(" "), text[prefix.end():]
         block = self._open.get(stream)
         if block is None and not stream and self._latest:
             # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice)
