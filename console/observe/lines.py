@@ -1055,6 +1055,8 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 # from …`, NCCL's return-code trace `NCCL INFO
 # transport/net.cc:1314 -> 6`) or its heading (`Exception raised from … (most recent call first):`).
 _FRAME = re.compile(r"frame #\d+\b|#\d+ \S|Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
+# NCCL's return-code trace of an error (`NCCL INFO proxy.cc:698 -> 3`: a code other than ncclSuccess).
+_NCCL_RETURN = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]")
 _STACK_HEADINGS = ("(most recent call first):", "(most recent call last):")
 _C_STACK_HEADING = "(most recent call first):"
 _PY_FRAME = re.compile(r'\s+File "[^"]*", line \d+')
@@ -1159,6 +1161,8 @@ class LineReader:
                 del self._open[stream]  # a progress line is never part of a problem (a source line may say `lr = 0.1`)
                 return info
             kind = block.kind  # a frame, its source line, the message's next line
+            if kind is LineKind.WARNING and _NCCL_RETURN.match(rest):
+                kind = LineKind.NCCL_TIMEOUT  # NCCL returns an error code up its stack: the warning was its failure
         _advance(block, kind, rest, own)
         return _with(info, kind)
 
