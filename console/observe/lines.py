@@ -69,7 +69,8 @@ _KIND_RULES = (
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
         # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
         # advice and forecasts name it too ("to avoid out of memory", "the out of memory issue", "running out of")
-        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )\bout of memory\b"
+        # (Slurm's `task 4: Out Of Memory` is the cgroup's OOM killer ending a task: a kill, below)
+        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )(?<!\d: )\bout of memory\b"
         r"(?!: killed process)(?!.{0,300}?not a failure)",
         lower=True,
     ),
@@ -127,7 +128,8 @@ _KIND_RULES = (
     _KindRule(
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
-         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before"),
+         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before",
+         ": out of memory", ": terminated"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
@@ -137,6 +139,8 @@ _KIND_RULES = (
         r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死"
         # Slurm ending a job or step (time limit, preemption, scancel)
         r"|\*\*\* (?:JOB|STEP) [\d.]+ (?:ON \S+ )?CANCELLED AT\b"
+        # srun's report of how a task ended (`srun: error: node: tasks 1-3: Out Of Memory`)
+        r"|\btasks? [\d,-]+: (?:Out Of Memory|Killed|Terminated|Bus error)\b"
         # MPICH's box around a rank that died (its `EXIT CODE: 9` is the signal)
         r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
         # Ray: the task's worker died before it ran
