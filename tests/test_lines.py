@@ -205,6 +205,11 @@ def test_torchrun_failures_log() -> None:
         ("Loss is NaN, stopping training", LineKind.NAN),
         ("loss: inf", LineKind.NAN),
         ("'grad_norm': inf", LineKind.NAN),
+        ("| epoch 001: loss=7.1, grad_norm 2.03 (inf), loss_scale 64", LineKind.NAN),  # its running average
+        ("grad_norm: 0.3922 (0.4100)", LineKind.NORMAL),
+        ("CUDA warning: misaligned address (function destroyEvent)", LineKind.CUDA_ERROR),
+        ("node1:1:2 [0] NCCL WARN NET/OFI Request completed with error. RC: 21. Error: unknown error", LineKind.NCCL_TIMEOUT),
+        ("srun: error: Orion-01-01: task 4: Out Of Memory", LineKind.KILLED),  # the cgroup's OOM killer
         ("nan detected in gradients", LineKind.NAN),
         ("WARNING: found NaN in local grad norm", LineKind.NAN),
         ("The total norm of order 2.0 for gradients from `parameters` is non-finite", LineKind.NAN),
@@ -278,6 +283,16 @@ def test_false_positives_are_normal(line: str) -> None:
         ("'learning_rate': '4.9e-05'", {"lr": 4.9e-05}),
         ("64.0 samples/s", {"samples_per_s": 64.0}),
         ("12.3it/s", {"it_per_s": 12.3}),
+        # a unit and its inverse, whatever the bar counts (issue 36): batches are steps, examples samples
+        ("17/17 [00:02<00:00,  7.26ba/s]", {"it_per_s": 7.26, "step": 17, "total_steps": 17}),
+        ("  5/10 [00:10<00:10,  2.1s/ba]", {"it_per_s": pytest.approx(1 / 2.1), "step": 5, "total_steps": 10}),
+        ("1000/1000 [00:01<00:00, 150.2ex/s]", {"samples_per_s": 150.2, "step": 1000, "total_steps": 1000}),
+        ("[00:01<00:00,  1.50s/ex]", {"samples_per_s": pytest.approx(1 / 1.5)}),
+        ("step 3 | 30ms/sample", {"samples_per_s": pytest.approx(1 / 0.03), "step": 3}),
+        # a step key written into its number; an N / M pair after an epoch's number (fairseq)
+        ("iteration100 loss: 2.31", {"step": 100, "loss": 2.31}),
+        ("| epoch 001:   2000 / 8223 loss=7.1", {"step": 2000, "total_steps": 8223, "loss": 7.1}),
+        ("Epoch 3/10 loss 2.1", {"loss": 2.1}),
         ("1.52s/it", {"it_per_s": pytest.approx(1 / 1.52)}),
         ("loss 2.31", {"loss": 2.31}),
         ("loss: 2.31", {"loss": 2.31}),

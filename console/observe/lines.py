@@ -259,17 +259,23 @@ _SAMPLE_UNITS = (
     ("record", re.compile(r"records?/s(?:ec(?:ond)?)?\b")),
     ("ips", re.compile(r"\bips\b")),  # images (instances) per second: Paddle's `ips: 225.2 images/sec`
     ("imps", re.compile(r"\bimps\b")),
+    ("ex/s", re.compile(r"(?<![a-z])ex/s\b")),  # a bar counting examples (HF datasets' `150.2ex/s`)
 )
 # A rate whose key names the prompt (prefill, input) side of a serving engine: the generation rate
 # is the one that counts the work done.
 _PROMPT_SIDE = ("prompt", "prefill", "input")
-# Seconds per sample: HF datasets' `6.32s/ examples`.
-_SECONDS_PER_EXAMPLE = re.compile(rf"(?P<v>{_NUMBER})s/ examples")
+# Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`.
+_SECONDS_PER_SAMPLE = re.compile(
+    rf"(?P<v>{_NUMBER}) ?(?P<u>ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
+)
+_PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
 # A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
 # `steps_per_second': 1.76`, `Steps/Sec 3.2`, `train_speed(iter/s): 0.056`.
+# (gate, unit, whether the value is a time per step)
 _STEP_RATES = (
-    ("it/s", re.compile(r"(?<![a-z])it/s\b")),
-    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b")),
+    ("it/s", re.compile(r"(?<![a-z])it/s\b"), False),
+    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b"), True),
+    ("ba", re.compile(r"(?<![a-z])ba/s\b|\bbatch(?:es)?/s\b"), False),  # a bar counting batches: `3.45ba/s`
 )
 _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "steps/sec", "steps/s", "step/sec",
                    "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
@@ -362,9 +368,9 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_KIND
     if "tok" in shape or "tps" in shape or "wps" in shape or "tgs" in shape or "words/s" in shape:
         bits |= _G_TOKENS
-    if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex")):
+    if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex", "ex/s", "s/ex")):
         bits |= _G_SAMPLES
-    if "it/s" in shape or "s/it" in shape or "s / it" in shape:
+    if "it/s" in shape or "s/it" in shape or "s / it" in shape or "ba/s" in shape or "batches/s" in shape:
         bits |= _G_IT_RATE
     if any(word in shape for word in ("ups", "per_second", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
         bits |= _G_STEP_RATE
@@ -507,10 +513,10 @@ def _tokens_per_s(low: str) -> float | None:
 
 
 def _samples_per_s(low: str) -> float | None:
-    if "s/ examples" in low:
-        match = _SECONDS_PER_EXAMPLE.search(low)
+    if any(gate in low for gate in _PER_SAMPLE_GATES):
+        match = _SECONDS_PER_SAMPLE.search(low)
         if match:
-            value = _number(match["v"])
+            value = _number(match["v"]) * _TIME_UNITS[match["u"]]
             return 1.0 / value if value > 0 else None
     return _rate(_SAMPLE_UNITS, low)
 
@@ -597,12 +603,12 @@ def _iterations_per_s(low: str, bits: int) -> float | None:
     """Steps a second: the bar's own rate (`it/s`, `s/it`), then a rate keyed as one (`ups`,
     `global_step/sec`), then an explicit time per step (`454ms/step`, `step_avg`, `time per
     iteration (ms)`), then the longest plain time of a step (`time:`, `iter_time:`, `batch_cost:`)."""
-    for gate, unit in _STEP_RATES if bits & _G_IT_RATE else ():
+    for gate, unit, inverse in _STEP_RATES if bits & _G_IT_RATE else ():
         if gate in low or (gate == "s/it" and "s / it" in low):
             for match in islice(unit.finditer(low), _MAX_TRIES):
                 value = _value_before(low, match.start())
                 if value:
-                    if gate == "it/s":
+                    if not inverse:
                         return value
                     return 1.0 / (value * 1e-3 if match["ms"] else value)
     if bits & _G_STEP_RATE:
