@@ -210,6 +210,8 @@ def test_torchrun_failures_log() -> None:
         ("CUDA warning: misaligned address (function destroyEvent)", LineKind.CUDA_ERROR),
         ("node1:1:2 [0] NCCL WARN NET/OFI Request completed with error. RC: 21. Error: unknown error", LineKind.NCCL_TIMEOUT),
         ("srun: error: Orion-01-01: task 4: Out Of Memory", LineKind.KILLED),  # the cgroup's OOM killer
+        ("srun: error: nid001277: tasks 1-3: Out Of Memory", LineKind.KILLED),
+        ("CUDA Error 2: out of memory", LineKind.OOM),
         ("nan detected in gradients", LineKind.NAN),
         ("WARNING: found NaN in local grad norm", LineKind.NAN),
         ("The total norm of order 2.0 for gradients from `parameters` is non-finite", LineKind.NAN),

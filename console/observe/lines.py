@@ -70,7 +70,8 @@ _KIND_RULES = (
         # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
         # advice and forecasts name it too ("to avoid out of memory", "the out of memory issue", "running out of")
         # (Slurm's `task 4: Out Of Memory` is the cgroup's OOM killer ending a task: a kill, below)
-        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )(?<!\d: )\bout of memory\b"
+        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )"
+        r"(?<!task \d: )(?<!task \d\d: )(?<!task \d\d\d: )(?<!\d-\d: )(?<!\d-\d\d: )\bout of memory\b"
         r"(?!: killed process)(?!.{0,300}?not a failure)",
         lower=True,
     ),
@@ -1039,7 +1040,7 @@ MAX_BLOCK_STREAMS = 64
 
 # A stream of its own: torchrun's `[rank3]:` / `[default3]:`, mpirun's `[1,0]<stderr>:`, Ray's and
 # vLLM's `(EngineCore pid=104) `, a subprocess's captured `stderr: ` (the kind rules' prefix, here
-# required), and an NCCL thread's `host:pid:tid [dev] `.
+# required), and an NCCL process's `host:pid:tid [dev] ` (its threads share the process's stream).
 _STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|(?P<process>[\w.-]+:\d+):\d+ \[\d+\] )")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
