@@ -90,6 +90,27 @@ def test_an_nccl_threads_return_code_trace_continues_its_warning_only() -> None:
     assert read(["DESKTOP-1CE5APL:1689:2800 [0] NCCL INFO Failed to open libibverbs.so[.1]"]) == [("normal", False)]
 
 
+def test_an_nccl_processs_threads_share_one_block_and_an_error_code_makes_a_warning_its_failure() -> None:
+    # deepseek-ai/DeepEP#143: the warning on one thread, the trace on another of the same process
+    warn = "msm-h200-2:4011:4581 [2] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory"
+    other_thread = "msm-h200-2:4011:4011 [2] NCCL INFO group.cc:418 -> 2"
+    assert read([warn, other_thread]) == [("nccl_timeout", False), ("nccl_timeout", True)]
+    # aws/aws-ofi-nccl#927: a warning NCCL answers with an error code up its stack
+    lines = ["get_req_from_imm_data:1411 NCCL WARN NET/OFI Unexpected status (0) for message 246",
+             "NCCL INFO transport/net.cc:1302 -> 3", "NCCL INFO proxy.cc:878 -> 3 [Progress Thread]"]
+    assert read(lines) == [("warning", False), ("nccl_timeout", True), ("nccl_timeout", True)]
+    assert read(["NCCL WARN NET/OFI Unexpected status (0)", "NCCL INFO transport/net.cc:1302 -> 0"]) == [
+        ("warning", False), ("warning", True)]
+
+
+def test_a_status_code_heads_its_message_like_an_exception() -> None:
+    # jax-ml/jax#13428: XLA's OOM and the debugging block under it
+    lines = ["RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6291456 bytes.", "BufferAssignment OOM Debugging.",
+             "BufferAssignment stats:", "             parameter allocation:    6.00MiB"]
+    assert read(lines) == [("oom", False)] + [("oom", True)] * 3
+    assert read(["INFO: Started server process [1]", "Waiting for application startup."]) == [("normal", False)] * 2
+
+
 def test_a_ranks_watchdog_messages_are_one_problem_in_the_real_capture() -> None:
     lines = (REAL / "torchrun_watchdog" / "run.log").read_text().splitlines()
     reader, spans = LineReader(), ProblemSpans()

@@ -92,7 +92,8 @@ def test_hf_trainer_log() -> None:
     # the banner's `Total optimization steps = 782` is not a step report
     assert all(metrics(line) == {} for line in lines[:8])
     assert metrics(lines[8]) == {"loss": 3.4571, "grad_norm": 1.8327, "lr": 4.936e-05}
-    assert metrics(lines[12]) == {"samples_per_s": 80.6, "it_per_s": 10.1}  # eval: no training loss
+    # an eval line's only loss is its loss (issue 36: `val_loss` as the only loss on a line)
+    assert metrics(lines[12]) == {"samples_per_s": 80.6, "it_per_s": 10.1, "loss": 2.9811}
     assert metrics(lines[13]) == {
         "tokens_per_s": 34081.2,
         "samples_per_s": 33.282,
@@ -204,6 +205,13 @@ def test_torchrun_failures_log() -> None:
         ("Loss is NaN, stopping training", LineKind.NAN),
         ("loss: inf", LineKind.NAN),
         ("'grad_norm': inf", LineKind.NAN),
+        ("| epoch 001: loss=7.1, grad_norm 2.03 (inf), loss_scale 64", LineKind.NAN),  # its running average
+        ("grad_norm: 0.3922 (0.4100)", LineKind.NORMAL),
+        ("CUDA warning: misaligned address (function destroyEvent)", LineKind.CUDA_ERROR),
+        ("node1:1:2 [0] NCCL WARN NET/OFI Request completed with error. RC: 21. Error: unknown error", LineKind.NCCL_TIMEOUT),
+        ("srun: error: Orion-01-01: task 4: Out Of Memory", LineKind.KILLED),  # the cgroup's OOM killer
+        ("srun: error: nid001277: tasks 1-3: Out Of Memory", LineKind.KILLED),
+        ("CUDA Error 2: out of memory", LineKind.OOM),
         ("nan detected in gradients", LineKind.NAN),
         ("WARNING: found NaN in local grad norm", LineKind.NAN),
         ("The total norm of order 2.0 for gradients from `parameters` is non-finite", LineKind.NAN),
@@ -277,6 +285,16 @@ def test_false_positives_are_normal(line: str) -> None:
         ("'learning_rate': '4.9e-05'", {"lr": 4.9e-05}),
         ("64.0 samples/s", {"samples_per_s": 64.0}),
         ("12.3it/s", {"it_per_s": 12.3}),
+        # a unit and its inverse, whatever the bar counts (issue 36): batches are steps, examples samples
+        ("17/17 [00:02<00:00,  7.26ba/s]", {"it_per_s": 7.26, "step": 17, "total_steps": 17}),
+        ("  5/10 [00:10<00:10,  2.1s/ba]", {"it_per_s": pytest.approx(1 / 2.1), "step": 5, "total_steps": 10}),
+        ("1000/1000 [00:01<00:00, 150.2ex/s]", {"samples_per_s": 150.2, "step": 1000, "total_steps": 1000}),
+        ("[00:01<00:00,  1.50s/ex]", {"samples_per_s": pytest.approx(1 / 1.5)}),
+        ("step 3 | 30ms/sample", {"samples_per_s": pytest.approx(1 / 0.03), "step": 3}),
+        # a step key written into its number; an N / M pair after an epoch's number (fairseq)
+        ("iteration100 loss: 2.31", {"step": 100, "loss": 2.31}),
+        ("| epoch 001:   2000 / 8223 loss=7.1", {"step": 2000, "total_steps": 8223, "loss": 7.1}),
+        ("Epoch 3/10 loss 2.1", {"loss": 2.1}),
         ("1.52s/it", {"it_per_s": pytest.approx(1 / 1.52)}),
         ("loss 2.31", {"loss": 2.31}),
         ("loss: 2.31", {"loss": 2.31}),
@@ -284,7 +302,8 @@ def test_false_positives_are_normal(line: str) -> None:
         ("'loss': 2.31", {"loss": 2.31}),
         ("lm loss: 2.31E+00", {"loss": 2.31}),
         ("train_loss=2.31", {"loss": 2.31}),
-        ("eval_loss=2.31", {}),
+        ("eval_loss=2.31", {"loss": 2.31}),  # the line's only loss
+        ("train_loss=2.1 eval_loss=2.31", {"loss": 2.1}),
         ("step 10/1000", {"step": 10, "total_steps": 1000}),
         ("iteration 10/ 1000", {"step": 10, "total_steps": 1000}),
         ("'step': 10", {"step": 10}),

@@ -69,7 +69,9 @@ _KIND_RULES = (
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
         # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
         # advice and forecasts name it too ("to avoid out of memory", "the out of memory issue", "running out of")
-        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )\bout of memory\b"
+        # (Slurm's `task 4: Out Of Memory` is the cgroup's OOM killer ending a task: a kill, below)
+        r"|(?<!avoid )(?<!prevent )(?<!the )(?<!running )"
+        r"(?<!task \d: )(?<!task \d\d: )(?<!task \d\d\d: )(?<!\d-\d: )(?<!\d-\d\d: )\bout of memory\b"
         r"(?!: killed process)(?!.{0,300}?not a failure)",
         lower=True,
     ),
@@ -83,6 +85,8 @@ _KIND_RULES = (
         # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
         r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
         r"|error code \d+: cuda runtime|\bhip error\b"
+        # c10's C10_CUDA_CHECK_WARN: a CUDA call that failed, its error string after it
+        r"|\bcuda warning: \S"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
         r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
         # no usable GPU: a driver too old, missing or failing to start
@@ -100,7 +104,7 @@ _KIND_RULES = (
         # atomic: commit to the first "nccl", so a line full of them stays linear
         r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
         # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
-        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|completion|proxy|ibv_\w+)\b)"
+        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|complet(?:ion|ed)|proxy|ibv_\w+)\b)"
         r"(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err)\b)"
         r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|watchdog"
         # the watchdog's last words before it ends the process
@@ -111,7 +115,7 @@ _KIND_RULES = (
         LineKind.NAN,
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
-        rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?{_NONFINITE}|tensor\({_NONFINITE}"
+        rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?{_NONFINITE}|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
         r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
@@ -125,7 +129,8 @@ _KIND_RULES = (
     _KindRule(
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
-         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before"),
+         "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before",
+         ": out of memory", ": terminated"),
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
@@ -135,6 +140,8 @@ _KIND_RULES = (
         r"|^Aborted\b|^(?:zsh|bash|sh): (?:killed|terminated)\b|已杀死"
         # Slurm ending a job or step (time limit, preemption, scancel)
         r"|\*\*\* (?:JOB|STEP) [\d.]+ (?:ON \S+ )?CANCELLED AT\b"
+        # srun's report of how a task ended (`srun: error: node: tasks 1-3: Out Of Memory`)
+        r"|\btasks? [\d,-]+: (?:Out Of Memory|Killed|Terminated|Bus error)\b"
         # MPICH's box around a rank that died (its `EXIT CODE: 9` is the signal)
         r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
         # Ray: the task's worker died before it ran
@@ -253,17 +260,23 @@ _SAMPLE_UNITS = (
     ("record", re.compile(r"records?/s(?:ec(?:ond)?)?\b")),
     ("ips", re.compile(r"\bips\b")),  # images (instances) per second: Paddle's `ips: 225.2 images/sec`
     ("imps", re.compile(r"\bimps\b")),
+    ("ex/s", re.compile(r"(?<![a-z])ex/s\b")),  # a bar counting examples (HF datasets' `150.2ex/s`)
 )
 # A rate whose key names the prompt (prefill, input) side of a serving engine: the generation rate
 # is the one that counts the work done.
 _PROMPT_SIDE = ("prompt", "prefill", "input")
-# Seconds per sample: HF datasets' `6.32s/ examples`.
-_SECONDS_PER_EXAMPLE = re.compile(rf"(?P<v>{_NUMBER})s/ examples")
+# Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`.
+_SECONDS_PER_SAMPLE = re.compile(
+    rf"(?P<v>{_NUMBER}) ?(?P<u>ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
+)
+_PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
 # A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
 # `steps_per_second': 1.76`, `Steps/Sec 3.2`, `train_speed(iter/s): 0.056`.
+# (gate, unit, whether the value is a time per step)
 _STEP_RATES = (
-    ("it/s", re.compile(r"(?<![a-z])it/s\b")),
-    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b")),
+    ("it/s", re.compile(r"(?<![a-z])it/s\b"), False),
+    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b"), True),
+    ("ba", re.compile(r"(?<![a-z])ba/s\b|\bbatch(?:es)?/s\b"), False),  # a bar counting batches: `3.45ba/s`
 )
 _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "steps/sec", "steps/s", "step/sec",
                    "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
@@ -325,6 +338,12 @@ _PROGRESS_BAR = re.compile(
     r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
 )
 _FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_]+[=:]")
+# A step key written into its number (`iteration100`), its number ending the word.
+_GLUED_STEP_KEYS = frozenset(("iteration", "iter", "step"))
+_GLUED_STEP = re.compile(r"(?P<s>\d+)(?![\w.])")
+# An `N / M` pair right after an epoch's number is the step within the epoch and its total
+# (fairseq's `epoch 001:   2000 / 8223 loss=…`), as the last of `[3/300][370/1251]` is.
+_EPOCH_PAIR = re.compile(r"epoch:?\s*\d+\s*[:|,]?\s+(?P<s>\d+)\s*/\s*(?P<t>\d+)(?![\d./])")
 # A line that starts with its step as a column: `510 | loss 5.23 | …` (llama2.c).
 _LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
 
@@ -350,9 +369,9 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_KIND
     if "tok" in shape or "tps" in shape or "wps" in shape or "tgs" in shape or "words/s" in shape:
         bits |= _G_TOKENS
-    if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex")):
+    if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex", "ex/s", "s/ex")):
         bits |= _G_SAMPLES
-    if "it/s" in shape or "s/it" in shape or "s / it" in shape:
+    if "it/s" in shape or "s/it" in shape or "s / it" in shape or "ba/s" in shape or "batches/s" in shape:
         bits |= _G_IT_RATE
     if any(word in shape for word in ("ups", "per_second", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
         bits |= _G_STEP_RATE
@@ -495,10 +514,10 @@ def _tokens_per_s(low: str) -> float | None:
 
 
 def _samples_per_s(low: str) -> float | None:
-    if "s/ examples" in low:
-        match = _SECONDS_PER_EXAMPLE.search(low)
+    if any(gate in low for gate in _PER_SAMPLE_GATES):
+        match = _SECONDS_PER_SAMPLE.search(low)
         if match:
-            value = _number(match["v"])
+            value = _number(match["v"]) * _TIME_UNITS[match["u"]]
             return 1.0 / value if value > 0 else None
     return _rate(_SAMPLE_UNITS, low)
 
@@ -585,12 +604,12 @@ def _iterations_per_s(low: str, bits: int) -> float | None:
     """Steps a second: the bar's own rate (`it/s`, `s/it`), then a rate keyed as one (`ups`,
     `global_step/sec`), then an explicit time per step (`454ms/step`, `step_avg`, `time per
     iteration (ms)`), then the longest plain time of a step (`time:`, `iter_time:`, `batch_cost:`)."""
-    for gate, unit in _STEP_RATES if bits & _G_IT_RATE else ():
+    for gate, unit, inverse in _STEP_RATES if bits & _G_IT_RATE else ():
         if gate in low or (gate == "s/it" and "s / it" in low):
             for match in islice(unit.finditer(low), _MAX_TRIES):
                 value = _value_before(low, match.start())
                 if value:
-                    if gate == "it/s":
+                    if not inverse:
                         return value
                     return 1.0 / (value * 1e-3 if match["ms"] else value)
     if bits & _G_STEP_RATE:
@@ -710,6 +729,7 @@ def _loss(low: str) -> float | None:
     at = first
     qualified = None
     names: dict[str, float] = {}
+    evals: dict[str, float] = {}
     for _ in range(_MAX_TRIES):
         if at < 0:
             break
@@ -740,12 +760,19 @@ def _loss(low: str) -> float | None:
         if words <= _TRAIN_LOSS_WORDS:
             if qualified is None:
                 qualified = value
-        elif not words & _EVAL_LOSS_WORDS and "scale" not in words:
-            names.setdefault(token, value)  # a component's (`mbox_loss`); a validation loss never is the loss
+        elif "scale" in words:
+            continue
+        elif not words & _EVAL_LOSS_WORDS:
+            names.setdefault(token, value)  # a component's (`mbox_loss`)
+        elif words - _EVAL_LOSS_WORDS <= _TRAIN_LOSS_WORDS:
+            evals.setdefault(token, value)  # the loss only where the line states no other
     if qualified is not None:
         return qualified if math.isfinite(qualified) else None
     if len(names) == 1:
         value = next(iter(names.values()))
+        return value if math.isfinite(value) else None
+    if not names and len(evals) == 1:  # a validation line's only loss (`step:125/1480 val_loss:4.3719`)
+        value = next(iter(evals.values()))
         return value if math.isfinite(value) else None
     return None
 
@@ -899,6 +926,10 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
                 last = done, of
         if last is not None:
             return last
+    if bits & _G_BAR and "epoch" in low:
+        pair = _EPOCH_PAIR.search(low)
+        if pair and 0 < int(pair["t"]) and int(pair["s"]) <= int(pair["t"]):
+            return int(pair["s"]), int(pair["t"])
     if bits & _G_BAR:
         match = _PROGRESS_BAR.search(text)
         if match:
@@ -920,6 +951,10 @@ def _step_key(low: str, key: str) -> tuple[int, int | None] | None:
         if at < 0:
             return None
         end = at + len(key)
+        if (at == 0 or low[at - 1] not in _WORD_CHARS) and low[end : end + 1].isdigit() and key in _GLUED_STEP_KEYS:
+            glued = _GLUED_STEP.match(low, end)  # `iteration100 loss: …`: the key written into its value
+            if glued:
+                return int(glued["s"]), None
         if (at == 0 or low[at - 1] not in _WORD_CHARS) and low[end : end + 1] not in _WORD_CHARS \
                 and (key != "steps" or low[end : end + 1] == ":"):
             rest = low[end : end + _VALUE_REACH]
@@ -1005,8 +1040,8 @@ MAX_BLOCK_STREAMS = 64
 
 # A stream of its own: torchrun's `[rank3]:` / `[default3]:`, mpirun's `[1,0]<stderr>:`, Ray's and
 # vLLM's `(EngineCore pid=104) `, a subprocess's captured `stderr: ` (the kind rules' prefix, here
-# required), and an NCCL thread's `host:pid:tid [dev] `.
-_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|[\w.-]+:\d+:\d+ \[\d+\] )")
+# required), and an NCCL process's `host:pid:tid [dev] ` (its threads share the process's stream).
+_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|(?P<process>[\w.-]+:\d+):\d+ \[\d+\] )")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
 _HEADER = re.compile(
@@ -1022,6 +1057,8 @@ _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared
 # above for traceback): …`, `UserWarning: …`, `CUDA error: …`; its message may run on after it.
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w* error:"
+    # an absl / XLA status code: `RESOURCE_EXHAUSTED: Out of memory …`, `INTERNAL: …`
+    r"|(?!(?:DEBUG|INFO|NOTE|WARN|WARNING)\b)[A-Z]{3,}(?:_[A-Z]+)*: "
 )
 _WHAT = ("what():", "terminate called")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
@@ -1029,6 +1066,8 @@ _CHAINED = ("During handling of the above exception", "The above exception was t
 # from …`, NCCL's return-code trace `NCCL INFO
 # transport/net.cc:1314 -> 6`) or its heading (`Exception raised from … (most recent call first):`).
 _FRAME = re.compile(r"frame #\d+\b|#\d+ \S|Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
+# NCCL's return-code trace of an error (`NCCL INFO proxy.cc:698 -> 3`: a code other than ncclSuccess).
+_NCCL_RETURN = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]")
 _STACK_HEADINGS = ("(most recent call first):", "(most recent call last):")
 _C_STACK_HEADING = "(most recent call first):"
 _PY_FRAME = re.compile(r'\s+File "[^"]*", line \d+')
@@ -1102,7 +1141,8 @@ class LineReader:
         stream, body = "", text
         prefix = _STREAM.match(text)
         if prefix:
-            stream, body = prefix[0].rstrip(" "), text[prefix.end():]
+            # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them
+            stream, body = prefix["process"] or prefix[0].rstrip(" "), text[prefix.end():]
         block = self._open.get(stream)
         if block is None and not stream and self._latest:
             # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice)
@@ -1132,6 +1172,8 @@ class LineReader:
                 del self._open[stream]  # a progress line is never part of a problem (a source line may say `lr = 0.1`)
                 return info
             kind = block.kind  # a frame, its source line, the message's next line
+            if kind is LineKind.WARNING and _NCCL_RETURN.match(rest):
+                kind = LineKind.NCCL_TIMEOUT  # NCCL returns an error code up its stack: the warning was its failure
         _advance(block, kind, rest, own)
         return _with(info, kind)
 
