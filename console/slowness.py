@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from console.model import ProcessReading
 from console.observe.pyspy import StackFrame, ThreadSamples, ThreadStack, classify_wait, is_user_frame
+from console.units import si
 
 #: A rate below the slow fraction for this many of the run's own intervals (see slowdown) is a slowdown.
 SLOW_AFTER_VALUES = 5
@@ -189,14 +190,6 @@ def slowdown(values: Sequence[float], baseline: Baseline | None, fraction: float
 
 def no_history_text(values: int) -> str:
     return f"no history yet: {values} rate values of the {MIN_LOG_VALUES} a learned baseline needs"
-
-
-def si(value: float) -> str:
-    """14234 → `14.2K`, 8_100_000 → `8.1M`."""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= scale:
-            return f"{value / scale:.1f}{suffix}"
-    return f"{value:.3g}"
 
 
 # -- the facts a cause is decided from --------------------------------------------------------

@@ -58,3 +58,11 @@ def format_indices(indices: list[int]) -> str:
         else:
             runs.append([index])
     return ", ".join(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs)
+
+
+def si(value: float) -> str:
+    """A rate in three significant figures: 14.2K, 980, 1.05M."""
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}"
+    return f"{value:.3g}"

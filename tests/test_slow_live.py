@@ -72,4 +72,4 @@ def test_pulse_check_measures_against_the_runs_journal_when_it_has_one(procs, tm
     finally:
         del os.environ["XDG_STATE_HOME"]
     assert report["verdict"] == "slow", report["summary"]
-    assert "below its best sustained 60.0K (yesterday " in report["summary"], report["summary"]
+    assert "below its best sustained 60K (yesterday " in report["summary"], report["summary"]

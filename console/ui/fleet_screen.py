@@ -37,7 +37,8 @@ from console.ui.process_pane import ProcessPane
 from console.ui.progress_bar_line import ProgressBarLine
 from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
-from console.ui.throughput_pane import ThroughputPane, si
+from console.ui.throughput_pane import ThroughputPane
+from console.units import si
 from console.ui.titled_box import TitledBox
 from console.units import format_duration
 

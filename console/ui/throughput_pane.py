@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from console.ui.plain_lines import PlainLines
 from console.ui.styles import KeptStyles, text_style
-from console.units import format_duration
+from console.units import format_duration, si
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +44,6 @@ class ThroughputView:
     lr: float | None = None
     grad_norm: float | None = None
     mfu: float | None = None
-
-
-def si(value: float) -> str:
-    """A rate in three significant figures: 14.2K, 980, 1.05M."""
-    for factor, suffix in ((1e6, "M"), (1e3, "K")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g}{suffix}"
-    return f"{value:.3g}"
 
 
 def figure_key(text: Text) -> tuple:
