@@ -15,6 +15,7 @@ import pytest
 
 from console.config import Config, RunConfig, TargetConfig
 from console.diagnose import Verdict
+from console.journal.report import Window, gpu_hourly, report_markdown
 from console.journal.recorder import HIGH_WATER_STEP_MIB, PROBLEM_TEXT_CHARS, JournalRecorder, restore
 from console.journal.store import FLUSH_S, LEASE_S, Journal, journal_path
 from console.model import ConnectionState, ConnectionStatus, GpuReading, LogLine, Sample
@@ -98,6 +99,29 @@ def test_a_run_state_becomes_rows_of_every_kind(journal, clock):
     minutes = {(m.metric): m for m in journal.minutes()}
     assert (minutes["tokens_per_s"].min, minutes["tokens_per_s"].median, minutes["tokens_per_s"].max) == (13800, 14000, 14200)
     assert minutes["loss"].count == 2
+    # Each GPU's history per minute: busy %, memory %, power (issue 34).
+    assert (minutes["gpu0.util_pct"].median, minutes["gpu1.power_w"].median) == (90.0, 400.0)
+    assert minutes["gpu1.memory_pct"].max == pytest.approx(2100 * 100 / 143771)
+
+
+def test_the_report_gives_each_gpus_history_per_hour(journal, clock):
+    state = RunState(clock=clock)
+    recorder = JournalRecorder(journal, state, wall=clock)
+    for step in range(120):  # two hours, a sample a minute: GPU 0 busy, then held back to half
+        busy = 95.0 if step < 60 else 48.0
+        state.add_sample(Sample(clock.now, gpus=(GpuReading(0, "GPU-0", "NVIDIA H200", 70_000, 143771, busy, 50.0, 650.0, 700.0),)))
+        recorder.observe()
+        clock.now += 60
+    journal.flush()
+    start = clock.now - 3 * 3600
+    window = Window(start, clock.now, *journal.window(start))
+    hours = gpu_hourly(window)
+    assert {gpu for _, gpu, _ in hours} == {0}
+    assert (hours[0][2]["util_pct"], hours[-1][2]["util_pct"]) == (95.0, 48.0)
+    assert hours[0][2]["memory_pct"] == pytest.approx(70_000 * 100 / 143771) and hours[0][2]["power_w"] == 650.0
+    text = report_markdown(window, host="local", run="run")
+    assert "## GPUs per hour" in text and "| 0 | 95 | 48.69 | 650 |" in text and "| 0 | 48 | 48.69 | 650 |" in text
+
 
 
 

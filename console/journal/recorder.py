@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from console.journal.store import Journal
-from console.model import ConnectionStatus, Event, LineKind, LogLine
+from console.model import ConnectionStatus, Event, LineKind, LogLine, Sample
 from console.observe.problems import GRAVITY
 from console.state import RATE_METRICS, Point, RunState
 
@@ -24,6 +24,16 @@ EVIDENCE_LINES = 5
 PROBLEM_TEXT_CHARS = 300
 #: Series a journal keeps per minute.
 METRICS = (*RATE_METRICS, "loss")
+#: Each GPU's history per minute, as `gpu{index}.{figure}` series: (figure, how a reading gives it).
+GPU_FIGURES = (
+    ("util_pct", lambda gpu: gpu.utilization_pct),
+    ("memory_pct", lambda gpu: gpu.memory_pct),
+    ("power_w", lambda gpu: gpu.power_w),
+)
+
+
+def gpu_metric(index: int, figure: str) -> str:
+    return f"gpu{index}.{figure}"
 
 
 def verdict_data(verdict) -> dict:
@@ -54,6 +64,7 @@ class JournalRecorder:
         self._connection = state.connection.status
         self._lost_at: float | None = None
         self._high_water: dict[int, int] = {}
+        self._gpus_taken: Sample | None = None
         for entry in journal.entries(kinds=("gpu_memory",)):
             self._high_water[entry.data["gpu"]] = max(self._high_water.get(entry.data["gpu"], 0), entry.data["used_mib"])
 
@@ -68,6 +79,7 @@ class JournalRecorder:
         self._series()
         self._connection_changes()
         self._gpu_memory()
+        self._gpu_history()
 
     def verdict(self, verdict) -> None:
         """Queue `verdict` when its name differs from the last one journaled."""
@@ -164,6 +176,20 @@ class JournalRecorder:
                 f"GPU {gpu.index} memory high-water {used} MiB{of}",
                 {"gpu": gpu.index, "used_mib": used, "total_mib": gpu.memory_total_mib},
             )
+
+
+    def _gpu_history(self) -> None:
+        """Each new sample's GPU figures into their per-minute series (the journal's minutes table)."""
+        sample = self.state.latest
+        if sample is None or sample is self._gpus_taken:
+            return
+        self._gpus_taken = sample
+        at = self.wall()  # the sample just arrived (its own time is the target's clock)
+        for gpu in sample.gpus:
+            for figure, read in GPU_FIGURES:
+                value = read(gpu)
+                if value is not None:
+                    self.journal.add_values(gpu_metric(gpu.index, figure), ((at, float(value)),))
 
 
 def restore(state: RunState, journal: Journal, *, since_s: float, wall: Callable[[], float] = time.time):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -112,6 +113,21 @@ def hourly(window: Window) -> list[tuple[float, tuple[float, float, float] | tup
     return out
 
 
+#: A GPU series in the journal's minutes: `gpu{index}.{figure}` (console.journal.recorder.GPU_FIGURES).
+_GPU_SERIES = re.compile(r"gpu(\d+)\.(util_pct|memory_pct|power_w)$")
+
+
+def gpu_hourly(window: Window) -> list[tuple[float, int, dict[str, float]]]:
+    """Per UTC hour and GPU: the median of each figure's minute medians (utilisation, memory, power)."""
+    rows: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in window.minutes:
+        found = _GPU_SERIES.match(m.metric)
+        if found:
+            rows[(m.minute // 60, int(found[1]))][found[2]].append(m.median)
+    return [(hour * 3600.0, gpu, {figure: statistics.median(values) for figure, values in figures.items()})
+            for (hour, gpu), figures in sorted(rows.items())]
+
+
 def _num(value: float | None) -> str:
     if value is None:
         return "–"
@@ -196,6 +212,11 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
         unit = RATE_UNITS[window.rate_metric] if window.rate_metric else "rate"
         out += ["", "## Figures per hour", "", f"| hour (UTC) | median {unit} | min | max | loss |", "| --- | ---: | ---: | ---: | ---: |"]
         out += [f"| {clock_text(h)[:13]}:00 | {_num(r[1])} | {_num(r[0])} | {_num(r[2])} | {_num(loss)} |" for h, r, loss in hours]
+    gpu_hours = gpu_hourly(window)
+    if gpu_hours:
+        out += ["", "## GPUs per hour", "", "| hour (UTC) | GPU | busy % | memory % | power W |", "| --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {clock_text(h)[:13]}:00 | {gpu} | {_num(f.get('util_pct'))} | {_num(f.get('memory_pct'))} | {_num(f.get('power_w'))} |"
+                for h, gpu, f in gpu_hours]
     high = {}
     for e in window.of("gpu_memory"):
         high[e.data["gpu"]] = e

@@ -7,7 +7,8 @@ Layout (`PRAGMA user_version` 1):
                                           data: a JSON object (evidence, gap_s, outcome, ...)
     minutes(minute, metric, count, min, median, max)
                                           one row per Unix minute and metric (tokens_per_s,
-                                          samples_per_s, it_per_s, loss)
+                                          samples_per_s, it_per_s, loss, and each GPU's
+                                          gpu{N}.util_pct, gpu{N}.memory_pct, gpu{N}.power_w)
     lease(holder, expires)                which writer journals observations now
 
 Writes are queued by `add` / `set_minute` (cheap, any thread) and committed by one thread
