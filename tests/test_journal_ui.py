@@ -74,7 +74,7 @@ async def test_a_journal_from_before_steps_restores_its_verdicts_key_as_a_step(t
 async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_there(tmp_path):
     from textual.widgets import OptionList
 
-    from console.ui.timeline_screen import TimelinePlot, TimelineScreen
+    from console.ui.dialogs.timeline_screen import TimelinePlot, TimelineScreen
 
     app, seen = hung_run_console(tmp_path / "run.sqlite3")
     async with app.run_test(size=SIZE) as pilot:

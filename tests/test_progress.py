@@ -18,8 +18,8 @@ from console.observe.follow import LogFollower
 from console.observe.progress import LIGHTNING_RICH, bar_fields, is_redraw, progress_line
 from console.remote.target import Target
 from console.state import RunState
-from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.run_view import progress_bar_view, throughput_view
+from console.ui.panes.progress_bar_line import ProgressBarLine
+from console.ui.screens.run_view import progress_bar_view, throughput_view
 from tests.snapshot_apps.scenarios import make_app
 from tests.test_follow import WAIT_S, append, target, until  # noqa: F401  (target: the local/ssh fixture)
 

@@ -11,10 +11,10 @@ from textual.geometry import Region
 
 from console.model import LogLine
 from console.observe.lines import classify_line
-from console.ui.gpu_pane import GpuPane
-from console.ui.log_pane import LogPane
-from console.ui.throughput_pane import ThroughputPane
-from console.ui.titled_box import TitledBox
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.throughput_pane import ThroughputPane
+from console.ui.panes.titled_box import TitledBox
 from tests.snapshot_apps.scenarios import NOW, make_app
 
 SIZE = (120, 40)

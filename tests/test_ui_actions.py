@@ -13,7 +13,7 @@ import pytest
 from console.config import TargetConfig
 from console.model import ProcessReading, Sample
 from console.remote.target import LocalTarget
-from console.ui.dump_screen import DumpScreen, dump_text, save_dump
+from console.ui.dialogs.dump_screen import DumpScreen, dump_text, save_dump
 from tests.snapshot_apps.scenarios import build_state, make_app, make_config
 
 PY_SPY = Path(sys.executable).with_name("py-spy")
@@ -99,8 +99,8 @@ async def test_cheap_diagnosis_names_the_state_and_notifies_when_it_gets_worse()
 
 async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
     from console.config import WarmupConfig
-    from console.ui.action_screen import ActionScreen
-    from console.ui.confirm_screen import ConfirmScreen
+    from console.ui.dialogs.action_screen import ActionScreen
+    from console.ui.dialogs.confirm_screen import ConfirmScreen
 
     config = dataclasses.replace(
         make_config(),

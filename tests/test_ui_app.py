@@ -14,12 +14,12 @@ from console.config import WarmupConfig
 from console.model import ConnectionState, ConnectionStatus, LogLine, Sample
 from console.observe.lines import classify_line
 from console.remote.target import LocalTarget
-from console.ui.gpu_pane import GpuPane
-from console.ui.help_screen import HelpScreen
-from console.ui.log_pane import LogPane
-from console.ui.process_pane import ProcessPane
-from console.ui.status_bar import StatusBar
-from console.ui.throughput_pane import ThroughputPane
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.dialogs.help_screen import HelpScreen
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.panes.status_bar import StatusBar
+from console.ui.panes.throughput_pane import ThroughputPane
 from console.observe.textsafe import sanitize
 from tests.real_captures import REAL
 from tests.snapshot_apps.scenarios import NOW, h200, make_app, make_config, run_processes
@@ -702,7 +702,7 @@ async def test_ctrl_c_quits():
 
 
 async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
-    from console.ui.process_pane import tree_order
+    from console.ui.panes.process_pane import tree_order
 
     launcher = dataclasses.replace(run_processes()[0], pid=4100, ppid=1, cmdline="bash -lc python3 -u /root/train.py")
     main, *workers = (dataclasses.replace(p, ppid=4100) if p.pid == 4127 else p for p in run_processes())
@@ -751,7 +751,7 @@ def test_every_step_and_key_a_verdict_names_is_bound():
 
 
 async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
-    from console.ui.diagnosis_screen import DiagnosisScreen, verdict_text
+    from console.ui.dialogs.diagnosis_screen import DiagnosisScreen, verdict_text
     from tests.snapshot_apps.scenarios import diagnosed
 
     app = make_app("nan")
@@ -769,7 +769,7 @@ async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
 
 
 async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
-    from console.ui.diagnosis_screen import DiagnosisScreen
+    from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
     from tests.snapshot_apps.scenarios import diagnosed
 
     app = make_app("buffered", read_only=True, target=LocalTarget())

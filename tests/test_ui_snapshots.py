@@ -103,7 +103,7 @@ class TestInteractions:
 
     def test_diagnosis_at_80x24(self, snap_compare):
         """The hung run's diagnosis: the next step (one key, said once) above the evidence, alike GPUs on one line."""
-        from console.ui.diagnosis_screen import DiagnosisScreen
+        from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 
         async def run_before(pilot):
             diagnosed(pilot.app)

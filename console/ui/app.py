@@ -34,15 +34,15 @@ from console.observe.textsafe import sanitize
 from console.ui.start import Sources
 from console.user_patterns import disabled_notices
 from console.state import RunState
-from console.ui.action_screen import ActionScreen
-from console.ui.confirm_screen import ConfirmScreen
-from console.ui.diagnosis_screen import DiagnosisScreen, verdict_level
-from console.ui.gpu_pane import GpuPane
+from console.ui.dialogs.action_screen import ActionScreen
+from console.ui.dialogs.confirm_screen import ConfirmScreen
+from console.ui.dialogs.diagnosis_screen import DiagnosisScreen, verdict_level
+from console.ui.panes.gpu_pane import GpuPane
 from console.ui.keymap import ACTIONS, STEP_KEYS, ActionSpec, bindings, wired_actions
-from console.ui.log_pane import LogPane
+from console.ui.panes.log_pane import LogPane
 from console.ui.palette import PulseCommands
-from console.ui.process_pane import ProcessPane
-from console.ui.run_view import (
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.screens.run_view import (
     FRAME_S,
     LOADED_UPDATE_S,
     RATE_WINDOW_S,
@@ -51,11 +51,11 @@ from console.ui.run_view import (
     progress_bar_view,
     throughput_view,
 )
-from console.ui.status_bar import StatusBar, StatusView
+from console.ui.panes.status_bar import StatusBar, StatusView
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
-from console.ui.titled_box import TitledBox
-from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.throughput_pane import ThroughputPane, ThroughputView
+from console.ui.panes.titled_box import TitledBox
+from console.ui.panes.progress_bar_line import ProgressBarLine
+from console.ui.panes.throughput_pane import ThroughputPane, ThroughputView
 from console.units import format_duration
 
 REFRESH_S = 1.0
@@ -507,7 +507,7 @@ class PulseApp(ThemedApp):
 
     @on(TimelineReady)
     def _timeline_ready(self, message: TimelineReady) -> None:
-        from console.ui.timeline_screen import TimelineScreen
+        from console.ui.dialogs.timeline_screen import TimelineScreen
 
         def jump(number: int | None) -> None:
             if number is None:
@@ -683,7 +683,7 @@ class PulseApp(ThemedApp):
         """`k`: choose a signal for the selected process, then the plan, a confirmation, the audit."""
         from console.actions.signal import execute_signal, plan_signal
         from console.observe.roles import script_and_args
-        from console.ui.signal_screen import SignalScreen
+        from console.ui.dialogs.signal_screen import SignalScreen
 
         chosen = self.selected_process()
         if chosen is None:
@@ -724,7 +724,7 @@ class PulseApp(ThemedApp):
 
     @on(DumpReady)
     def _dump_ready(self, message: DumpReady) -> None:
-        from console.ui.dump_screen import DumpScreen
+        from console.ui.dialogs.dump_screen import DumpScreen
 
         self.push_screen(DumpScreen(message.dump))
 

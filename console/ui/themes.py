@@ -30,8 +30,8 @@ from textual.theme import Theme
 from console import paths
 from console.crash import report_crash
 from console.model import LineKind
-from console.ui.cropped_screen import CroppedScreen
-from console.ui.help_screen import HelpScreen
+from console.ui.render.cropped_screen import CroppedScreen
+from console.ui.dialogs.help_screen import HelpScreen
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
 BUILTIN_THEME_DIR = files("console") / "themes"
@@ -200,7 +200,7 @@ class ThemedApp(App[int]):
     def get_driver_class(self) -> type[Driver]:
         if sys.platform == "win32" or constants.DRIVER is not None:
             return super().get_driver_class()  # Windows' driver, or the one TEXTUAL_DRIVER names
-        from console.ui.input_driver import QuietLinuxDriver  # Textual's LinuxDriver, made quieter
+        from console.ui.render.input_driver import QuietLinuxDriver  # Textual's LinuxDriver, made quieter
 
         return QuietLinuxDriver
 

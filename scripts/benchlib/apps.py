@@ -30,7 +30,7 @@ from console.remote.connect import make_target
 from console.state import RunState
 from console.ui import app as app_module
 from console.ui.app import PulseApp
-from console.ui.diagnosis_screen import DiagnosisScreen
+from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 
 SIZE = (120, 40)
 PING_KEY = "ctrl+b"
@@ -397,7 +397,7 @@ async def silence(spec: dict) -> dict:
 
 
 async def console_in_terminal(spec: dict) -> dict:
-    """The real console with its terminal driver (console/ui/input_driver.py: Textual's, its input
+    """The real console with its terminal driver (console/ui/render/input_driver.py: Textual's, its input
     thread made quieter) on this process's terminal (the parent's pseudo-terminal), until `q`:
     what the parent types reaches it as keys do."""
     config = config_from_spec(spec["config"])

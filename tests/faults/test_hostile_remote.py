@@ -21,7 +21,7 @@ from console.observe import agent, smi
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from console.ui.gpu_pane import GpuPane
+from console.ui.panes.gpu_pane import GpuPane
 from tests.faults.helpers import record_figure, until
 from tests.test_agent import spawn, stand_in_smi, unique_name  # noqa: F401
 from tests.test_sampler import SMI_GPU_BUSY, agent_pids

@@ -22,7 +22,7 @@ from console.remote.connect import make_target
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from console.ui.log_pane import CUT_MARK, GUTTER, LogPane
+from console.ui.panes.log_pane import CUT_MARK, GUTTER, LogPane
 from tests.faults.helpers import record_figure, until
 from tests.test_follow import append
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from console.ui.fleet_screen import FleetApp, FleetTable, NodeScreen, TextScreen
-from console.ui.log_pane import LogPane
-from console.ui.process_pane import ProcessPane
+from console.ui.screens.fleet_screen import FleetApp, FleetTable, NodeScreen, TextScreen
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.process_pane import ProcessPane
 from tests.fleet.test_fleet_hosts import fleet_config, writer  # noqa: F401  (the writer fixture)
 
 
@@ -63,7 +63,7 @@ async def test_keys_help_and_palette_come_from_the_action_table(sshd, tmp_path: 
     import sys
     from dataclasses import replace
 
-    from console.ui.help_screen import HelpScreen
+    from console.ui.dialogs.help_screen import HelpScreen
     from console.ui.keymap import ACTIONS
     from console.ui.palette import PulseCommands
 

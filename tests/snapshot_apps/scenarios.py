@@ -266,7 +266,7 @@ async def select_process(app, pilot, reading: ProcessReading):
     """Add `reading` to the latest sample and select its row in the focused process table (returned)."""
     import time
 
-    from console.ui.process_pane import ProcessPane
+    from console.ui.panes.process_pane import ProcessPane
 
     app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
     app.refresh_panes()

@@ -18,7 +18,7 @@ from pathlib import Path
 from textual._compositor import Compositor
 
 from console.model import LogLine
-from console.ui.cropped_screen import ScrollingChopsUpdate
+from console.ui.render.cropped_screen import ScrollingChopsUpdate
 from tests.real_captures import Capture
 from tests.snapshot_apps.scenarios import make_app
 

@@ -24,21 +24,21 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
-from console.ui.action_screen import ActionScreen
-from console.ui.confirm_screen import ConfirmScreen
-from console.ui.cropped_screen import CroppedScreen
-from console.ui.diagnosis_screen import verdict_level
-from console.ui.gpu_pane import GpuPane
+from console.ui.dialogs.action_screen import ActionScreen
+from console.ui.dialogs.confirm_screen import ConfirmScreen
+from console.ui.render.cropped_screen import CroppedScreen
+from console.ui.dialogs.diagnosis_screen import verdict_level
+from console.ui.panes.gpu_pane import GpuPane
 from console.ui.keymap import bindings, fleet_actions
-from console.ui.log_pane import LogPane
-from console.ui.modal import FramedModal
+from console.ui.panes.log_pane import LogPane
+from console.ui.dialogs.modal import FramedModal
 from console.ui.palette import PulseCommands
-from console.ui.process_pane import ProcessPane
-from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.panes.progress_bar_line import ProgressBarLine
+from console.ui.screens.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
-from console.ui.throughput_pane import ThroughputPane, si
-from console.ui.titled_box import TitledBox
+from console.ui.panes.throughput_pane import ThroughputPane, si
+from console.ui.panes.titled_box import TitledBox
 from console.units import format_duration
 
 REFRESH_S = 1.0
@@ -250,7 +250,7 @@ class JobRestarted(Message):
 class FleetApp(ThemedApp):
     """The console for a multi-node run."""
 
-    CSS_PATH = str(Path(__file__).with_name("pulse.tcss"))
+    CSS_PATH = str(Path(__file__).parent.parent / "pulse.tcss")
     TITLE = "Pulse · fleet"
     COMMANDS = App.COMMANDS | {PulseCommands}
     BINDINGS = bindings(fleet_actions(has_slurm=True))

@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from console.ui.keymap import STEP_ACTIONS, STEP_KEYS
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 
 
 def verdict_level(name: str) -> str:

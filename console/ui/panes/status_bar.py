@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from console.model import ConnectionStatus
-from console.ui.styles import text_style
+from console.ui.panes.styles import text_style
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,12 @@ from textual.widgets import Input
 from console.config import MetricsConfig
 from console.model import Sample
 from console.state import RATE_UNITS, RunState
-from console.ui.gpu_pane import GpuPane
-from console.ui.log_pane import LogPane
-from console.ui.process_pane import ProcessPane
-from console.ui.progress_bar_line import ProgressBarLine, ProgressBarView
-from console.ui.throughput_pane import ThroughputPane, ThroughputView
-from console.ui.titled_box import TitledBox
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.panes.progress_bar_line import ProgressBarLine, ProgressBarView
+from console.ui.panes.throughput_pane import ThroughputPane, ThroughputView
+from console.ui.panes.titled_box import TitledBox
 
 #: The window of "current / average / min" throughput figures.
 RATE_WINDOW_S = 300.0

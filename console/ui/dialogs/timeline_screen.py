@@ -17,8 +17,8 @@ from textual_plotext import PlotextPlot
 
 from console.journal.report import TimelineView, Window, clock_text, timeline_view
 from console.state import RATE_UNITS
-from console.ui.diagnosis_screen import verdict_level
-from console.ui.modal import FramedModal
+from console.ui.dialogs.diagnosis_screen import verdict_level
+from console.ui.dialogs.modal import FramedModal
 
 #: Colours of the plot's marks (plotext colour names).
 BAND_COLOURS = {"warn": "orange", "crit": "red"}

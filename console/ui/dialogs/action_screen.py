@@ -20,7 +20,7 @@ from textual.widgets import Log, Static
 
 from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus
 from console.observe.textsafe import visible
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 from console.units import format_duration
 
 STATUS_MARKS = {

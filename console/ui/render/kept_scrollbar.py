@@ -19,7 +19,7 @@ from textual.geometry import Region
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 
-from console.ui.plain_lines import PlainLines
+from console.ui.panes.plain_lines import PlainLines
 
 #: Rows kept at most (kinds of row × the bar's styles: hover, grab, themes); then they start over.
 MAX_ROWS = 256

@@ -28,10 +28,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
-from console.ui.cropped_screen import ScrolledLines
-from console.ui.kept_scrollbar import KeptScrollBars
-from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles, background_style, sgr_style, text_style
+from console.ui.render.cropped_screen import ScrolledLines
+from console.ui.render.kept_scrollbar import KeptScrollBars
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.styles import KeptStyles, background_style, sgr_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).

@@ -15,8 +15,8 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles, text_style
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.styles import KeptStyles, text_style
 from console.units import format_duration
 
 
