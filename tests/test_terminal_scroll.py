@@ -65,7 +65,7 @@ class Terminal:
 
 async def add(app, pilot, lines) -> None:
     app.state.add_lines(lines)
-    app.mark_changed()
+    app.run_screen.mark_changed()
     await pilot.pause()
 
 
@@ -173,7 +173,7 @@ async def test_what_else_is_over_or_in_the_log_is_drawn_in_place_and_the_termina
         async with log.batch():
             app.state.add_lines(lines[:2])
             del lines[:2]
-            app.mark_changed()
+            app.run_screen.mark_changed()
             await pilot.pause()
             app.screen._refresh_layout()
             await pilot.pause()

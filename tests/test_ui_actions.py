@@ -94,7 +94,7 @@ async def test_cheap_diagnosis_names_the_state_and_notifies_when_it_gets_worse()
         await pilot.pause()
         assert app.verdict.name != "healthy"
         assert any(n.title == "run got worse" for n in app._notifications)
-        assert app.verdict.name in str(app.status_bar.render())
+        assert app.verdict.name in str(app.run_screen.status_bar.render())
 
 
 async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):

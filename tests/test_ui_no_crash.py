@@ -136,9 +136,9 @@ async def test_a_sample_drawn_after_the_panes_are_torn_down_is_dropped():
     async with app.run_test() as pilot:
         await pilot.pause()
         await pilot.press("q")
-    assert app.process_pane._component_styles == {}  # what Textual's teardown leaves
+    assert app.run_screen.process_pane._component_styles == {}  # what Textual's teardown leaves
     latest = app.state.latest
     moved = tuple(dataclasses.replace(p, cpu_pct=(p.cpu_pct or 0) + 1) for p in latest.processes)
     app.state.add_sample(dataclasses.replace(latest, time=latest.time + 1, processes=moved))
-    app.refresh_panes()
-    app._update_pending()
+    app.run_screen.refresh_panes()
+    app.run_screen.update_pending()

@@ -20,7 +20,6 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from textual import constants
 from textual.app import App
 from textual.color import Color, ColorParseError
 from textual.driver import Driver
@@ -30,7 +29,8 @@ from textual.theme import Theme
 from console import paths
 from console.crash import report_crash
 from console.model import LineKind
-from console.ui.render.cropped_screen import CroppedScreen
+from console.ui import render
+from console.ui.render import BaseScreen
 from console.ui.dialogs.help_screen import HelpScreen
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
@@ -195,14 +195,16 @@ class ThemedApp(App[int]):
             self.call_after_refresh(settle_start_heap)
 
     def get_default_screen(self) -> Screen:
-        return CroppedScreen(id="_default")
+        return BaseScreen(id="_default")
 
     def get_driver_class(self) -> type[Driver]:
-        if sys.platform == "win32" or constants.DRIVER is not None:
-            return super().get_driver_class()  # Windows' driver, or the one TEXTUAL_DRIVER names
-        from console.ui.render.input_driver import QuietLinuxDriver  # Textual's LinuxDriver, made quieter
+        return render.driver_class(self) or super().get_driver_class()
 
-        return QuietLinuxDriver
+    def on_mount(self) -> None:
+        notice = render.stock_notice()
+        if notice is not None:
+            self.log.warning(notice)
+            self.notify(notice, severity="warning", timeout=8)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Textual's own themes lack Pulse's line colours: borrow the default theme's.
@@ -252,8 +254,9 @@ async def run_themed_async(make_app: Callable[[str, dict[str, PulseTheme]], App[
     app.settle_heap = True
     result = await app.run_async()
     # Textual keeps an unhandled exception here, prints it and returns as if the user had quit.
-    if app._exception is not None:
-        return report_crash(app._exception)
+    crashed = render.app_exception(app)
+    if crashed is not None:
+        return report_crash(crashed)
     return result if isinstance(result, int) else app.return_code or 0
 
 

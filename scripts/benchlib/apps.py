@@ -115,7 +115,7 @@ def watch_screen(app: PulseApp) -> dict[int, float]:
     Wraps what draws the pane's rows (`line_renderer`, also behind its render_line), which the
     compositor asks for in each frame that draws the pane.
     """
-    pane = app.log_pane
+    pane = app.run_screen.log_pane
     drawn: dict[int, float] = {}
     line_renderer = pane.line_renderer
 
@@ -136,7 +136,7 @@ def watch_screen(app: PulseApp) -> dict[int, float]:
 def watch_sample_age(app: PulseApp, state: RunState) -> list[float]:
     """Age (ms) of each sample's data the first time the GPU pane draws it: the frame's time
     minus the time the agent began reading that sample on the target (the same clock here)."""
-    pane = app.gpu_pane
+    pane = app.run_screen.gpu_pane
     ages: list[float] = []
     drawn: set[float] = set()
     render_line = pane.render_line

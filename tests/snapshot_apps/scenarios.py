@@ -269,7 +269,7 @@ async def select_process(app, pilot, reading: ProcessReading):
     from console.ui.panes.process_pane import ProcessPane
 
     app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
-    app.refresh_panes()
+    app.run_screen.refresh_panes()
     await pilot.pause()
     table = app.query_one(ProcessPane)
     table.focus()

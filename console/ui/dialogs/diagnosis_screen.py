@@ -9,16 +9,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from console.ui.keymap import STEP_ACTIONS, STEP_KEYS
+from console.ui.run_figures import verdict_level
 from console.ui.dialogs.modal import FramedModal
-
-
-def verdict_level(name: str) -> str:
-    """`ok`, `warn` or `crit` for a verdict name (how loudly to show it)."""
-    from console.diagnose import is_problem, severity
-
-    if not is_problem(name):
-        return "ok"
-    return "crit" if severity(name) >= severity("hung") else "warn"
 
 
 def verdict_text(verdict, evidence) -> Text:

@@ -28,8 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
-from console.ui.render.cropped_screen import ScrolledLines
-from console.ui.render.kept_scrollbar import KeptScrollBars
+from console.ui.render import KeptScrollBars, ScrolledLines
 from console.ui.panes.plain_lines import PlainLines
 from console.ui.panes.styles import KeptStyles, background_style, sgr_style, text_style
 

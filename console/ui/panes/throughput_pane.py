@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from rich.color import Color
@@ -18,32 +17,7 @@ from textual.widget import Widget
 from console.ui.panes.plain_lines import PlainLines
 from console.ui.panes.styles import KeptStyles, text_style
 from console.units import format_duration
-
-
-@dataclass(frozen=True, slots=True)
-class ThroughputView:
-    """What the pane shows, computed by the app from RunState (the pane does no arithmetic on state)."""
-
-    unit: str | None
-    """`tok/s`, `samples/s`, `it/s`; None before the log gave any rate."""
-    rates: tuple[float, ...] = ()
-    """Recent rate values, oldest first (the sparkline)."""
-    current: float | None = None
-    average: float | None = None
-    minimum: float | None = None
-    baseline: float | None = None
-    losses: tuple[float, ...] = ()
-    step: int | None = None
-    total_steps: int | None = None
-    eta_s: float | None = None
-    slow_fraction: float = 0.8
-    stale_s: float | None = None
-    """Seconds since the last rate was written when it is overdue: `current` is then history, not now."""
-    per_iteration: bool = False
-    """The bar prints seconds per iteration (`1.31s/it`): show the rate that way too."""
-    lr: float | None = None
-    grad_norm: float | None = None
-    mfu: float | None = None
+from console.ui.run_figures import ThroughputView
 
 
 def si(value: float) -> str:
