@@ -28,6 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
+from console.ui import render
 from console.ui.render import KeptScrollBars, ScrolledLines
 from console.ui.panes.plain_lines import PlainLines
 from console.ui.panes.styles import KeptStyles, background_style, sgr_style, text_style
@@ -212,13 +213,9 @@ class LogPane(PlainLines, ScrolledLines, KeptStyles, KeptScrollBars, ScrollView,
         if not self.is_mounted:
             self.virtual_size = size
             return
-        # Setting virtual_size lays out the whole screen (every pane re-rendered) for each batch
-        # of lines. A longer log only moves the scrollbar: update it and repaint this pane; the
-        # scrollbar appearing or going is a layout, which show_vertical_scrollbar asks for itself.
-        self.set_reactive(LogPane.virtual_size, size)
         self._programmatic_scroll = True  # it clamps the scroll to the new size: not the operator's
         try:
-            self._scroll_update(size)
+            render.grow_virtual_size(self, size)
         finally:
             self._programmatic_scroll = False
         self.refresh()

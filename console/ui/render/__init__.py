@@ -1,9 +1,10 @@
 """The only place Pulse reaches into Textual's internals, guarded by the versions it was tested with.
 
-Textual's public API lacks four things Pulse needs: frames that draw only the lines they change
+Textual's public API lacks what Pulse needs here: frames that draw only the lines they change
 (cropped_screen.py overrides the compositor), an input thread that sleeps until there is input
-(input_driver.py), a scrollbar drawn from kept rows (kept_scrollbar.py), and the app's
-unhandled exception and terminal (`app_exception`, `terminal_write` below). A training venv's pins
+(input_driver.py), a scrollbar drawn from kept rows (kept_scrollbar.py), a longer log that moves
+its scrollbar without a layout (`grow_virtual_size`), and the app's unhandled exception and
+terminal (`app_exception`, `terminal_write`). A training venv's pins
 may give any 8.x release, so at import the version is checked against `TESTED_TEXTUAL`: any other
 (or PULSE_STOCK_TEXTUAL=1) gives stock Textual instead, a plain Screen and Textual's own driver,
 and `STOCK_REASON` says why (the app says it once, `stock_notice`).
@@ -21,6 +22,8 @@ from textual import constants
 if TYPE_CHECKING:
     from textual.app import App
     from textual.driver import Driver
+    from textual.geometry import Size
+    from textual.scroll_view import ScrollView
 
 #: The Textual releases these overrides were tested with (requirements.lock pins the newest);
 #: tests/test_render_guard.py holds the lock to this list.
@@ -82,3 +85,14 @@ def app_exception(app: App[object]) -> BaseException | None:
     """The exception that ended `app` (Textual keeps it, prints it and returns as if quit); None
     on stock Textual, where the exit code alone says it crashed."""
     return app._exception if GUARDED else None
+
+
+def grow_virtual_size(view: ScrollView, size: Size) -> None:
+    """Give `view` a new virtual size. Setting `virtual_size` lays out the whole screen (every pane
+    re-rendered), for each batch of a log's lines; a longer log only moves the scrollbar, so the
+    scrollbars alone are updated (appearing or going, show_vertical_scrollbar asks for a layout itself)."""
+    if not GUARDED:
+        view.virtual_size = size
+        return
+    view.set_reactive(type(view).virtual_size, size)
+    view._scroll_update(size)
