@@ -54,7 +54,7 @@ async def test_p_dumps_the_main_process_groups_stacks_and_saves(hung_process, tm
         await pilot.press("p")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert isinstance(app.screen, DumpScreen), [n.message for n in app._notifications]
+        assert isinstance(app.screen, DumpScreen), [n.message for n in app.notices]
         text = dump_text(app.screen.dump).plain
         assert f"Process {hung_process.pid}" in text
         assert "queue get" in text and "pack_hidden" in text
@@ -75,7 +75,7 @@ async def test_dump_of_a_vanished_process_is_one_line(tmp_path):
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
-        failures = [n.message for n in app._notifications if n.severity == "warning"]
+        failures = [n.message for n in app.notices if n.severity == "warning"]
         assert failures and all("\n" not in m for m in failures) and str(gone.pid) in failures[-1]
 
 
@@ -93,7 +93,7 @@ async def test_cheap_diagnosis_names_the_state_and_notifies_when_it_gets_worse()
         app.cheap_diagnosis()
         await pilot.pause()
         assert app.verdict.name != "healthy"
-        assert any(n.title == "run got worse" for n in app._notifications)
+        assert any(n.title == "run got worse" for n in app.notices)
         assert app.verdict.name in str(app.run_screen.status_bar.render())
 
 
@@ -140,5 +140,5 @@ async def test_p_on_a_selected_row_dumps_that_pid(hung_process):
         await pilot.press("p")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert isinstance(app.screen, DumpScreen), [n.message for n in app._notifications]
+        assert isinstance(app.screen, DumpScreen), [n.message for n in app.notices]
         assert app.screen.dump.pid == hung_process.pid

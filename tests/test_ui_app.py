@@ -126,10 +126,10 @@ async def test_n_and_N_jump_between_problems():
         assert not log.following
         await pilot.press("n")  # none below: stays, says so
         assert log.current_line == oom.number
-        assert any("no problem below" in n.message for n in app._notifications)
+        assert any("no problem below" in n.message for n in app.notices)
         await pilot.press("N")  # the traceback's first line is the same problem: none above
         assert log.current_line == oom.number
-        assert any("no problem above" in n.message for n in app._notifications)
+        assert any("no problem above" in n.message for n in app.notices)
         first_visible = int(log.scroll_y)
         visible = [line.number for line in log.shown_lines[first_visible : first_visible + log.size.height]]
         assert oom.number in visible and oom.number - 2 in visible  # its frames and "Traceback" above it
@@ -250,7 +250,7 @@ async def test_read_only_mutating_keys_notify_and_do_nothing():
         await pilot.press("w")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        messages = [n.message for n in app._notifications]
+        messages = [n.message for n in app.notices]
         assert any(m.startswith("read-only: warmup disabled") for m in messages), messages
         assert app.screen is app.screen_stack[0]
         assert "read-only" in status_text(app)
@@ -500,7 +500,7 @@ async def test_N_while_following_finds_the_problem_line_on_screen():
         last_problem = [line for line in log.shown_lines if line.info.kind.value == "traceback"][-1]
         await pilot.press("N")
         assert log.current_line == last_problem.number
-        assert not any("no problem" in n.message for n in app._notifications)
+        assert not any("no problem" in n.message for n in app.notices)
 
 
 async def test_end_resumes_following_after_a_jump():
@@ -535,7 +535,7 @@ async def test_regex_search_highlights_matches_and_n_N_step_between_them():
         assert log.current_line == matches[-1]
         await pilot.press("n")
         assert log.current_line == matches[-1]
-        assert any("no match below" in n.message for n in app._notifications)
+        assert any("no match below" in n.message for n in app.notices)
         row = log.shown_lines.index(next(line for line in log.shown_lines if line.number == matches[-1])) - int(log.scroll_y)
         strip = log.render_line(row)
         match_bg = log.get_component_rich_style("log-pane--match").bgcolor
@@ -573,9 +573,9 @@ async def test_line_numbers_toggle_and_go_to_line():
         assert 42 in [line.number for line in log.shown_lines[top : top + log.size.height]]
         await pilot.press("colon", *"0", "enter")
         assert log.current_line == 1
-        assert any("line 0 is not held" in n.message for n in app._notifications)
+        assert any("line 0 is not held" in n.message for n in app.notices)
         await pilot.press("colon", *"x1", "enter")
-        assert any("not a line number" in n.message for n in app._notifications)
+        assert any("not a line number" in n.message for n in app.notices)
         await pilot.press("escape", "number_sign")
         assert not log.line_numbers and log.render_line(0).text.startswith("  ")
 
@@ -781,4 +781,4 @@ async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
-        assert any(n.message.startswith("read-only: restart disabled") for n in app._notifications)
+        assert any(n.message.startswith("read-only: restart disabled") for n in app.notices)

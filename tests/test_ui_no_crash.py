@@ -66,7 +66,7 @@ async def test_every_palette_command_runs():
             assert str(commands.get_option_at_index(index).prompt).startswith(prompt)
             await pilot.press("enter")
             await back_to_the_main_screen(app, pilot)
-            said += [n.message for n in app._notifications]
+            said += [n.message for n in app.notices]
         for title in [command.title for command in app.get_system_commands(app.screen)]:
             # Textual's own commands, found by typing their names; Screenshot would write to the
             # real downloads folder, and Quit comes last.

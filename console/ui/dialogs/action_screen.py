@@ -86,7 +86,7 @@ class ActionScreen(FramedModal[bool]):
 
     def on_mount(self) -> None:
         self.set_interval(0.1, self._flush_output)
-        self.run_action()
+        self.run_steps()
 
     def _flush_output(self) -> None:
         if self._output:
@@ -94,7 +94,8 @@ class ActionScreen(FramedModal[bool]):
             self._output = []
 
     @work(exclusive=True, exit_on_error=False, group="action")
-    async def run_action(self) -> None:
+    async def run_steps(self) -> None:
+        """The action's steps, in a worker: each event posted to the screen, until done or cancelled."""
         iterator = self.events()
         try:
             async for event in iterator:
