@@ -18,6 +18,7 @@ from textual import on, work
 from textual.app import App
 from textual.events import Key
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.widgets import Input
 
 from console.config import Config
@@ -397,7 +398,7 @@ class PulseApp(ThemedApp):
         if self.run_watch is not None:
             self.run_watch.verdict(verdict)
         if previous is not None and worse(verdict.name, previous.name):
-            severity = "error" if verdict_level(verdict.name) == "crit" else "warning"
+            severity: SeverityLevel = "error" if verdict_level(verdict.name) == "crit" else "warning"
             self.notify(f"{verdict.name}: {verdict.summary}", title="run got worse", severity=severity, timeout=10)
         self.run_screen.refresh_panes()
 

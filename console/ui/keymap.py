@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from console.config import Config, CustomAction
 
@@ -229,7 +229,7 @@ def bound_action(spec: ActionSpec) -> str:
     return f"screen.{spec.action}" if spec.on_screen else spec.action
 
 
-def bindings(specs: tuple[ActionSpec, ...]) -> list[Binding]:
+def bindings(specs: tuple[ActionSpec, ...]) -> list[BindingType]:
     """The Textual bindings of the bound actions among `specs`."""
     return [
         Binding(

@@ -102,6 +102,7 @@ class TimelineScreen(FramedModal[int | None]):
             events.highlighted = len(self.window.entries) - 1
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        assert event.option.id is not None  # each option's id is its entry's index
         entry = self.window.entries[int(event.option.id)]
         line = self._line_of(entry)
         if line is None:

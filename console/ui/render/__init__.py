@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import textual
 from textual import constants
@@ -64,7 +64,7 @@ def stock_notice() -> str | None:
     return None if GUARDED else f"stock Textual: {STOCK_REASON}; frames are drawn whole"
 
 
-def driver_class(app: App[object]) -> type[Driver] | None:
+def driver_class(app: App[Any]) -> type[Driver] | None:
     """The quiet Linux driver (input_driver.py), or None: Textual's own choice."""
     if not GUARDED or sys.platform == "win32" or constants.DRIVER is not None:
         return None  # stock Textual, Windows' driver, or the one TEXTUAL_DRIVER names
@@ -73,7 +73,7 @@ def driver_class(app: App[object]) -> type[Driver] | None:
     return QuietLinuxDriver
 
 
-def terminal_write(app: App[object], text: str) -> None:
+def terminal_write(app: App[Any], text: str) -> None:
     """Write escape sequences (alert notifications) to the terminal, as App.bell does; stock
     Textual has no public way, and they are dropped."""
     driver = app._driver if GUARDED else None
@@ -81,7 +81,7 @@ def terminal_write(app: App[object], text: str) -> None:
         driver.write(text)
 
 
-def app_exception(app: App[object]) -> BaseException | None:
+def app_exception(app: App[Any]) -> BaseException | None:
     """The exception that ended `app` (Textual keeps it, prints it and returns as if quit); None
     on stock Textual, where the exit code alone says it crashed."""
     return app._exception if GUARDED else None

@@ -123,7 +123,9 @@ class FleetScreen(BaseScreen):
 
     def selected_node(self) -> FleetNode | None:
         name = self.query_one(FleetTable).selected
-        return next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
+        app = self.app
+        assert isinstance(app, FleetApp)
+        return next((n for n in app.fleet.nodes if n.name == name), None) if app.fleet else None
 
 
 class NodeScreen(RunScreen):
@@ -143,7 +145,7 @@ class NodeScreen(RunScreen):
             thresholds=thresholds,
             read_only=read_only,
             clock=node.state.clock,
-            node=node.name,
+            node_name=node.name,
             log_note=note,
             poll_s=NODE_LOG_FLUSH_S,  # a node has no change callback
         )
@@ -324,10 +326,6 @@ class FleetApp(ThemedApp):
             return False
         return True
 
-    async def take_action(self, action: str) -> None:
-        """Run a table action (the command palette's way in)."""
-        await self.run_action(action)
-
     def action_diagnose(self) -> None:
         if self.fleet is None:
             return
@@ -398,15 +396,16 @@ class FleetApp(ThemedApp):
 
         fleet = self.fleet
         assert fleet is not None and fleet.slurm is not None and fleet.job is not None
+        slurm = fleet.slurm
         try:
-            plan = await plan_fleet_restart(fleet.slurm, self.config, fleet.job.job_id, read_only=self.read_only)
+            plan = await plan_fleet_restart(slurm, self.config, fleet.job.job_id, read_only=self.read_only)
         except ActionRefused as exc:
             self.notify(str(exc), severity="warning", timeout=8)
             return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                events = lambda: self.follow_restart(execute_fleet_restart(fleet.slurm, self.config, plan))  # noqa: E731
+                events = lambda: self.follow_restart(execute_fleet_restart(slurm, self.config, plan))  # noqa: E731
                 self.push_screen(ActionScreen("Restart the job", events))
 
         screen = ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True, hidden=plan.hidden)

@@ -84,7 +84,7 @@ class RunScreen(BaseScreen):
         usual_s: Callable[[], float | None] = lambda: None,
         read_only: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        node: str | None = None,
+        node_name: str | None = None,
         log_note: str = "",
         on_first_sample: Callable[[], None] = lambda: None,
         poll_s: float | None = None,
@@ -100,7 +100,7 @@ class RunScreen(BaseScreen):
         """The run's usual gap between log writes (None: not learned): the processes box's stall limit."""
         self.read_only = read_only
         self.clock = clock
-        self.node = node
+        self.node_name = node_name
         """The fleet node this screen shows (None: the console's one run)."""
         self.log_note = log_note
         """Said last in the log box's subtitle (a fleet node's line pacing)."""
@@ -259,7 +259,7 @@ class RunScreen(BaseScreen):
         return status_view(self.config, self.state, self.verdict(), read_only=self.read_only, now=now)
 
     def _refresh_titles(self, now: float) -> None:
-        set_box(self.gpus_box, gpu_titles(self.state.latest, self.node))
+        set_box(self.gpus_box, gpu_titles(self.state.latest, self.node_name))
         silence = Silence(self.state.log_silent_s(now), self.usual_s(), override_s=self.config.stall.log_silent_s)
         set_box(self.processes_box, process_titles(self.state, silence))
         self._refresh_log_titles()
