@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import inspect
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from textual import on, work
 from textual.app import App
@@ -22,7 +22,8 @@ from textual.notifications import SeverityLevel
 from textual.widgets import Input
 
 from console.config import Config
-from console.diagnose import Verdict
+from console.actions.audit import OutputLine, StepEvent
+from console.diagnose import Evidence, Verdict
 from console.evidence import RunLook
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
 from console.monitor import Monitor
@@ -38,6 +39,11 @@ from console.ui.screens.run_screen import RunScreen
 from console.ui.start import Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 from console.user_patterns import disabled_notices
+
+if TYPE_CHECKING:  # loaded with the actions that need them
+    from console.actions.shown import HiddenControls
+    from console.journal.report import Window
+    from console.observe.pyspy import ProcessDump
 
 REFRESH_S = 1.0
 
@@ -58,7 +64,14 @@ class PlanReady(Message):
     """A mutating action has a plan: show it, ask, then run `execute()`."""
 
     def __init__(
-        self, title: str, lines: list[str], execute, *, confirm: bool = True, dangerous: bool = False, hidden=()
+        self,
+        title: str,
+        lines: list[str],
+        execute: Callable[[], AsyncIterator[StepEvent | OutputLine]],
+        *,
+        confirm: bool = True,
+        dangerous: bool = False,
+        hidden: Iterable[HiddenControls] = (),
     ) -> None:
         super().__init__()
         self.title = title
@@ -81,7 +94,7 @@ class ActionRefusedMessage(Message):
 class DumpReady(Message):
     """A py-spy dump arrived."""
 
-    def __init__(self, dump) -> None:
+    def __init__(self, dump: ProcessDump) -> None:
         super().__init__()
         self.dump = dump
 
@@ -89,7 +102,7 @@ class DumpReady(Message):
 class TimelineReady(Message):
     """The journal's window for the timeline screen was read."""
 
-    def __init__(self, window) -> None:
+    def __init__(self, window: Window) -> None:
         super().__init__()
         self.window = window
 
@@ -97,7 +110,7 @@ class TimelineReady(Message):
 class VerdictReady(Message):
     """A diagnosis finished; `show` opens the diagnosis screen (a key press asked for it)."""
 
-    def __init__(self, verdict, evidence, *, show: bool) -> None:
+    def __init__(self, verdict: Verdict, evidence: Evidence, *, show: bool) -> None:
         super().__init__()
         self.verdict = verdict
         self.evidence = evidence
