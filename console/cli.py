@@ -354,7 +354,7 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
             from console.commands import fleet_actions
 
             return getattr(fleet_actions, command)(config, args)
-        from console.ui.fleet_screen import run_fleet_console
+        from console.ui.screens.fleet_screen import run_fleet_console
 
         return run_fleet_console(config, args)
     if command == "check":

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from console.diagnose import diagnose  # noqa: E402
-from console.ui.diagnosis_screen import DiagnosisScreen  # noqa: E402
+from console.ui.dialogs.diagnosis_screen import DiagnosisScreen  # noqa: E402
 from console.ui.themes import ThemedApp  # noqa: E402
 from tests.real_captures import Capture  # noqa: E402
 

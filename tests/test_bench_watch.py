@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from benchlib.apps import watch_screen  # noqa: E402
-from console.ui.log_pane import LogPane  # noqa: E402
+from console.ui.panes.log_pane import LogPane  # noqa: E402
 from tests.snapshot_apps.scenarios import make_app  # noqa: E402
 from tests.snapshot_apps.scrolling_log import torchrun_lines  # noqa: E402
 from tests.test_terminal_scroll import SIZE, add  # noqa: E402

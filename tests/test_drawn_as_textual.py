@@ -1,6 +1,6 @@
 """The line-API panes hand their strips to the compositor without Textual's per-line styling
-(console/ui/plain_lines.py), and the log's scrollbar is put together from rows it kept
-(console/ui/kept_scrollbar.py): what they draw must be what Textual's own path draws,
+(console/ui/panes/plain_lines.py), and the log's scrollbar is put together from rows it kept
+(console/ui/render/kept_scrollbar.py): what they draw must be what Textual's own path draws,
 segment for segment, in every state that changes their style."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from console.ui.cropped_screen import CroppedCompositor
-from console.ui.gpu_pane import GpuPane
-from console.ui.kept_scrollbar import KeptScrollBar
-from console.ui.log_pane import LogPane
-from console.ui.plain_lines import PlainLines
-from console.ui.process_pane import ProcessPane
-from console.ui.throughput_pane import ThroughputPane
+from console.ui.render.cropped_screen import CroppedCompositor
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.render.kept_scrollbar import KeptScrollBar
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.panes.throughput_pane import ThroughputPane
 from tests.snapshot_apps.scenarios import make_app
 
 SIZE = (120, 40)
@@ -137,7 +137,7 @@ def writes(terminal_sequence: str) -> list[tuple[str, str]]:
 
 
 async def test_a_cropped_frame_writes_what_textuals_compositor_writes_and_asks_only_what_it_shows():
-    """The main screen's frames (console/ui/cropped_screen.py) against Textual's own compositor over
+    """The main screen's frames (console/ui/render/cropped_screen.py) against Textual's own compositor over
     the same screen: the same output for each set of changed regions, on the real HF Trainer run."""
     app = make_app("bar")
     async with app.run_test(size=SIZE) as pilot:

@@ -101,7 +101,7 @@ async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_pat
         judged_in = time.monotonic() - opened
         assert app.verdict is not None and app.verdict.name == "hung", app.verdict
         assert app.verdict.summary.startswith("the main thread waits on I/O in <module> (socket_wait.py:")
-        assert "hung" in app.status_view(app.clock()).verdict
+        assert "hung" in app.run_screen.status_view(app.clock()).verdict
     await sources.target.close()
     assert judged_in < 15, f"hung after {judged_in:.1f} s"
 

@@ -1,4 +1,4 @@
-"""The console's input thread sleeps until there is input (console/ui/input_driver.py): in a real
+"""The console's input thread sleeps until there is input (console/ui/render/input_driver.py): in a real
 terminal, keys still arrive, a lone Esc is still a key once its wait is over, and q still ends
 the console at once (the thread is woken to stop, not polled); a stdin that is no terminal
 (/dev/null, a pipe that has ended) starts the console all the same."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from console.ui.input_driver import WakingEvent
+from console.ui.render.input_driver import WakingEvent
 from tests.test_terminal_scroll import ROOT, SIZE
 from tests.tmux import TmuxSession, needs_tmux
 

@@ -7,6 +7,7 @@ import dataclasses
 from console.journal.store import Journal
 from console.journal.watch import RunWatch
 from console.state import RunState
+from console.ui.run_figures import throughput_view
 from console.ui.app import PulseApp
 from tests.snapshot_apps.scenarios import FakeClock, build_state, make_config
 
@@ -34,7 +35,7 @@ async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(
         state.add_lines(seen.lines)
         state.add_sample(seen.latest)
         state.add_sample(dataclasses.replace(seen.latest, time=seen.latest.time + 1))  # a diagnosis compares two
-        first.watch.observe()
+        first.run_watch.observe()
         first.cheap_diagnosis()
         assert first.verdict.name == "hung"
         seen_rates = first.state.values(first.state.rate_metric)
@@ -52,7 +53,7 @@ async def test_a_console_reopened_on_a_run_gets_its_verdict_and_throughput_back(
     second = console(first.config, RunState(), path)  # nothing sampled yet: all it shows comes from the journal
     async with second.run_test(size=SIZE) as pilot:
         assert second.verdict.name == "hung"
-        assert second.throughput_view().rates == tuple(m.median for m in minutes)
+        assert throughput_view(second.state, second.config.metrics, second.clock()).rates == tuple(m.median for m in minutes)
         assert [e.kind for e in second.state.events] == ["verdict"]
         await pilot.press("q")
 
@@ -74,14 +75,14 @@ async def test_a_journal_from_before_steps_restores_its_verdicts_key_as_a_step(t
 async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_there(tmp_path):
     from textual.widgets import OptionList
 
-    from console.ui.timeline_screen import TimelinePlot, TimelineScreen
+    from console.ui.dialogs.timeline_screen import TimelinePlot, TimelineScreen
 
     app, seen = hung_run_console(tmp_path / "run.sqlite3")
     async with app.run_test(size=SIZE) as pilot:
         app.state.add_lines(seen.lines)
-        app.watch.observe()
-        app.flush_log()
-        app.watch.journal.flush()
+        app.run_watch.observe()
+        app.run_screen.flush_log()
+        app.run_watch.journal.flush()
         await pilot.press("h")
         await app.workers.wait_for_complete()  # the journal is read in a thread
         await pilot.pause()
@@ -96,5 +97,5 @@ async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_th
         await pilot.press("enter")
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
-        assert app.log_pane.current_line == first.data["line"]
-        assert not app.log_pane.following
+        assert app.run_screen.log_pane.current_line == first.data["line"]
+        assert not app.run_screen.log_pane.following

@@ -18,8 +18,8 @@ from console.observe.follow import LogFollower
 from console.observe.progress import LIGHTNING_RICH, bar_fields, is_redraw, progress_line
 from console.remote.target import Target
 from console.state import RunState
-from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.run_view import progress_bar_view, throughput_view
+from console.ui.panes.progress_bar_line import ProgressBarLine
+from console.ui.run_figures import progress_bar_view, throughput_view
 from tests.snapshot_apps.scenarios import make_app
 from tests.test_follow import WAIT_S, append, target, until  # noqa: F401  (target: the local/ssh fixture)
 
@@ -189,10 +189,10 @@ async def test_the_progress_row_shows_the_bar_then_why_the_log_has_none() -> Non
         assert row.has_class("-shown") and str(row.render()).startswith("▸ 2%|")
         app.state.set_progress(None)
         app.state.terminal_only_progress = LIGHTNING_RICH
-        app.flush_log()
+        app.run_screen.flush_log()
         await pilot.pause()
         assert row.has_class("-terminal-only") and "TQDMProgressBar" in str(row.render())
         app.state.terminal_only_progress = None
-        app.flush_log()
+        app.run_screen.flush_log()
         await pilot.pause()
         assert not row.has_class("-shown")

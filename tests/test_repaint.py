@@ -11,10 +11,10 @@ from textual.geometry import Region
 
 from console.model import LogLine
 from console.observe.lines import classify_line
-from console.ui.gpu_pane import GpuPane
-from console.ui.log_pane import LogPane
-from console.ui.throughput_pane import ThroughputPane
-from console.ui.titled_box import TitledBox
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.throughput_pane import ThroughputPane
+from console.ui.panes.titled_box import TitledBox
 from tests.snapshot_apps.scenarios import NOW, make_app
 
 SIZE = (120, 40)
@@ -24,7 +24,7 @@ def report_lines(app, texts: list[str]) -> None:
     """What the Monitor does with a follower's batch: into the state, then the on-change callback."""
     first = app.state.lines_received + 1
     app.state.add_lines(LogLine(first + i, text, classify_line(text), time=NOW) for i, text in enumerate(texts))
-    app.mark_changed()
+    app.run_screen.mark_changed()
 
 
 async def until_flushed(pilot, pane: LogPane) -> None:
@@ -71,7 +71,7 @@ async def test_a_line_right_after_a_sample_is_not_held_back_as_if_under_load():
         app.set_timer = lambda delay, callback, *a, **k: (held.append(delay), set_timer(delay, callback, *a, **k))[1]
         sample = app.state.latest
         app.state.add_sample(dataclasses.replace(sample, time=sample.time + 1))
-        app._update_pending()  # the sample's update runs, and the line comes within the same frame
+        app.run_screen.update_pending()  # the sample's update runs, and the line comes within the same frame
         report_lines(app, ["step 7 | loss 0.7 | right after a sample"])
         await until_flushed(pilot, app.query_one(LogPane))
         assert held == []
@@ -103,7 +103,7 @@ async def test_a_title_change_repaints_the_border_rows_not_the_pane_in_the_box()
         repainted: list[Region] = []
         exchange = box._exchange_repaint_regions
         box._exchange_repaint_regions = lambda: (regions := exchange(), repainted.extend(regions))[0]
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert repainted == []
 
@@ -124,7 +124,7 @@ async def test_a_new_sample_is_drawn_on_the_next_frame_not_the_next_tick():
         sample = app.state.latest
         gpus = (dataclasses.replace(sample.gpus[0], utilization_pct=3.0), *sample.gpus[1:])
         app.state.add_sample(dataclasses.replace(sample, time=sample.time + 1, gpus=gpus))
-        app.mark_changed()
+        app.run_screen.mark_changed()
         await pilot.pause()
         assert app.query_one(GpuPane).gpus == gpus
 

@@ -24,7 +24,7 @@ from console.observe.progress import LIGHTNING_RICH
 from console.observe.textsafe import sanitize
 from console.remote.target import LocalTarget, Target
 from console.state import RunState
-from console.ui.run_view import progress_bar_view, throughput_view
+from console.ui.run_figures import progress_bar_view, throughput_view
 from tests.test_follow import WAIT_S, target, until  # noqa: F401  (target: the local/ssh fixture)
 
 REAL = Path(__file__).parent / "data" / "real"

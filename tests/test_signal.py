@@ -16,9 +16,9 @@ from console.actions.audit import ActionRefused, AuditLog, StepStatus
 from console.actions.signal import execute_signal, plan_signal
 from console.model import ProcessReading
 from console.remote.target import LocalTarget
-from console.ui.action_screen import ActionScreen
-from console.ui.confirm_screen import ConfirmScreen
-from console.ui.signal_screen import SignalScreen
+from console.ui.dialogs.action_screen import ActionScreen
+from console.ui.dialogs.confirm_screen import ConfirmScreen
+from console.ui.dialogs.signal_screen import SignalScreen
 from tests.snapshot_apps.scenarios import make_app, make_config, select_process
 
 WAITS_FOR_USR1 = """

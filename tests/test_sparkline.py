@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.style import Style
 from textual.renderables.sparkline import Sparkline
 
-from console.ui.throughput_pane import bucket_peaks, sparkline_rows, sparkline_strips
+from console.ui.panes.throughput_pane import bucket_peaks, sparkline_rows, sparkline_strips
 
 LOW, HIGH = Color.from_rgb(30, 80, 40), Color.from_rgb(90, 220, 120)
 

@@ -1,4 +1,4 @@
-"""A followed log's frames scroll the terminal (console/ui/cropped_screen.py): after every frame,
+"""A followed log's frames scroll the terminal (console/ui/render/cropped_screen.py): after every frame,
 whatever it scrolled or wrote, the terminal must show what Textual's own compositor draws of the
 same screen from scratch, cell for cell and style for style. The lines are a real torchrun run's
 (NCCL watchdog errors and their tracebacks) arriving after a real HF Trainer run's log."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from textual._compositor import Compositor
 
-from console.ui.cropped_screen import CroppedCompositor, ScrollingChopsUpdate
-from console.ui.log_pane import LogPane
+from console.ui.render.cropped_screen import CroppedCompositor, ScrollingChopsUpdate
+from console.ui.panes.log_pane import LogPane
 from tests.snapshot_apps.scenarios import make_app
 from tests.snapshot_apps.scrolling_log import BATCHES, torchrun_lines
 from tests.tmux import TmuxSession, needs_tmux
@@ -65,7 +65,7 @@ class Terminal:
 
 async def add(app, pilot, lines) -> None:
     app.state.add_lines(lines)
-    app.mark_changed()
+    app.run_screen.mark_changed()
     await pilot.pause()
 
 
@@ -173,7 +173,7 @@ async def test_what_else_is_over_or_in_the_log_is_drawn_in_place_and_the_termina
         async with log.batch():
             app.state.add_lines(lines[:2])
             del lines[:2]
-            app.mark_changed()
+            app.run_screen.mark_changed()
             await pilot.pause()
             app.screen._refresh_layout()
             await pilot.pause()

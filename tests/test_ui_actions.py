@@ -13,7 +13,7 @@ import pytest
 from console.config import TargetConfig
 from console.model import ProcessReading, Sample
 from console.remote.target import LocalTarget
-from console.ui.dump_screen import DumpScreen, dump_text, save_dump
+from console.ui.dialogs.dump_screen import DumpScreen, dump_text, save_dump
 from tests.snapshot_apps.scenarios import build_state, make_app, make_config
 
 PY_SPY = Path(sys.executable).with_name("py-spy")
@@ -54,7 +54,7 @@ async def test_p_dumps_the_main_process_groups_stacks_and_saves(hung_process, tm
         await pilot.press("p")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert isinstance(app.screen, DumpScreen), [n.message for n in app._notifications]
+        assert isinstance(app.screen, DumpScreen), [n.message for n in app.notices]
         text = dump_text(app.screen.dump).plain
         assert f"Process {hung_process.pid}" in text
         assert "queue get" in text and "pack_hidden" in text
@@ -75,7 +75,7 @@ async def test_dump_of_a_vanished_process_is_one_line(tmp_path):
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
-        failures = [n.message for n in app._notifications if n.severity == "warning"]
+        failures = [n.message for n in app.notices if n.severity == "warning"]
         assert failures and all("\n" not in m for m in failures) and str(gone.pid) in failures[-1]
 
 
@@ -93,14 +93,14 @@ async def test_cheap_diagnosis_names_the_state_and_notifies_when_it_gets_worse()
         app.cheap_diagnosis()
         await pilot.pause()
         assert app.verdict.name != "healthy"
-        assert any(n.title == "run got worse" for n in app._notifications)
-        assert app.verdict.name in str(app.status_bar.render())
+        assert any(n.title == "run got worse" for n in app.notices)
+        assert app.verdict.name in str(app.run_screen.status_bar.render())
 
 
 async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
     from console.config import WarmupConfig
-    from console.ui.action_screen import ActionScreen
-    from console.ui.confirm_screen import ConfirmScreen
+    from console.ui.dialogs.action_screen import ActionScreen
+    from console.ui.dialogs.confirm_screen import ConfirmScreen
 
     config = dataclasses.replace(
         make_config(),
@@ -140,5 +140,5 @@ async def test_p_on_a_selected_row_dumps_that_pid(hung_process):
         await pilot.press("p")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert isinstance(app.screen, DumpScreen), [n.message for n in app._notifications]
+        assert isinstance(app.screen, DumpScreen), [n.message for n in app.notices]
         assert app.screen.dump.pid == hung_process.pid

@@ -14,12 +14,12 @@ from console.config import WarmupConfig
 from console.model import ConnectionState, ConnectionStatus, LogLine, Sample
 from console.observe.lines import classify_line
 from console.remote.target import LocalTarget
-from console.ui.gpu_pane import GpuPane
-from console.ui.help_screen import HelpScreen
-from console.ui.log_pane import LogPane
-from console.ui.process_pane import ProcessPane
-from console.ui.status_bar import StatusBar
-from console.ui.throughput_pane import ThroughputPane
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.dialogs.help_screen import HelpScreen
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.panes.status_bar import StatusBar
+from console.ui.panes.throughput_pane import ThroughputPane
 from console.observe.textsafe import sanitize
 from tests.real_captures import REAL
 from tests.snapshot_apps.scenarios import NOW, h200, make_app, make_config, run_processes
@@ -70,7 +70,7 @@ async def test_follow_pauses_counts_new_lines_and_resumes():
         await pilot.press("f")
         assert not log.following
         add_lines(app, [f"step {9000 + i} | loss 1.0 | 14.1K tok/s" for i in range(37)])
-        app.flush_log()
+        app.run_screen.flush_log()
         await pilot.pause()
         assert log.unseen == 37
         assert "37 new lines" in app.query_one("#log-box").border_subtitle
@@ -90,9 +90,9 @@ async def test_f_retitles_the_log_in_its_own_handler_and_mounts_no_toast():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         box = app.query_one("#log-box")
-        app.action_toggle_follow()
+        app.run_screen.action_toggle_follow()
         assert "paused" in box.border_subtitle  # before any message has been processed
-        app.action_toggle_follow()
+        app.run_screen.action_toggle_follow()
         assert "following" in box.border_subtitle
         await pilot.pause()
         assert not app.query("Toast")
@@ -106,7 +106,7 @@ async def test_scrolling_up_pauses_and_scrolling_to_the_end_follows_again():
         await pilot.press("pageup")
         assert not log.following
         add_lines(app, ["step 1 | loss 1.0"] * 5)
-        app.flush_log()
+        app.run_screen.flush_log()
         assert log.unseen == 5
         await pilot.press("end")
         await pilot.pause()
@@ -126,10 +126,10 @@ async def test_n_and_N_jump_between_problems():
         assert not log.following
         await pilot.press("n")  # none below: stays, says so
         assert log.current_line == oom.number
-        assert any("no problem below" in n.message for n in app._notifications)
+        assert any("no problem below" in n.message for n in app.notices)
         await pilot.press("N")  # the traceback's first line is the same problem: none above
         assert log.current_line == oom.number
-        assert any("no problem above" in n.message for n in app._notifications)
+        assert any("no problem above" in n.message for n in app.notices)
         first_visible = int(log.scroll_y)
         visible = [line.number for line in log.shown_lines[first_visible : first_visible + log.size.height]]
         assert oom.number in visible and oom.number - 2 in visible  # its frames and "Traceback" above it
@@ -154,7 +154,7 @@ async def test_n_and_N_step_over_whole_problems_of_a_real_torchrun_watchdog_time
     texts = [sanitize(raw)[0] for raw in (REAL / "torchrun_watchdog" / "run.log").read_bytes().split(b"\n")]
     async with app.run_test(size=SIZE) as pilot:
         add_lines(app, texts)
-        app.flush_log()
+        app.run_screen.flush_log()
         await pilot.pause()
         log = app.query_one(LogPane)
         stops = []
@@ -168,7 +168,7 @@ async def test_n_and_N_step_over_whole_problems_of_a_real_torchrun_watchdog_time
         named = [by_number[number] for number in stops]
         assert [next((words for words in WATCHDOG_PROBLEMS if words in text), text) for text in named] == WATCHDOG_PROBLEMS
         assert not any("Traceback (most recent call last)" in text or text.startswith("frame #") for text in named)
-        assert f"{len(stops)} problems · n/N jump" in str(app.log_box.border_subtitle)
+        assert f"{len(stops)} problems · n/N jump" in str(app.run_screen.log_box.border_subtitle)
         for number in reversed(stops[:-1]):  # N walks back over the same stops
             await pilot.press("N")
             assert log.current_line == number
@@ -227,15 +227,15 @@ async def test_status_line_says_reconnecting_in_n_seconds_then_failed():
     async with app.run_test(size=SIZE) as pilot:
         assert "connected" in status_text(app)
         app.state.set_connection(ConnectionState(ConnectionStatus.RECONNECTING, "connection lost", retry_at=NOW + 4))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert "reconnecting in 4 s: connection lost" in status_text(app)
         app.clock.advance(3)
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         assert "reconnecting in 1 s" in status_text(app)
         assert "sample 4 s ago" in status_text(app)
         app.state.set_connection(ConnectionState(ConnectionStatus.FAILED, "host key mismatch for 10.1.2.6"))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         assert "failed: host key mismatch for 10.1.2.6" in status_text(app)
 
 
@@ -250,7 +250,7 @@ async def test_read_only_mutating_keys_notify_and_do_nothing():
         await pilot.press("w")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        messages = [n.message for n in app._notifications]
+        messages = [n.message for n in app.notices]
         assert any(m.startswith("read-only: warmup disabled") for m in messages), messages
         assert app.screen is app.screen_stack[0]
         assert "read-only" in status_text(app)
@@ -273,12 +273,12 @@ async def test_gpu_fault_and_read_error_are_shown_not_raised():
     async with app.run_test(size=SIZE) as pilot:
         gpus = (h200(0, 1000, 5.0, 40, 100), dataclasses.replace(h200(1, None, None, 40, 100), error="[GPU requires reset]"))
         app.state.add_sample(Sample(time=1.0, gpus=gpus, gpu_source="nvidia-smi", processes=run_processes()))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert "[GPU requires reset]" in app.query_one(GpuPane).render_line(1).text
         assert "GPU fault" in app.query_one("#gpus-box").border_subtitle
         app.state.add_sample(Sample(time=2.0, gpu_error="nvidia-smi: NVML driver/library version mismatch"))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         assert "GPU read failed: nvidia-smi: NVML driver/library version mismatch" in app.query_one("#gpus-box").border_subtitle
 
 
@@ -287,7 +287,7 @@ async def test_processes_unseen_in_a_pid_namespace_are_said():
     async with app.run_test(size=SIZE) as pilot:
         host_pid_gpus = tuple(h200(i, 120_000, 97.0, 60, 600, pids=((2_281_447, 119_000),)) for i in range(8))
         app.state.add_sample(Sample(time=1.0, gpus=host_pid_gpus, gpu_source="nvml", processes=run_processes(), in_pid_namespace=True))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert "processes unseen (PID namespace)" in app.query_one("#gpus-box").border_subtitle
 
@@ -299,12 +299,12 @@ async def test_process_rows_update_in_place_and_keep_the_cursor():
         table.move_cursor(2)
         main, *workers = run_processes()
         app.state.add_sample(Sample(time=1.0, processes=(dataclasses.replace(main, cpu_pct=3.5), *workers)))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert table.cursor_row == 2 and table.row_count == 3
         assert table.cell_text(4127, "cpu") == "3.5"
         app.state.add_sample(Sample(time=2.0, processes=(main,)))  # the workers exited
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert table.row_count == 3 and table.alive_count == 1
         assert table.cell_text(4190, "state") == "gone"
@@ -318,7 +318,7 @@ async def test_the_process_table_scrolls_under_its_header_to_keep_the_cursor_in_
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         app.state.add_sample(Sample(time=1.0, processes=(main, *workers)))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         table = app.query_one(ProcessPane)
         table.focus()
         await pilot.pause()
@@ -388,7 +388,7 @@ async def test_a_real_torchrun_tree_captured_on_two_h200s_reads_as_launcher_over
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         app.state.add_sample(Sample(time=1.0, processes=processes))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         table = app.query_one(ProcessPane)
         table.focus()
         await pilot.press("f5")
@@ -425,7 +425,7 @@ async def test_a_log_that_grew_under_2s_ago_grew_just_now_so_a_1hz_run_holds_the
         silent = app.state.log_silent_s(app.clock())
         assert silent < 2 and box.border_subtitle == "log grew just now"
         app.clock.advance(2.0 - silent)
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert box.border_subtitle == "log grew 2s ago"
 
@@ -458,7 +458,7 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
         pane = app.query_one(ThroughputPane)
         assert "avg" in pane.figures["rate"].plain
         app.clock.advance(95)
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         assert "last rate written 1m 35s ago" in pane.figures["rate"].plain
         assert "no rate now" in pane.figures["baseline"].plain
@@ -472,21 +472,21 @@ async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of
     async with app.run_test(size=SIZE) as pilot:
         figures = app.query_one(ThroughputPane).figures
         add_lines(app, ["step 9999/50000 | loss 0.1234 | 14.1K tok/s | lr 3.0e-04"])
-        app.mark_changed()
+        app.run_screen.mark_changed()
         await pilot.pause()
         assert app.query_one(LogPane).last_number == app.state.lines_received  # the line is drawn at once
         app.clock.advance(0.5)
-        app._tick()
+        app.run_screen.tick()
         assert "0.1234" not in figures["loss"].plain  # painted 0.5 s ago: left to the next sample
         app.state.add_sample(dataclasses.replace(app.state.latest, time=app.state.latest.time + 1))
-        app.mark_changed()
+        app.run_screen.mark_changed()
         await pilot.pause()
         assert "0.1234" in figures["loss"].plain
         add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
-        app.mark_changed()
+        app.run_screen.mark_changed()
         await pilot.pause()
         app.clock.advance(1.0)
-        app._tick()  # no sample for a second: the tick draws it
+        app.run_screen.tick()  # no sample for a second: the tick draws it
         assert "0.0999" in figures["loss"].plain
 
 
@@ -500,7 +500,7 @@ async def test_N_while_following_finds_the_problem_line_on_screen():
         last_problem = [line for line in log.shown_lines if line.info.kind.value == "traceback"][-1]
         await pilot.press("N")
         assert log.current_line == last_problem.number
-        assert not any("no problem" in n.message for n in app._notifications)
+        assert not any("no problem" in n.message for n in app.notices)
 
 
 async def test_end_resumes_following_after_a_jump():
@@ -513,7 +513,7 @@ async def test_end_resumes_following_after_a_jump():
         await pilot.pause()
         assert log.following and log.current_line is None
         add_lines(app, ["step 1 | loss 1.0"] * 3)
-        app.flush_log()
+        app.run_screen.flush_log()
         await pilot.pause()
         assert log.scroll_y == log.max_scroll_y and log.unseen == 0
 
@@ -535,7 +535,7 @@ async def test_regex_search_highlights_matches_and_n_N_step_between_them():
         assert log.current_line == matches[-1]
         await pilot.press("n")
         assert log.current_line == matches[-1]
-        assert any("no match below" in n.message for n in app._notifications)
+        assert any("no match below" in n.message for n in app.notices)
         row = log.shown_lines.index(next(line for line in log.shown_lines if line.number == matches[-1])) - int(log.scroll_y)
         strip = log.render_line(row)
         match_bg = log.get_component_rich_style("log-pane--match").bgcolor
@@ -573,9 +573,9 @@ async def test_line_numbers_toggle_and_go_to_line():
         assert 42 in [line.number for line in log.shown_lines[top : top + log.size.height]]
         await pilot.press("colon", *"0", "enter")
         assert log.current_line == 1
-        assert any("line 0 is not held" in n.message for n in app._notifications)
+        assert any("line 0 is not held" in n.message for n in app.notices)
         await pilot.press("colon", *"x1", "enter")
-        assert any("not a line number" in n.message for n in app._notifications)
+        assert any("not a line number" in n.message for n in app.notices)
         await pilot.press("escape", "number_sign")
         assert not log.line_numbers and log.render_line(0).text.startswith("  ")
 
@@ -702,7 +702,7 @@ async def test_ctrl_c_quits():
 
 
 async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
-    from console.ui.process_pane import tree_order
+    from console.ui.panes.process_pane import tree_order
 
     launcher = dataclasses.replace(run_processes()[0], pid=4100, ppid=1, cmdline="bash -lc python3 -u /root/train.py")
     main, *workers = (dataclasses.replace(p, ppid=4100) if p.pid == 4127 else p for p in run_processes())
@@ -711,7 +711,7 @@ async def test_f5_shows_the_processes_as_a_tree_and_keeps_the_selection():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         app.state.add_sample(Sample(time=1.0, processes=flat))
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         table = app.query_one(ProcessPane)
         table.focus()
@@ -751,7 +751,7 @@ def test_every_step_and_key_a_verdict_names_is_bound():
 
 
 async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
-    from console.ui.diagnosis_screen import DiagnosisScreen, verdict_text
+    from console.ui.dialogs.diagnosis_screen import DiagnosisScreen, verdict_text
     from tests.snapshot_apps.scenarios import diagnosed
 
     app = make_app("nan")
@@ -769,7 +769,7 @@ async def test_the_diagnosis_says_the_next_step_once_and_its_key_takes_it():
 
 
 async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
-    from console.ui.diagnosis_screen import DiagnosisScreen
+    from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
     from tests.snapshot_apps.scenarios import diagnosed
 
     app = make_app("buffered", read_only=True, target=LocalTarget())
@@ -781,4 +781,4 @@ async def test_a_next_step_key_in_read_only_says_why_it_is_refused():
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
-        assert any(n.message.startswith("read-only: restart disabled") for n in app._notifications)
+        assert any(n.message.startswith("read-only: restart disabled") for n in app.notices)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from console.ui.help_screen import help_table
+from console.ui.dialogs.help_screen import help_table
 from console.ui.keymap import ACTIONS, GROUPS
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 
 from console.model import LineInfo, LineKind, LogLine
-from console.ui.log_pane import LogPane
+from console.ui.panes.log_pane import LogPane
 from console.ui.themes import load_themes
 
 
@@ -96,7 +96,7 @@ async def test_the_logs_own_colours_are_kept():
 
 
 def test_a_log_cannot_hide_its_text_or_blink():
-    from console.ui.styles import sgr_style
+    from console.ui.panes.styles import sgr_style
 
     hidden = sgr_style("8;5;31")
     assert not hidden.conceal and not hidden.blink and hidden.color.number == 1

@@ -13,12 +13,12 @@ from console.diagnose import diagnose
 from console.evidence import from_samples
 from console.observe.pyspy import parse_dump_text
 from console.remote.target import LocalTarget
-from console.ui.action_screen import ActionScreen
-from console.ui.confirm_screen import ConfirmScreen
-from console.ui.diagnosis_screen import DiagnosisScreen
-from console.ui.dump_screen import DumpScreen
-from console.ui.gpu_pane import GpuPane
-from console.ui.help_screen import HelpScreen
+from console.ui.dialogs.action_screen import ActionScreen
+from console.ui.dialogs.confirm_screen import ConfirmScreen
+from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
+from console.ui.dialogs.dump_screen import DumpScreen
+from console.ui.panes.gpu_pane import GpuPane
+from console.ui.dialogs.help_screen import HelpScreen
 from console.state import RunState
 from console.ui.app import PulseApp
 from textual.command import CommandList
@@ -66,7 +66,7 @@ async def test_every_palette_command_runs():
             assert str(commands.get_option_at_index(index).prompt).startswith(prompt)
             await pilot.press("enter")
             await back_to_the_main_screen(app, pilot)
-            said += [n.message for n in app._notifications]
+            said += [n.message for n in app.notices]
         for title in [command.title for command in app.get_system_commands(app.screen)]:
             # Textual's own commands, found by typing their names; Screenshot would write to the
             # real downloads folder, and Quit comes last.
@@ -136,9 +136,9 @@ async def test_a_sample_drawn_after_the_panes_are_torn_down_is_dropped():
     async with app.run_test() as pilot:
         await pilot.pause()
         await pilot.press("q")
-    assert app.process_pane._component_styles == {}  # what Textual's teardown leaves
+    assert app.run_screen.process_pane._component_styles == {}  # what Textual's teardown leaves
     latest = app.state.latest
     moved = tuple(dataclasses.replace(p, cpu_pct=(p.cpu_pct or 0) + 1) for p in latest.processes)
     app.state.add_sample(dataclasses.replace(latest, time=latest.time + 1, processes=moved))
-    app.refresh_panes()
-    app._update_pending()
+    app.run_screen.refresh_panes()
+    app.run_screen.update_pending()

@@ -103,7 +103,7 @@ class TestInteractions:
 
     def test_diagnosis_at_80x24(self, snap_compare):
         """The hung run's diagnosis: the next step (one key, said once) above the evidence, alike GPUs on one line."""
-        from console.ui.diagnosis_screen import DiagnosisScreen
+        from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 
         async def run_before(pilot):
             diagnosed(pilot.app)
@@ -123,7 +123,7 @@ class TestInteractions:
             first = state.lines_received + 1
             texts = [f"step {3000 + i}/50000 | loss 2.1 | 14.1K tok/s" for i in range(12)]
             state.add_lines(LogLine(first + i, text, classify_line(text), time=NOW) for i, text in enumerate(texts))
-            pilot.app.flush_log()
+            pilot.app.run_screen.flush_log()
             await pilot.pause()
 
         assert snap_compare(make_app("oom"), run_before=run_before, terminal_size=LARGE)

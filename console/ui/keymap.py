@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from console.config import Config, CustomAction
 
@@ -39,6 +39,8 @@ class ActionSpec:
     """Every key as the help screen writes it, when the footer's `key_display` shows only one."""
     fleet_help: str = ""
     """What the key does on the fleet console (every node of a job); empty: not a fleet key."""
+    on_screen: bool = False
+    """Run by the run's screen (its log and panes: console.ui.screens.run_screen), not by the app."""
 
 
 GROUPS = ("Run", "Log", "Panes", "View")
@@ -70,7 +72,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         needs_target=True,
         fleet_help="py-spy dump of every rank of the selected node (the open node in its panes), grouped by stack",
     ),
-    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem (the line a verdict names)", "Log"),
+    ActionSpec("problem_log", "l", "l", "Problem line", "The log at the latest problem (the line a verdict names)", "Log", on_screen=True),
     ActionSpec(
         "restart",
         "R",
@@ -102,10 +104,10 @@ ACTIONS: tuple[ActionSpec, ...] = (
         mutating=True,
         needs_target=True,
     ),
-    ActionSpec("search", "slash", "/", "Search", "Search the log (regex, case-insensitive); matches highlighted", "Log"),
-    ActionSpec("filter", "backslash", "\\", "Filter", "Show only log lines matching a regex (case-insensitive)", "Log"),
-    ActionSpec("next", "n", "n", "Next", "Next search match; without a search, next problem (a whole traceback is one)", "Log"),
-    ActionSpec("previous", "N", "N", "Prev", "Previous search match; without a search, previous problem", "Log", footer=False),
+    ActionSpec("search", "slash", "/", "Search", "Search the log (regex, case-insensitive); matches highlighted", "Log", on_screen=True),
+    ActionSpec("filter", "backslash", "\\", "Filter", "Show only log lines matching a regex (case-insensitive)", "Log", on_screen=True),
+    ActionSpec("next", "n", "n", "Next", "Next search match; without a search, next problem (a whole traceback is one)", "Log", on_screen=True),
+    ActionSpec("previous", "N", "N", "Prev", "Previous search match; without a search, previous problem", "Log", footer=False, on_screen=True),
     ActionSpec(
         "next_problem",
         "right_square_bracket",
@@ -114,13 +116,14 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Next problem: OOM, NaN, traceback, NCCL, CUDA, killed (a whole traceback is one)",
         "Log",
         footer=False,
+        on_screen=True,
     ),
-    ActionSpec("previous_problem", "left_square_bracket", "[", "Prev problem", "Previous problem", "Log", footer=False),
-    ActionSpec("toggle_follow", "f", "f", "Follow", "Pause or resume following the end of the log", "Log"),
-    ActionSpec("follow", "end", "End", "Follow", "Follow the end of the log again", "Log", footer=False, bound=False),
-    ActionSpec("clear_search", "escape", "Esc", "Clear", "Clear the search or filter and follow the end again", "Log", footer=False),
-    ActionSpec("toggle_line_numbers", "number_sign", "#", "Line numbers", "Show or hide line numbers", "Log", footer=False),
-    ActionSpec("go_to_line", "colon", ":", "Go to line", "Go to a line by its number", "Log", footer=False),
+    ActionSpec("previous_problem", "left_square_bracket", "[", "Prev problem", "Previous problem", "Log", footer=False, on_screen=True),
+    ActionSpec("toggle_follow", "f", "f", "Follow", "Pause or resume following the end of the log", "Log", on_screen=True),
+    ActionSpec("follow", "end", "End", "Follow", "Follow the end of the log again", "Log", footer=False, bound=False, on_screen=True),
+    ActionSpec("clear_search", "escape", "Esc", "Clear", "Clear the search or filter and follow the end again", "Log", footer=False, on_screen=True),
+    ActionSpec("toggle_line_numbers", "number_sign", "#", "Line numbers", "Show or hide line numbers", "Log", footer=False, on_screen=True),
+    ActionSpec("go_to_line", "colon", ":", "Go to line", "Go to a line by its number", "Log", footer=False, on_screen=True),
     ActionSpec(
         "toggle_tree",
         "f5,v",
@@ -130,6 +133,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "Panes",
         footer=False,
         help_keys="F5 v",
+        on_screen=True,
     ),
     ActionSpec("focus_next", "tab", "Tab", "Next pane", "Move to the next pane (GPUs, processes, log); Shift+Tab back", "Panes", footer=False),
     ActionSpec("scroll", "up,down", "↑ ↓", "Move", "Move the selection (GPUs, processes) or scroll the log a line", "Panes", footer=False, bound=False),
@@ -214,12 +218,23 @@ def fleet_actions(*, has_slurm: bool) -> tuple[ActionSpec, ...]:
     )
 
 
-def bindings(specs: tuple[ActionSpec, ...]) -> list[Binding]:
+def run_screen_actions() -> tuple[ActionSpec, ...]:
+    """The table's actions that the run's screen runs (the log's and the panes')."""
+    return tuple(spec for spec in ACTIONS if spec.on_screen)
+
+
+def bound_action(spec: ActionSpec) -> str:
+    """The action string a binding runs: the current screen's for the run screen's actions, so
+    the app's bindings keep the table's (the footer's) order whoever runs them."""
+    return f"screen.{spec.action}" if spec.on_screen else spec.action
+
+
+def bindings(specs: tuple[ActionSpec, ...]) -> list[BindingType]:
     """The Textual bindings of the bound actions among `specs`."""
     return [
         Binding(
             spec.keys,
-            spec.action,
+            bound_action(spec),
             spec.description,
             show=spec.footer,
             key_display=spec.key_display,

@@ -20,8 +20,9 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from textual import constants
+from textual import on
 from textual.app import App
+from textual.events import Mount
 from textual.color import Color, ColorParseError
 from textual.driver import Driver
 from textual.screen import Screen
@@ -30,8 +31,10 @@ from textual.theme import Theme
 from console import paths
 from console.crash import report_crash
 from console.model import LineKind
-from console.ui.cropped_screen import CroppedScreen
-from console.ui.help_screen import HelpScreen
+from console.ui import render
+from console.ui.render import BaseScreen
+from console.ui.dialogs.help_screen import HelpScreen
+from console.ui.keymap import ActionSpec
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
 BUILTIN_THEME_DIR = files("console") / "themes"
@@ -131,7 +134,12 @@ def load_theme_file(path: Traversable) -> PulseTheme:
     if thresholds.temperature_warn_c > thresholds.temperature_crit_c:
         raise fail("thresholds.temperature_warn_c", "is above temperature_crit_c")
 
-    theme = Theme(name=name, dark=dark, variables=variables, **base)
+    get = base.get
+    theme = Theme(
+        name=name, primary=base["primary"], secondary=get("secondary"), accent=get("accent"), foreground=get("foreground"),
+        background=get("background"), surface=get("surface"), panel=get("panel"), success=get("success"),
+        warning=get("warning"), error=get("error"), dark=dark, variables=variables,
+    )
     return PulseTheme(theme, thresholds, path)
 
 
@@ -172,7 +180,7 @@ class ThemedApp(App[int]):
     Both consoles (one host, a fleet) share its theme key and its help screen over their `action_specs`.
     """
 
-    action_specs: tuple = ()
+    action_specs: tuple[ActionSpec, ...] = ()
     """The app's wired actions from the one action table (console.ui.keymap)."""
     read_only = False
     settle_heap = False
@@ -188,6 +196,10 @@ class ThemedApp(App[int]):
             self.register_theme(pulse_theme.theme)
         self.theme = choose_theme(theme, self.pulse_themes)
 
+    async def take_action(self, action: str) -> None:
+        """Run a table action: the command palette's way in, and a verdict's next step."""
+        await self.run_action(action)
+
     def settle_heap_once(self) -> None:
         """Start-up is over (the first data is on screen): settle the heap after this frame, once."""
         if self.settle_heap and not self._heap_settled:
@@ -195,14 +207,17 @@ class ThemedApp(App[int]):
             self.call_after_refresh(settle_start_heap)
 
     def get_default_screen(self) -> Screen:
-        return CroppedScreen(id="_default")
+        return BaseScreen(id="_default")
 
     def get_driver_class(self) -> type[Driver]:
-        if sys.platform == "win32" or constants.DRIVER is not None:
-            return super().get_driver_class()  # Windows' driver, or the one TEXTUAL_DRIVER names
-        from console.ui.input_driver import QuietLinuxDriver  # Textual's LinuxDriver, made quieter
+        return render.driver_class(self) or super().get_driver_class()
 
-        return QuietLinuxDriver
+    @on(Mount)
+    def _say_stock_textual(self) -> None:
+        notice = render.stock_notice()
+        if notice is not None:
+            self.log.warning(notice)
+            self.notify(notice, severity="warning", timeout=8)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # Textual's own themes lack Pulse's line colours: borrow the default theme's.
@@ -234,13 +249,13 @@ def settle_start_heap() -> None:
     gc.freeze()
 
 
-def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
+def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], ThemedApp], args: argparse.Namespace) -> int:
     """Load the themes, choose `--theme`, run `make_app(theme, themes)` until quit; 2 on a bad theme,
     EXIT_CRASH (the traceback saved) when the app crashed."""
     return asyncio.run(run_themed_async(make_app, args))
 
 
-async def run_themed_async(make_app: Callable[[str, dict[str, PulseTheme]], App[int]], args: argparse.Namespace) -> int:
+async def run_themed_async(make_app: Callable[[str, dict[str, PulseTheme]], ThemedApp], args: argparse.Namespace) -> int:
     """`run_themed` in a running event loop (where sources started before the app already run)."""
     try:
         themes = load_themes()
@@ -252,8 +267,9 @@ async def run_themed_async(make_app: Callable[[str, dict[str, PulseTheme]], App[
     app.settle_heap = True
     result = await app.run_async()
     # Textual keeps an unhandled exception here, prints it and returns as if the user had quit.
-    if app._exception is not None:
-        return report_crash(app._exception)
+    crashed = render.app_exception(app)
+    if crashed is not None:
+        return report_crash(crashed)
     return result if isinstance(result, int) else app.return_code or 0
 
 

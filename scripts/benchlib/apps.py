@@ -30,7 +30,7 @@ from console.remote.connect import make_target
 from console.state import RunState
 from console.ui import app as app_module
 from console.ui.app import PulseApp
-from console.ui.diagnosis_screen import DiagnosisScreen
+from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 
 SIZE = (120, 40)
 PING_KEY = "ctrl+b"
@@ -115,7 +115,7 @@ def watch_screen(app: PulseApp) -> dict[int, float]:
     Wraps what draws the pane's rows (`line_renderer`, also behind its render_line), which the
     compositor asks for in each frame that draws the pane.
     """
-    pane = app.log_pane
+    pane = app.run_screen.log_pane
     drawn: dict[int, float] = {}
     line_renderer = pane.line_renderer
 
@@ -136,7 +136,7 @@ def watch_screen(app: PulseApp) -> dict[int, float]:
 def watch_sample_age(app: PulseApp, state: RunState) -> list[float]:
     """Age (ms) of each sample's data the first time the GPU pane draws it: the frame's time
     minus the time the agent began reading that sample on the target (the same clock here)."""
-    pane = app.gpu_pane
+    pane = app.run_screen.gpu_pane
     ages: list[float] = []
     drawn: set[float] = set()
     render_line = pane.render_line
@@ -397,7 +397,7 @@ async def silence(spec: dict) -> dict:
 
 
 async def console_in_terminal(spec: dict) -> dict:
-    """The real console with its terminal driver (console/ui/input_driver.py: Textual's, its input
+    """The real console with its terminal driver (console/ui/render/input_driver.py: Textual's, its input
     thread made quieter) on this process's terminal (the parent's pseudo-terminal), until `q`:
     what the parent types reaches it as keys do."""
     config = config_from_spec(spec["config"])

@@ -21,7 +21,7 @@ from console.observe import agent, smi
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from console.ui.gpu_pane import GpuPane
+from console.ui.panes.gpu_pane import GpuPane
 from tests.faults.helpers import record_figure, until
 from tests.test_agent import spawn, stand_in_smi, unique_name  # noqa: F401
 from tests.test_sampler import SMI_GPU_BUSY, agent_pids
@@ -70,7 +70,7 @@ async def test_a_misbehaving_nvidia_smi_is_a_clear_status_and_the_rest_goes_on(f
     async with app.run_test(size=(120, 40)) as pilot:
         # Bounded: the agent stops a hung nvidia-smi after SMI_TIMEOUT_S; the wait here is only an upper bound.
         await until(lambda: state.latest is not None, "a sample despite the faulty nvidia-smi")
-        app.refresh_panes()
+        app.run_screen.refresh_panes()
         await pilot.pause()
         subtitle = app.query_one("#gpus-box").border_subtitle or ""
         assert subtitle_says in subtitle, subtitle

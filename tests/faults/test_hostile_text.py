@@ -22,7 +22,7 @@ from console.remote.connect import make_target
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from console.ui.log_pane import CUT_MARK, GUTTER, LogPane
+from console.ui.panes.log_pane import CUT_MARK, GUTTER, LogPane
 from tests.faults.helpers import record_figure, until
 from tests.test_follow import append
 
@@ -141,7 +141,7 @@ async def test_hostile_lines_never_reach_the_terminal_as_controls(where: str, re
             newer = logs / "train_20260101-1000\x1b]0;PWNED-TITLE\x07[b]x[link=y].log"
             await append(newer, b"\x1b[2Jfrom the newer log\n")
             await until(lambda: state.lines_received >= len(lines) + 4, "the newer log's line")
-            app.flush_log()
+            app.run_screen.flush_log()
             await pilot.pause()
 
             received = list(state.lines)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from console.ui.fleet_screen import FleetApp, FleetTable, NodeScreen, TextScreen
-from console.ui.log_pane import LogPane
-from console.ui.process_pane import ProcessPane
+from console.ui.screens.fleet_screen import FleetApp, FleetTable, NodeScreen, TextScreen
+from console.ui.panes.log_pane import LogPane
+from console.ui.panes.process_pane import ProcessPane
+from console.ui.panes.status_bar import StatusBar
 from tests.fleet.test_fleet_hosts import fleet_config, writer  # noqa: F401  (the writer fixture)
 
 
@@ -39,14 +40,15 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         assert isinstance(app.screen, NodeScreen) and app.screen.node.name == sshd.alias
         await wait_for(pilot, lambda: app.screen.query_one(LogPane).line_count > 0)
         assert app.screen.query_one(ProcessPane).row_count == 1
-        assert app.screen.query_one("#log-box").border_subtitle == "lines come every 1s"  # the node's pace
+        assert app.screen.query_one("#log-box").border_subtitle.endswith(" · lines come every 1s")  # the node's pace
         box = app.screen.query_one("#processes-box")
-        app.screen.repaint()
-        assert box.border_title == "Processes" and box.border_subtitle.startswith("healthy: ")
+        app.screen.refresh_panes()
+        assert box.border_title == "Processes · 1 alive"  # the node's screen is the console's run screen
+        assert "healthy" in str(app.screen.query_one(StatusBar).render())  # with the node's verdict on top
         refreshed: list = []
         refresh = box.refresh
         box.refresh = lambda *args, **kwargs: (refreshed.append(args), refresh(*args, **kwargs))[1]
-        app.screen.repaint()  # as each second: the same verdict repaints nothing of the box
+        app.screen.refresh_panes()  # as each second: the same titles repaint nothing of the box
         assert refreshed == []
         await pilot.press("escape")
         assert app.screen is app.fleet_screen
@@ -63,7 +65,7 @@ async def test_keys_help_and_palette_come_from_the_action_table(sshd, tmp_path: 
     import sys
     from dataclasses import replace
 
-    from console.ui.help_screen import HelpScreen
+    from console.ui.dialogs.help_screen import HelpScreen
     from console.ui.keymap import ACTIONS
     from console.ui.palette import PulseCommands
 

@@ -275,8 +275,8 @@ async def test_the_fleet_asks_slurm_again_for_the_job_state(slurm: Slurm, health
 async def test_console_follows_a_resubmitted_job(slurm: Slurm, tmp_path: Path) -> None:
     """R resubmits: the old job's node is lost at once, the console switches to the new job and keeps the old ID."""
     from console.config import Config, RunConfig, TargetConfig
-    from console.ui.action_screen import ActionScreen
-    from console.ui.fleet_screen import FleetApp
+    from console.ui.dialogs.action_screen import ActionScreen
+    from console.ui.screens.fleet_screen import FleetApp
     from tests.fleet.test_fleet_screen import wait_for
 
     script = batch_script(tmp_path, "follow", "healthy")

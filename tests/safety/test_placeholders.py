@@ -32,7 +32,7 @@ from console.placeholders import CUSTOM_PLACEHOLDERS, misplaced_placeholders
 from console.remote.connect import make_target
 from console.remote.target import LocalTarget
 from console.state import RunState
-from console.ui.action_screen import ActionScreen
+from console.ui.dialogs.action_screen import ActionScreen
 from console.ui.app import PulseApp
 from tests.safety.namespace import in_namespace, pulse_beside_a_run
 from tests.sshd import SESSION_PATH, TESTS_BIN, SshServer, start_sshd

@@ -25,6 +25,7 @@ from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
 from tests.safety.namespace import HEALTHY, in_namespace, pulse_beside_a_run
+from tests.snapshot_apps.scenarios import record_notices
 from tests.sshd import TESTS_BIN
 
 #: Upper bound on waiting for the console to see the run (never a speed assertion).
@@ -66,8 +67,10 @@ async def until(pilot, condition, what: str) -> None:
 def console(config, pid_namespace, *, read_only: bool) -> PulseApp:
     target = LocalTarget(pid_namespace.container)
     state = RunState()
-    return PulseApp(config, state, target=target, read_only=read_only,
-                    monitor_factory=lambda changed: Monitor(config, target, state, changed))
+    app = PulseApp(config, state, target=target, read_only=read_only,
+                   monitor_factory=lambda changed: Monitor(config, target, state, changed))
+    record_notices(app)
+    return app
 
 
 def sees_the_run(app: PulseApp) -> bool:
@@ -91,9 +94,9 @@ async def test_read_only_refuses_an_unconfirmed_custom_kill(pid_namespace, names
             commands = app.screen.query_one(CommandList)
             assert str(commands.get_option_at_index(0).prompt).startswith("kill run  (K)")
             await pilot.press("enter")
-        await until(pilot, lambda: app._notifications, "the refusal")
+        await until(pilot, lambda: app.notices, "the refusal")
         await app.workers.wait_for_complete()
-        messages = [n.message for n in app._notifications]
+        messages = [n.message for n in app.notices]
         assert "read-only: action 'kill run' disabled (started with --read-only)" in messages
     assert run.poll() is None, "the read-only console killed the run"
     assert AuditLog(tmp_path / "audit.jsonl").entries() == []

@@ -30,6 +30,7 @@ from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
 from tests.safety.namespace import REPO
+from tests.snapshot_apps.scenarios import record_notices
 
 #: The row's pattern, and one that backtracks catastrophically in the `regex` package too
 #: (on a format the built-in rules do not read, so what it yields is its own).
@@ -98,14 +99,15 @@ async def test_the_console_says_which_pattern_it_disabled(tmp_path: Path) -> Non
     state = RunState()
     target = LocalTarget()
     app = PulseApp(config, state, target=target, monitor_factory=lambda changed: Monitor(config, target, state, changed))
+    record_notices(app)
     async with app.run_test(size=(120, 40)) as pilot:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT_S
-        while not any(repr(runaway) in n.message for n in app._notifications):
+        while not any(repr(runaway) in n.message for n in app.notices):
             assert loop.time() < deadline, "no notice of the disabled pattern"
             await pilot.pause(0.05)
         assert state.lines_received == 2
-    [notice] = [n for n in app._notifications if repr(runaway) in n.message]
+    [notice] = [n for n in app.notices if repr(runaway) in n.message]
     assert notice.title == "pattern disabled" and "patterns.tokens_per_s" in notice.message
 
 

@@ -29,7 +29,7 @@ from console.observe.textsafe import hidden_characters, visible
 from console.remote.target import LocalTarget
 from console.state import RunState
 from console.ui.app import PulseApp
-from console.ui.confirm_screen import ConfirmScreen
+from console.ui.dialogs.confirm_screen import ConfirmScreen
 from tests.safety.namespace import HEALTHY, Scene, alive, in_namespace, pids_with
 from tests.sshd import TESTS_BIN
 

@@ -250,7 +250,25 @@ def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: 
         theme=theme,
     )
     app.animation_level = "none"
+    record_notices(app)
     return app
+
+
+def record_notices(app) -> list:
+    """Every notification `app` shows from now on, as Textual's Notification (message, title,
+    severity), in `app.notices`: through the app's public notify, which screens and widgets call too."""
+    from textual.notifications import Notification
+
+    notices: list[Notification] = []
+    show = app.notify
+
+    def notify(message: str, *, title: str = "", severity="information", timeout=None, markup: bool = True) -> None:
+        notices.append(Notification(message, title, severity, timeout if timeout is not None else 5, markup))
+        show(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    app.notify = notify
+    app.notices = notices
+    return notices
 
 
 def diagnosed(app) -> None:
@@ -266,10 +284,10 @@ async def select_process(app, pilot, reading: ProcessReading):
     """Add `reading` to the latest sample and select its row in the focused process table (returned)."""
     import time
 
-    from console.ui.process_pane import ProcessPane
+    from console.ui.panes.process_pane import ProcessPane
 
     app.state.add_sample(Sample(time=time.time(), processes=(*app.state.latest.processes, reading)))
-    app.refresh_panes()
+    app.run_screen.refresh_panes()
     await pilot.pause()
     table = app.query_one(ProcessPane)
     table.focus()

@@ -18,7 +18,7 @@ from pathlib import Path
 from textual._compositor import Compositor
 
 from console.model import LogLine
-from console.ui.cropped_screen import ScrollingChopsUpdate
+from console.ui.render.cropped_screen import ScrollingChopsUpdate
 from tests.real_captures import Capture
 from tests.snapshot_apps.scenarios import make_app
 
@@ -53,7 +53,7 @@ async def main(out: Path) -> None:
     for count in BATCHES:
         app.state.add_lines(lines[:count])
         del lines[:count]
-        app.mark_changed()
+        app.run_screen.mark_changed()
         await asyncio.sleep(BATCH_S)
     await asyncio.sleep(0.5)  # the last batch's frame reaches the terminal
     screen = app.screen

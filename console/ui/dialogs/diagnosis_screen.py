@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from console.ui.keymap import STEP_ACTIONS, STEP_KEYS
-from console.ui.modal import FramedModal
-
-
-def verdict_level(name: str) -> str:
-    """`ok`, `warn` or `crit` for a verdict name (how loudly to show it)."""
-    from console.diagnose import is_problem, severity
-
-    if not is_problem(name):
-        return "ok"
-    return "crit" if severity(name) >= severity("hung") else "warn"
+from console.ui.run_figures import verdict_level
+from console.ui.dialogs.modal import FramedModal
+from console.ui.themes import ThemedApp
 
 
 def verdict_text(verdict, evidence) -> Text:
@@ -57,8 +52,9 @@ def verdict_text(verdict, evidence) -> Text:
 class DiagnosisScreen(FramedModal[None]):
     """Shows one Verdict with its Evidence; Esc closes, the next step's key closes and takes it."""
 
-    BINDINGS = [Binding("escape,q,d", "dismiss", "Close")] + [
-        Binding(key, f"next_step('{step}')", show=False) for step, key in STEP_KEYS.items()
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,d", "dismiss", "Close"),
+        *(Binding(key, f"next_step('{step}')", show=False) for step, key in STEP_KEYS.items()),
     ]
 
     DEFAULT_CSS = """
@@ -83,4 +79,6 @@ class DiagnosisScreen(FramedModal[None]):
 
     async def action_next_step(self, step: str) -> None:
         self.dismiss()
-        await self.app.take_action(STEP_ACTIONS[step])  # a read-only refusal still says why
+        app = self.app
+        assert isinstance(app, ThemedApp)  # the console that diagnosed
+        await app.take_action(STEP_ACTIONS[step])  # a read-only refusal still says why

@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Static
 
 from console.observe.textsafe import visible
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 
 if TYPE_CHECKING:  # the actions load when one is planned, not with the console
     from console.actions.shown import HiddenControls

@@ -12,7 +12,7 @@ from textual.widgets.option_list import Option
 
 from console.actions.signal import SIGNALS
 from console.observe.textsafe import visible
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 
 
 class SignalScreen(FramedModal[str | None]):

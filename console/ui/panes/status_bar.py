@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
 from textual.widgets import Static
 
 from console.model import ConnectionStatus
-from console.ui.styles import text_style
-
-
-@dataclass(frozen=True, slots=True)
-class StatusView:
-    """Everything the status bar says, already worded."""
-
-    host: str
-    container: str | None
-    run: str
-    status: ConnectionStatus
-    connection: str
-    """ConnectionState.describe(now): `connected`, `reconnecting in 4 s: …`, `failed: …`."""
-    sample_age_s: int | None
-    verdict: str | None = None
-    verdict_summary: str = ""
-    verdict_level: str = "ok"
-    """`ok`, `warn` or `crit`: how bad the verdict is."""
-    read_only: bool = False
+from console.ui.panes.styles import text_style
+from console.ui.run_figures import StatusView
 
 
 class StatusBar(Static):

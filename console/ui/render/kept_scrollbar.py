@@ -19,7 +19,7 @@ from textual.geometry import Region
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 
-from console.ui.plain_lines import PlainLines
+from console.ui.panes.plain_lines import PlainLines
 
 #: Rows kept at most (kinds of row × the bar's styles: hover, grab, themes); then they start over.
 MAX_ROWS = 256
@@ -37,6 +37,7 @@ class KeptScrollBar(PlainLines, ScrollBar):
             self._rows = []  # render_line falls back to Textual's own rendering
             return ScrollBar.render_lines(self, crop)
         width, height = self.size
+        bar_style = bar.style if isinstance(bar.style, Style) else Style.parse(bar.style)
         # The arguments Textual's ScrollBarRender gives itself when Rich renders it at this size.
         segments = bar.render_bar(
             size=height,
@@ -45,8 +46,8 @@ class KeptScrollBar(PlainLines, ScrollBar):
             position=bar.position,
             thickness=width,
             vertical=True,
-            back_color=bar.style.bgcolor or Color.parse("#555555"),
-            bar_color=bar.style.color or Color.parse("bright_magenta"),
+            back_color=bar_style.bgcolor or Color.parse("#555555"),
+            bar_color=bar_style.color or Color.parse("bright_magenta"),
         ).segments
         base = self.visual_style.rich_style
         if len(self._kept) > MAX_ROWS:
@@ -69,6 +70,8 @@ class KeptScrollBar(PlainLines, ScrollBar):
 class KeptScrollBars:
     """Mixed into a scroll view (before it): its vertical scrollbar is a KeptScrollBar. Textual
     makes its scrollbars in this property, with no other way to choose their class."""
+
+    _vertical_scrollbar: ScrollBar | None
 
     @property
     def vertical_scrollbar(self: Any) -> ScrollBar:

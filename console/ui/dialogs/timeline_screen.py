@@ -17,8 +17,8 @@ from textual_plotext import PlotextPlot
 
 from console.journal.report import TimelineView, Window, clock_text, timeline_view
 from console.state import RATE_UNITS
-from console.ui.diagnosis_screen import verdict_level
-from console.ui.modal import FramedModal
+from console.ui.run_figures import verdict_level
+from console.ui.dialogs.modal import FramedModal
 
 #: Colours of the plot's marks (plotext colour names).
 BAND_COLOURS = {"warn": "orange", "crit": "red"}
@@ -102,6 +102,7 @@ class TimelineScreen(FramedModal[int | None]):
             events.highlighted = len(self.window.entries) - 1
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        assert event.option.id is not None  # each option's id is its entry's index
         entry = self.window.entries[int(event.option.id)]
         line = self._line_of(entry)
         if line is None:

@@ -3,23 +3,11 @@ pane, or why the log shows no progress at all (a progress display that draws onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
 from textual.widgets import Static
 
 from console.units import format_duration
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressBarView:
-    """What the line shows, computed from RunState by run_view (the widget does no arithmetic)."""
-
-    text: str | None = None
-    """The bar's latest redraw, or None when no bar is drawing."""
-    written_ago_s: float | None = None
-    terminal_only: str | None = None
-    """`<framework>: <the setting that puts progress into the log>` when the log cannot show progress."""
+from console.ui.run_figures import ProgressBarView
 
 
 #: Past this age a redraw is marked with it: a bar that stopped redrawing is not live.

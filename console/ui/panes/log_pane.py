@@ -28,10 +28,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import LineKind, LogLine
-from console.ui.cropped_screen import ScrolledLines
-from console.ui.kept_scrollbar import KeptScrollBars
-from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles, background_style, sgr_style, text_style
+from console.ui import render
+from console.ui.render import KeptScrollBars, ScrolledLines
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.styles import KeptStyles, background_style, sgr_style, text_style
 
 GUTTER = 2
 #: Lines longer than this are drawn without the filter highlight (toolong does the same).
@@ -213,13 +213,9 @@ class LogPane(PlainLines, ScrolledLines, KeptStyles, KeptScrollBars, ScrollView,
         if not self.is_mounted:
             self.virtual_size = size
             return
-        # Setting virtual_size lays out the whole screen (every pane re-rendered) for each batch
-        # of lines. A longer log only moves the scrollbar: update it and repaint this pane; the
-        # scrollbar appearing or going is a layout, which show_vertical_scrollbar asks for itself.
-        self.set_reactive(LogPane.virtual_size, size)
         self._programmatic_scroll = True  # it clamps the scroll to the new size: not the operator's
         try:
-            self._scroll_update(size)
+            render.grow_virtual_size(self, size)
         finally:
             self._programmatic_scroll = False
         self.refresh()

@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from console.ui.keymap import GROUPS, ActionSpec
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 
 
 def help_table(specs: tuple[ActionSpec, ...], *, read_only: bool) -> Table:

@@ -177,16 +177,17 @@ class CroppedCompositor(Compositor):
 
 
 def _scrolled_parts(visible: dict[Widget, tuple[Region, Region]], width: int) -> dict[Widget, Region] | None:
-    widget, region = next(
+    found = next(
         ((widget, region) for widget, (region, clip) in visible.items() if isinstance(widget, ScrolledLines) and clip.contains_region(region)),
-        (None, None),
+        None,
     )
-    if widget is None:
+    if found is None:
         return None
+    widget, region = found
     band = Region(0, region.y, width, region.height)
     # Every row of the band moves: what else is in it must be the widget's own scrollbars or its
     # containers, whose rows beside it are alike (the sides of a border).
-    parts = {widget: region}
+    parts: dict[Widget, Region] = {widget: region}
     containers = widget.ancestors
     for other, (other_region, clip) in visible.items():
         shown = other_region.intersection(clip)
@@ -213,6 +214,8 @@ def moved_up(before: list[Strip], after: list[Strip]) -> int:
 
 class CroppedScreen(Screen):
     """A Screen drawn by `CroppedCompositor`."""
+
+    _compositor: CroppedCompositor
 
     def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name, id, classes)

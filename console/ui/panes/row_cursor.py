@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 #: Past either end of any pane (the move is clamped to its rows).
 FAR = 1_000_000
 
-ROW_CURSOR_BINDINGS = [
+ROW_CURSOR_BINDINGS: list[BindingType] = [
     Binding("up", "move(-1)", "Up", show=False),
     Binding("down", "move(1)", "Down", show=False),
     Binding("pageup", "page(-1)", "Page up", show=False),

@@ -20,7 +20,7 @@ from textual.widgets import Log, Static
 
 from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus
 from console.observe.textsafe import visible
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 from console.units import format_duration
 
 STATUS_MARKS = {
@@ -86,7 +86,7 @@ class ActionScreen(FramedModal[bool]):
 
     def on_mount(self) -> None:
         self.set_interval(0.1, self._flush_output)
-        self.run_action()
+        self.run_steps()
 
     def _flush_output(self) -> None:
         if self._output:
@@ -94,7 +94,8 @@ class ActionScreen(FramedModal[bool]):
             self._output = []
 
     @work(exclusive=True, exit_on_error=False, group="action")
-    async def run_action(self) -> None:
+    async def run_steps(self) -> None:
+        """The action's steps, in a worker: each event posted to the screen, until done or cancelled."""
         iterator = self.events()
         try:
             async for event in iterator:

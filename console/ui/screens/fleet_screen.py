@@ -1,4 +1,4 @@
-"""The fleet console: one row per node, worst first; Enter opens a node's four panes.
+"""The fleet console: one row per node, worst first; Enter opens a node's run screen.
 
 `FleetApp` forms the fleet (a Slurm job's nodes or a host list) in a worker, starts a
 Monitor per node and repaints once a second from the nodes' RunStates: the rows are
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,23 +25,16 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
-from console.ui.action_screen import ActionScreen
-from console.ui.confirm_screen import ConfirmScreen
-from console.ui.cropped_screen import CroppedScreen
-from console.ui.diagnosis_screen import verdict_level
-from console.ui.gpu_pane import GpuPane
-from console.ui.keymap import bindings, fleet_actions
-from console.ui.log_pane import LogPane
-from console.ui.modal import FramedModal
+from console.ui.dialogs.action_screen import ActionScreen
+from console.ui.dialogs.confirm_screen import ConfirmScreen
+from console.ui.render import BaseScreen
+from console.ui.run_figures import verdict_level
+from console.ui.keymap import bindings, fleet_actions, run_screen_actions
+from console.ui.dialogs.modal import FramedModal
 from console.ui.palette import PulseCommands
-from console.ui.process_pane import ProcessPane
-from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
-from console.ui.themes import PulseTheme, ThemedApp, run_themed
-from console.ui.throughput_pane import ThroughputPane
-from console.units import si
-from console.ui.titled_box import TitledBox
-from console.units import format_duration
+from console.ui.screens.run_screen import RunScreen
+from console.ui.themes import PulseTheme, ThemedApp, Thresholds, run_themed
+from console.units import format_duration, si
 
 REFRESH_S = 1.0
 #: A node screen polls its node's state for new log lines this often (a node has no change callback).
@@ -97,7 +91,7 @@ class FleetTable(DataTable):
         return keys[self.cursor_row] if keys and 0 <= self.cursor_row < len(keys) else None
 
 
-class FleetScreen(CroppedScreen):
+class FleetScreen(BaseScreen):
     """The job at a glance: a header with the sums, then every node worst first."""
 
     BINDINGS = [Binding("enter", "open_node", "Node panes")]
@@ -122,59 +116,47 @@ class FleetScreen(CroppedScreen):
         """Open the four panes of the node under the cursor."""
         node = self.selected_node()
         if node is not None:
-            self.app.push_screen(NodeScreen(node))
+            app = self.app
+            assert isinstance(app, FleetApp)
+            app.push_screen(NodeScreen(node, thresholds=lambda: app.thresholds, read_only=app.read_only))
 
     def selected_node(self) -> FleetNode | None:
         name = self.query_one(FleetTable).selected
-        return next((n for n in self.app.fleet.nodes if n.name == name), None) if self.app.fleet else None
+        app = self.app
+        assert isinstance(app, FleetApp)
+        return next((n for n in app.fleet.nodes if n.name == name), None) if app.fleet else None
 
 
-class NodeScreen(CroppedScreen):
-    """One node's four panes (GPUs, processes, throughput, log), fed from its RunState."""
+class NodeScreen(RunScreen):
+    """One node's run screen, with the fleet's extras: the node's name on its GPUs, its line pacing
+    under its log, and Esc (once the log's search is clear) or Backspace back to the fleet."""
 
-    BINDINGS = [Binding("escape,backspace", "app.pop_screen", "Fleet")]
+    BINDINGS = [Binding("backspace", "app.pop_screen", "Fleet"), *bindings(run_screen_actions())]
 
-    def __init__(self, node: FleetNode) -> None:
-        super().__init__()
+    def __init__(self, node: FleetNode, *, thresholds: Callable[[], Thresholds], read_only: bool) -> None:
+        pacing = node.monitor.log_pacing if node.monitor is not None else None
+        # A large fleet's node sends its lines in steps: say so, lest they look stuck.
+        note = f"lines come every {format_duration(pacing.send_s, tenths=True)}" if pacing is not None else ""
+        super().__init__(
+            node.config,
+            node.state,
+            verdict=lambda: node.verdict,
+            thresholds=thresholds,
+            read_only=read_only,
+            clock=node.state.clock,
+            node_name=node.name,
+            log_note=note,
+            poll_s=NODE_LOG_FLUSH_S,  # a node has no change callback
+        )
         self.node = node
-        self.state = node.state
-        self.config = node.config
 
-    def compose(self) -> ComposeResult:
-        yield from compose_run_panes(self.state.lines.maxlen or 10_000)
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#gpus-box").border_title = f"GPUs · {self.node.name}"
-        self.query_one("#throughput-box").border_title = "Throughput"
-        log_box = self.query_one("#log-box")
-        log_box.border_title = f"Log · {self.config.run.log or 'none on this node'}"
-        pacing = self.node.monitor.log_pacing if self.node.monitor is not None else None
-        if pacing is not None:  # a large fleet's node sends its lines in steps: say so, lest they look stuck
-            log_box.border_subtitle = f"lines come every {format_duration(pacing.send_s, tenths=True)}"
-        self.repaint()
-        self.set_interval(REFRESH_S, self.repaint)
-        self.set_interval(NODE_LOG_FLUSH_S, self.flush_log)
-        self.query_one(LogPane).focus()
-
-    def repaint(self) -> None:
-        sample = self.state.latest
-        if sample is not None:
-            self.query_one(GpuPane).show(
-                sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.app.thresholds
-            )
-            self.query_one(ProcessPane).show(sample.processes)
-        self.query_one(ThroughputPane).show(throughput_view(self.state, self.config.metrics, self.state.clock()))
-        verdict = self.node.verdict
-        # Set each second: a box title set directly repaints the box and its pane every time.
-        self.query_one("#processes-box", TitledBox).set_titles("Processes", f"{verdict.name}: {verdict.summary}" if verdict else "")
-
-    def flush_log(self) -> None:
-        pane = self.query_one(LogPane)
-        lines = self.state.lines_after(pane.last_number)
-        if lines:
-            pane.append(lines)
-        self.query_one(ProgressBarLine).show(progress_bar_view(self.state, self.state.clock()))
+    def action_clear_search(self) -> None:
+        """Esc: clear the log's search or filter; with none, back to the fleet."""
+        pane = self.log_pane
+        if pane.search_text or pane.filter_text or self.search_input.has_class("-visible"):
+            super().action_clear_search()
+        else:
+            self.app.pop_screen()
 
 
 class TextScreen(FramedModal[None]):
@@ -251,7 +233,7 @@ class JobRestarted(Message):
 class FleetApp(ThemedApp):
     """The console for a multi-node run."""
 
-    CSS_PATH = str(Path(__file__).with_name("pulse.tcss"))
+    CSS_PATH = str(Path(__file__).parent.parent / "pulse.tcss")
     TITLE = "Pulse · fleet"
     COMMANDS = App.COMMANDS | {PulseCommands}
     BINDINGS = bindings(fleet_actions(has_slurm=True))
@@ -343,10 +325,6 @@ class FleetApp(ThemedApp):
             return False
         return True
 
-    async def take_action(self, action: str) -> None:
-        """Run a table action (the command palette's way in)."""
-        await self.run_action(action)
-
     def action_diagnose(self) -> None:
         if self.fleet is None:
             return
@@ -417,15 +395,16 @@ class FleetApp(ThemedApp):
 
         fleet = self.fleet
         assert fleet is not None and fleet.slurm is not None and fleet.job is not None
+        slurm = fleet.slurm
         try:
-            plan = await plan_fleet_restart(fleet.slurm, self.config, fleet.job.job_id, read_only=self.read_only)
+            plan = await plan_fleet_restart(slurm, self.config, fleet.job.job_id, read_only=self.read_only)
         except ActionRefused as exc:
             self.notify(str(exc), severity="warning", timeout=8)
             return
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                events = lambda: self.follow_restart(execute_fleet_restart(fleet.slurm, self.config, plan))  # noqa: E731
+                events = lambda: self.follow_restart(execute_fleet_restart(slurm, self.config, plan))  # noqa: E731
                 self.push_screen(ActionScreen("Restart the job", events))
 
         screen = ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True, hidden=plan.hidden)

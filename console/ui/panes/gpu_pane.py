@@ -16,9 +16,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.model import GpuReading, GpuRole, gpus_by_role
-from console.ui.row_cursor import ROW_CURSOR_BINDINGS
-from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles, background_style, text_style
+from console.ui.panes.row_cursor import ROW_CURSOR_BINDINGS
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.styles import KeptStyles, background_style, text_style
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
 

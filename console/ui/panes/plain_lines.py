@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.style import Style as RichStyle
 from textual.color import Color
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.style import Style
 
 
@@ -28,7 +29,13 @@ def padding_style(base_background: Color, background: Color) -> RichStyle:
     return Style(background=base_background + background).rich_style
 
 
-class PlainLines:
+if TYPE_CHECKING:
+    _WidgetMixin = Widget  # what the mixin is mixed into, for the type checker
+else:
+    _WidgetMixin = object
+
+
+class PlainLines(_WidgetMixin):
     """Mixed into a line-API widget (before Widget): `render_lines` without Textual's per-line
     styling while the widget has none (no border, padding, outline, tint, hatch or opacity);
     with any of them, Textual's own."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from rich.color import Color
@@ -15,35 +14,10 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles, text_style
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.styles import KeptStyles, text_style
 from console.units import format_duration, si
-
-
-@dataclass(frozen=True, slots=True)
-class ThroughputView:
-    """What the pane shows, computed by the app from RunState (the pane does no arithmetic on state)."""
-
-    unit: str | None
-    """`tok/s`, `samples/s`, `it/s`; None before the log gave any rate."""
-    rates: tuple[float, ...] = ()
-    """Recent rate values, oldest first (the sparkline)."""
-    current: float | None = None
-    average: float | None = None
-    minimum: float | None = None
-    baseline: float | None = None
-    losses: tuple[float, ...] = ()
-    step: int | None = None
-    total_steps: int | None = None
-    eta_s: float | None = None
-    slow_fraction: float = 0.8
-    stale_s: float | None = None
-    """Seconds since the last rate was written when it is overdue: `current` is then history, not now."""
-    per_iteration: bool = False
-    """The bar prints seconds per iteration (`1.31s/it`): show the rate that way too."""
-    lr: float | None = None
-    grad_norm: float | None = None
-    mfu: float | None = None
+from console.ui.run_figures import ThroughputView
 
 
 def figure_key(text: Text) -> tuple:
@@ -78,14 +52,20 @@ def bucket_peaks(values: Sequence[float], width: int) -> list[float]:
     return [max(values[start:end]) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
-def sparkline_rows(values: Sequence[float], width: int, height: int) -> list[list[tuple[str, float | None]]]:
+#: A sparkline's cell: its character, and its bar's height between the lowest and highest value (None: blank).
+SparkCell = tuple[str, float | None]
+
+
+def sparkline_rows(values: Sequence[float], width: int, height: int) -> list[list[SparkCell]]:
     """A sparkline `height` rows tall, top row first: each cell's character and where its slice's
     peak stands between the smallest and largest value (0 to 1: its colour), None for a blank.
     Fewer slices than cells are stretched across the width, as Textual's Sparkline draws them."""
     if width <= 0:
         return [[] for _ in range(height)]  # not laid out yet
     if not values:
-        return [[(" ", None)] * width for _ in range(height - 1)] + [[("▁", 0.0)] * width]
+        blank: SparkCell = (" ", None)
+        floor: SparkCell = ("▁", 0.0)
+        return [[blank] * width for _ in range(height - 1)] + [[floor] * width]
     if len(values) == 1:
         return [[("█", 1.0)] * width for _ in range(height)]
     peaks = bucket_peaks(values, width)
@@ -98,7 +78,7 @@ def sparkline_rows(values: Sequence[float], width: int, height: int) -> list[lis
         ratio = (peaks[int(position)] - low) / extent
         cells.append((int(ratio * levels), ratio))
         position += step  # added up, not multiplied: the same cells as Textual's own for the same data
-    rows = []
+    rows: list[list[SparkCell]] = []
     for row in reversed(range(height)):
         bottom, top = row * len(BARS), (row + 1) * len(BARS)
         rows.append(
@@ -130,7 +110,7 @@ def sparkline_strips(values: Sequence[float], width: int, height: int, base: Sty
         segments = []
         for char, ratio in row:
             style = styles.get(ratio)
-            if style is None:
+            if style is None and ratio is not None:  # a blank's is kept from the start
                 rgb = blend_rgb(low, high, ratio)
                 style = styles[ratio] = base + Style(color=high) if rgb is None else bar_style(base, rgb)
             segments.append(Segment(char, style))
@@ -315,4 +295,6 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
 
     def _colour(self, component: str) -> Color:
         """A component's colour blended over the pane's background (its alpha made solid)."""
-        return self.kept_style(component, lambda name: Style(color=(self.background_colors[1] + self.get_component_styles(name).color).rich_color)).color
+        colour = self.kept_style(component, lambda name: Style(color=(self.background_colors[1] + self.get_component_styles(name).color).rich_color)).color
+        assert colour is not None  # the style is made of this colour
+        return colour

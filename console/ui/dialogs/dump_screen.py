@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from console.observe.pyspy import ProcessDump, dump_lines
 from console.paths import dumps_dir
-from console.ui.modal import FramedModal
+from console.ui.dialogs.modal import FramedModal
 
 
 #: How each kind of dump line is drawn: the run's own frames stand out, the library's recede.

@@ -17,9 +17,9 @@ from textual.strip import Strip
 
 from console.model import ProcessReading
 from console.observe.roles import script_and_args
-from console.ui.row_cursor import ROW_CURSOR_BINDINGS
-from console.ui.plain_lines import PlainLines
-from console.ui.styles import KeptStyles, text_style
+from console.ui.panes.row_cursor import ROW_CURSOR_BINDINGS
+from console.ui.panes.plain_lines import PlainLines
+from console.ui.panes.styles import KeptStyles, text_style
 from console.units import format_duration, format_gib
 
 #: How many vanished processes stay listed (marked gone) after they disappear.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.ansi import AnsiDecoder
 from rich.style import Style
@@ -40,10 +40,18 @@ def sgr_style(parameters: str) -> Style:
     except that a log may not hide its text (conceal) or blink at the operator."""
     decoded = AnsiDecoder().decode_line(f"\x1b[{parameters}m.")
     style = decoded.spans[0].style if decoded.spans else Style()
+    if isinstance(style, str):  # a Text's span may hold a style's name; the decoder gives Styles
+        style = Style.parse(style)
     return style + Style(conceal=False, blink=False, blink2=False)
 
 
-class KeptStyles:
+if TYPE_CHECKING:
+    _WidgetMixin = Widget  # what the mixin is mixed into, for the type checker
+else:
+    _WidgetMixin = object
+
+
+class KeptStyles(_WidgetMixin):
     """Mixed into a line-API widget: its own Rich style (`rich_style` walks the ancestors'
     backgrounds, ~60 µs, and a pane asked for it once a row every frame) and its component
     styles, kept until Textual says its styles changed (`notify_style_update`): when its own

@@ -1,0 +1,292 @@
+"""What a run's screen says, computed from its RunState: no Textual here (the "pure" contract).
+
+The panes and box titles of `RunScreen` draw these views and do no arithmetic on state, so a
+title's words and how loud it is are tested without an app, and the single-run console and a
+fleet node say the same things about a run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from console.config import Config, MetricsConfig
+from console.diagnose import Verdict, is_problem, severity
+from console.model import ConnectionStatus, Sample
+from console.observe.sampler import gpu_processes_unseen
+from console.observe.textsafe import sanitize
+from console.state import RATE_UNITS, RunState
+from console.stall import Silence
+from console.units import format_duration
+
+#: The window of "current / average / min" throughput figures.
+RATE_WINDOW_S = 300.0
+#: Values kept for the sparklines (they summarise to their width).
+SPARK_POINTS = 240
+#: The last rate is shown as stale past this many usual intervals (and at least this long).
+STALE_RATE_GAPS = 3
+STALE_RATE_MIN_S = 10.0
+#: Steps seen over this window give the ETA.
+ETA_WINDOW_S = 600.0
+ETA_LINES_SCANNED = 2000
+#: A log that grew less than this long ago "grew just now".
+JUST_NOW_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class BoxTitles:
+    """A pane's border: its title, its subtitle and how loud the box is (`ok`, `warn`, `crit`)."""
+
+    title: str
+    subtitle: str = ""
+    level: str = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """Everything the status bar says, already worded."""
+
+    host: str
+    container: str | None
+    run: str
+    status: ConnectionStatus
+    connection: str
+    """ConnectionState.describe(now): `connected`, `reconnecting in 4 s: …`, `failed: …`."""
+    sample_age_s: int | None
+    verdict: str | None = None
+    verdict_summary: str = ""
+    verdict_level: str = "ok"
+    """`ok`, `warn` or `crit`: how bad the verdict is."""
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputView:
+    """What the throughput pane shows (the pane does no arithmetic on state)."""
+
+    unit: str | None
+    """`tok/s`, `samples/s`, `it/s`; None before the log gave any rate."""
+    rates: tuple[float, ...] = ()
+    """Recent rate values, oldest first (the sparkline)."""
+    current: float | None = None
+    average: float | None = None
+    minimum: float | None = None
+    baseline: float | None = None
+    losses: tuple[float, ...] = ()
+    step: int | None = None
+    total_steps: int | None = None
+    eta_s: float | None = None
+    slow_fraction: float = 0.8
+    stale_s: float | None = None
+    """Seconds since the last rate was written when it is overdue: `current` is then history, not now."""
+    per_iteration: bool = False
+    """The bar prints seconds per iteration (`1.31s/it`): show the rate that way too."""
+    lr: float | None = None
+    grad_norm: float | None = None
+    mfu: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressBarView:
+    """What the log's live progress line shows (the widget does no arithmetic)."""
+
+    text: str | None = None
+    """The bar's latest redraw, or None when no bar is drawing."""
+    written_ago_s: float | None = None
+    terminal_only: str | None = None
+    """`<framework>: <the setting that puts progress into the log>` when the log cannot show progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogReading:
+    """Where the operator is in the log pane: what its titles are computed from."""
+
+    filter_text: str = ""
+    search_text: str = ""
+    line_count: int = 0
+    """Lines shown (under a filter: the lines that match)."""
+    error: str | None = None
+    """Why the filter or search regex does not compile."""
+    following: bool = True
+    unseen: int = 0
+    """Lines arrived since following paused."""
+
+
+def own_pids(sample: Sample) -> frozenset[int]:
+    """The run's PIDs as any namespace may number them (a driver in a container reports host PIDs)."""
+    pids: set[int] = set()
+    for process in sample.processes:
+        pids.add(process.pid)
+        pids.update(process.nspid)
+    return frozenset(pids)
+
+
+def gpu_titles(sample: Sample | None, node: str | None = None) -> BoxTitles:
+    """The GPUs box: source, read errors, GPU faults and unseen processes, loudest first."""
+    title = f"GPUs · {node}" if node else "GPUs"
+    if sample is None:
+        return BoxTitles(title, "waiting for the first sample")
+    if sample.gpu_error:
+        return BoxTitles(title, f"GPU read failed: {sample.gpu_error}", "crit")
+    parts = []
+    if sample.gpus:
+        names = {gpu.name for gpu in sample.gpus}
+        parts.append(f"{len(sample.gpus)} × {names.pop()}" if len(names) == 1 else f"{len(sample.gpus)} GPUs")
+    parts.append(sample.gpu_source)
+    level = "ok"
+    if any(gpu.error for gpu in sample.gpus):
+        parts.append("GPU fault")
+        level = "crit"
+    if gpu_processes_unseen(sample):
+        parts.insert(0, "processes unseen (PID namespace)")
+        level = "warn" if level == "ok" else level
+    return BoxTitles(title, " · ".join(parts), level)
+
+
+def process_titles(state: RunState, silence: Silence) -> BoxTitles:
+    """The processes box: how many of the run's processes live, and when the log last grew
+    (loud when the log is past its stall limit, or no process is alive)."""
+    sample = state.latest
+    # Counted from the sample: the pane folds a compile's helpers into one row.
+    alive = sum(p.state not in ("Z", "X") for p in sample.processes) if sample is not None else 0
+    if sample is None:
+        title = "Processes"
+    elif sample.process_error:
+        title = f"Processes · {sample.process_error}"
+    else:
+        title = f"Processes · {alive} alive"
+    stalled = silence.stalled
+    silent = silence.silent_s
+    if silent is None:
+        grew = "log not read yet"
+    else:
+        # Under 2 s reads "just now": a run writing every second would flip 0s/1s, and each
+        # flip repaints the whole box with the table in it. Never past the stall limit, though.
+        just_now = silent < JUST_NOW_S and not stalled
+        grew = "log grew just now" if just_now else f"log grew {format_duration(silent)} ago"
+    level = "crit" if stalled else "warn" if sample is not None and alive == 0 else "ok"
+    return BoxTitles(title, grew, level)
+
+
+def log_titles(state: RunState, configured_log: str | None, reading: LogReading, *, extra: str = "") -> BoxTitles:
+    """The log box: its path, then the filter, search, following and problems (`extra` last: a
+    fleet node's pacing); loud when lines wait unseen."""
+    # The path comes from the target (a file's name may hold escape sequences or markup).
+    path = sanitize(state.log_path or configured_log or "no log configured", 300)[0]
+    parts = []
+    if reading.filter_text:
+        parts.append(f"filter “{reading.filter_text}”: {reading.line_count} lines")
+    if reading.search_text:
+        parts.append(f"search “{reading.search_text}” · n/N")
+    if reading.error:
+        parts.append(reading.error)
+    if reading.following:
+        parts.append("following")
+    else:
+        parts.append(f"paused · {reading.unseen} new lines · f to follow" if reading.unseen else "paused · f to follow")
+    problems = len(state.spans.problems)
+    if problems:
+        parts.append(f"{problems} problem{'s' if problems != 1 else ''} · {'[/]' if reading.search_text else 'n/N'} jump")
+    if extra:
+        parts.append(extra)
+    level = "warn" if not reading.following and reading.unseen > 0 else "ok"
+    return BoxTitles(f"Log · {path}", " · ".join(parts), level)
+
+
+def verdict_level(name: str) -> str:
+    """`ok`, `warn` or `crit` for a verdict name (how loudly to show it)."""
+    if not is_problem(name):
+        return "ok"
+    return "crit" if severity(name) >= severity("hung") else "warn"
+
+
+def status_view(config: Config, state: RunState, verdict: Verdict | None, *, read_only: bool, now: float) -> StatusView:
+    """The status bar: where the run is, the link to it, the sample's age and the verdict."""
+    target = config.target
+    container = target.container.describe() if target.container else None
+    connection = state.connection
+    # Whole seconds rounded up: 0.2 s and 0.9 s both read 1 s, so at 1 Hz the line holds still.
+    age = None if state.last_sample_at is None else math.ceil(max(0.0, now - state.last_sample_at))
+    return StatusView(
+        host=target.host or "this machine",
+        container=container,
+        run=config.run.name,
+        status=connection.status,
+        connection=connection.describe(now),
+        sample_age_s=age,
+        verdict=verdict.name if verdict else None,
+        verdict_summary=verdict.summary if verdict else "",
+        verdict_level=verdict_level(verdict.name) if verdict else "ok",
+        read_only=read_only,
+    )
+
+
+def step_eta_s(state: RunState, now: float) -> float | None:
+    """Seconds until total_steps: the live bar's own estimate, else the step rate of the last
+    ETA_WINDOW_S from the lines held."""
+    if state.step is None or not state.total_steps or state.step >= state.total_steps:
+        return None
+    bar = state.progress
+    if bar is not None and bar.eta_s is not None:
+        return max(0.0, bar.eta_s - max(0.0, now - bar.time))
+    newest: tuple[float, int] | None = None
+    oldest: tuple[float, int] | None = None
+    for scanned, line in enumerate(reversed(state.lines)):
+        if scanned >= ETA_LINES_SCANNED:
+            break
+        if line.info.step is None:
+            continue
+        if newest is None:
+            newest = (line.time, line.info.step)
+        elif newest[0] - line.time > ETA_WINDOW_S:
+            break
+        oldest = (line.time, line.info.step)
+    if newest is None or oldest is None or newest[0] <= oldest[0] or newest[1] <= oldest[1]:
+        return None
+    steps_per_s = (newest[1] - oldest[1]) / (newest[0] - oldest[0])
+    return (state.total_steps - state.step) / steps_per_s
+
+
+def rate_stale_s(state: RunState, now: float) -> float | None:
+    """Seconds since the last rate line when that is well past the run's usual interval, else None:
+    a hung run's last figure is not its current rate."""
+    if state.last_rate_at is None:
+        return None
+    age = now - state.last_rate_at
+    usual = state.rate_interval_s() or 1.0
+    return age if age > max(STALE_RATE_MIN_S, STALE_RATE_GAPS * usual) else None
+
+
+def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> ThroughputView:
+    """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA."""
+    metric = state.rate_metric
+    values = state.values(metric, newest=SPARK_POINTS) if metric else []
+    recent = (state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]) if metric else []
+    bar = state.progress
+    return ThroughputView(
+        unit=RATE_UNITS[metric] if metric else None,
+        per_iteration=metric == "it_per_s" and bar is not None and bar.rate_unit == "s/it",
+        rates=tuple(values),
+        current=values[-1] if values else None,
+        average=sum(recent) / len(recent) if recent else None,
+        minimum=min(recent) if recent else None,
+        baseline=metrics.baseline(metric) if metric else metrics.baseline_tokens_per_s,
+        stale_s=rate_stale_s(state, now) if metric else None,
+        losses=tuple(state.values("loss", newest=SPARK_POINTS)),
+        step=state.step,
+        total_steps=state.total_steps,
+        eta_s=step_eta_s(state, now),
+        slow_fraction=metrics.slow_fraction,
+        lr=state.latest_value("lr"),
+        grad_norm=state.latest_value("grad_norm"),
+        mfu=state.latest_value("mfu"),
+    )
+
+
+def progress_bar_view(state: RunState, now: float) -> ProgressBarView:
+    """The live progress line: the bar's redraw and its age, or why the log shows no progress."""
+    bar = state.progress
+    if bar is not None:
+        return ProgressBarView(text=bar.text, written_ago_s=max(0.0, now - bar.time))
+    hidden = state.terminal_only_progress
+    return ProgressBarView(terminal_only=f"{hidden.framework}: {hidden.advice}" if hidden else None)
