@@ -45,7 +45,7 @@ from typing import TextIO
 
 from console.backoff import Backoff
 from console.config import AlertsConfig, Config
-from console.diagnose import severity
+from console.verdicts import severity
 from console.journal.recorder import verdict_data
 from console.journal.store import Journal
 

@@ -40,7 +40,7 @@ the recording saw waiting or still, is never busy, even at 100 % CPU):
 | slow                | throughput now < `metrics.slow_fraction` × baseline                              | dump           |
 | healthy             | the log progresses within its rhythm (said "quiet" past a few of its intervals), with the problems it went on past | — |
 
-`severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
+Each verdict's severity, display level and usual step are in the one table, console.verdicts.
 """
 
 from __future__ import annotations
@@ -57,36 +57,7 @@ from console.observe.roles import fold_helpers
 from console.state import RATE_UNITS
 from console.stall import Silence
 from console.units import format_duration, format_indices, spread
-
-VERDICTS = (
-    "healthy",
-    "slow",
-    "buffered",
-    "hung",
-    "dead",
-    "oom",
-    "diverged",
-    "launch_failed",
-    "gpu_contexts_unseen",
-    "unknown",
-)
-
-#: What a verdict's next step may be: dump the stacks, read the log at the problem, restart, warm up.
-NEXT_STEPS = ("dump", "log", "restart", "warmup")
-
-#: Notification order, quietest first.
-_SEVERITY = {
-    "healthy": 0,
-    "gpu_contexts_unseen": 1,
-    "unknown": 2,
-    "slow": 3,
-    "buffered": 4,
-    "diverged": 5,
-    "hung": 6,
-    "launch_failed": 7,
-    "dead": 8,
-    "oom": 9,
-}
+from console.verdicts import NEXT_STEPS, VERDICTS, is_problem, kind, severity, worse
 
 #: A throughput line this many usual intervals late is missing, not just slow to come (with an explicit limit).
 RATE_GAPS = 3
@@ -329,36 +300,16 @@ def group_sentence(group: StackGroup) -> str:
     return f"{who} {doing} in {group.where}"
 
 
-def severity(name: str) -> int:
-    """How loudly a verdict deserves to be announced (healthy is 0)."""
-    return _SEVERITY[name]
-
-
-def worse(a: str, b: str) -> bool:
-    """True when verdict `a` is more severe than verdict `b`."""
-    return severity(a) > severity(b)
-
-
-def is_problem(name: str) -> bool:
-    """Every verdict but healthy asks the operator to look."""
-    return name != "healthy"
-
-
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
     """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
     return _Diagnosis(evidence, config).verdict()
-
-
-#: Verdicts the run's stacks can change: a run whose log shows no progress (it may wait, or work
-#: quietly), a buffered one, an out-of-memory line it may have gone on past.
-STACKS_DECIDE = frozenset(("hung", "unknown", "buffered", "oom"))
 
 
 def wants_stacks(evidence: Evidence, config: Config) -> bool:
     """The verdict on `evidence` cannot be earned without the run's stacks (none were taken yet)."""
     if evidence.stacks or evidence.stack_error or not any(p.state not in ("Z", "X") for p in evidence.processes):
         return False
-    return evidence.terminal_only_progress is not None or diagnose(evidence, config).name in STACKS_DECIDE
+    return evidence.terminal_only_progress is not None or kind(diagnose(evidence, config).name).stacks_decide
 
 
 class _Diagnosis:

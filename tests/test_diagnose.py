@@ -8,17 +8,15 @@ import pytest
 
 from console.config import Config, MetricsConfig, StallConfig, WarmupConfig
 from console.diagnose import (
-    VERDICTS,
     DeadThread,
     Evidence,
     ProblemLine,
     StackSummary,
     diagnose,
-    severity,
-    worse,
 )
 from console.model import GpuProcess, GpuReading, LineKind, ProcessReading, ThreadCpu
 from console.observe.progress import LIGHTNING_RICH
+from console.verdicts import VERDICTS, severity, worse
 
 CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(baseline_tokens_per_s=14200))
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."

@@ -730,9 +730,10 @@ def test_every_step_and_key_a_verdict_names_is_bound():
     import re
 
     import console.diagnose as diagnose_module
-    from console.diagnose import NEXT_STEPS, diagnose
+    from console.diagnose import diagnose
     from console.evidence import from_samples
     from console.ui.keymap import ACTIONS, STEP_KEYS
+    from console.verdicts import NEXT_STEPS
     from tests.snapshot_apps.scenarios import SCENARIOS, build_state
 
     bound = {key for spec in ACTIONS for key in spec.key_display.split()}

@@ -62,7 +62,8 @@ import sys
 from typing import TextIO
 
 from console.config import Config, StallConfig
-from console.diagnose import Evidence, Verdict, diagnose, is_problem
+from console.diagnose import Evidence, Verdict, diagnose
+from console.verdicts import is_problem
 from console.evidence import gather
 from console.model import GpuReading, ProcessReading
 from console.observe.nccl import nccl_lines

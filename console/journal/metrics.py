@@ -9,7 +9,7 @@ Every metric is labelled `run` and `host`, and, for a fleet's nodes, `node`:
 
 | metric | type | more labels | what |
 | --- | --- | --- | --- |
-| pulse_verdict | gauge | verdict | 1 for the current verdict, 0 for every other (console.diagnose.VERDICTS) |
+| pulse_verdict | gauge | verdict | 1 for the current verdict, 0 for every other (console.verdicts.VERDICTS) |
 | pulse_verdict_age_seconds | gauge | | seconds since the verdict last changed |
 | pulse_throughput | gauge | metric | the newest throughput the log gave: tokens_per_s, samples_per_s or it_per_s |
 | pulse_loss | gauge | | the newest loss the log gave |
@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from console.diagnose import VERDICTS
+from console.verdicts import VERDICTS
 from console.model import ConnectionStatus, GpuReading
 from console.state import RATE_METRICS, RunState
 

@@ -755,7 +755,7 @@ class PulseApp(ThemedApp):
 
     def set_verdict(self, verdict) -> None:
         """Show `verdict` in the status line; notify when it is worse than the previous one."""
-        from console.diagnose import worse
+        from console.verdicts import worse
 
         previous = self.verdict
         self.verdict = verdict

@@ -10,15 +10,7 @@ from textual.widgets import Static
 
 from console.ui.keymap import STEP_ACTIONS, STEP_KEYS
 from console.ui.modal import FramedModal
-
-
-def verdict_level(name: str) -> str:
-    """`ok`, `warn` or `crit` for a verdict name (how loudly to show it)."""
-    from console.diagnose import is_problem, severity
-
-    if not is_problem(name):
-        return "ok"
-    return "crit" if severity(name) >= severity("hung") else "warn"
+from console.verdicts import level as verdict_level
 
 
 def verdict_text(verdict, evidence) -> Text:
