@@ -2,7 +2,8 @@
 
 `console.evidence.gather` collects an `Evidence` from a target; `diagnose` names what is
 wrong, shows the observations that say so, the next step, and the action that takes it (its `step`,
-one of NEXT_STEPS; the console binds each to a key).
+one of console.verdicts.NEXT_STEPS). The prose names no key: `pulse check`, alerts and reports
+print it where there are none; the console shows the key of the verdict's `step` beside it.
 
 A verdict is earned. "Healthy" needs evidence of progress: the log writing within its rhythm
 (console.stall), or, once the log is quiet past the floor, the run's stacks moving while they were
@@ -215,7 +216,7 @@ class Verdict:
     evidence: list[str]
     next_step: str
     step: str | None = None
-    """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key)."""
+    """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key; `next_step` names none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -700,16 +701,16 @@ class _Diagnosis:
                     "oom",
                     f"a Triton kernel asked for more shared memory than the GPU has (OutOfResources); {state}",
                     self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
-                    "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart (R)",
+                    "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart",
                     "restart",
                 )
             step = "warmup" if self.has_warmup else "restart"
-            advice = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
+            advice = "warm the GPUs one at a time or lower the batch, then restart"
             return Verdict(
                 "oom",
                 f"CUDA out of memory; {state}",
                 self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
-                advice if self.has_warmup else "lower the batch or sequence length, then restart (R)",
+                advice if self.has_warmup else "lower the batch or sequence length, then restart",
                 step,
             )
 
@@ -719,7 +720,7 @@ class _Diagnosis:
                 "diverged",
                 "the loss went NaN/Inf",
                 self._problem_lines(nans) + self._process_lines() + self._log_lines(),
-                "read the log around the first NaN (l); lower the learning rate or restore a checkpoint",
+                "read the log around the first NaN; lower the learning rate or restore a checkpoint",
                 "log",
             )
 
@@ -741,7 +742,7 @@ class _Diagnosis:
                 "slow",
                 f"throughput below {self.slow_fraction:.0%} of baseline",
                 self._throughput_line() + self._process_lines() + self._gpu_lines(),
-                "dump the stacks (p) to see where time goes; check GPU clocks and other jobs on the GPUs",
+                "dump the stacks to see where time goes; check GPU clocks and other jobs on the GPUs",
                 "dump",
             )
 
@@ -812,7 +813,7 @@ class _Diagnosis:
                 "launch_failed",
                 f"{gone} and the log is {what}",
                 self._process_lines() + self._log_lines() + self._problem_lines(list(ev.problems)),
-                "check the launch command, its working directory and the log path, then restart (R)",
+                "check the launch command, its working directory and the log path, then restart",
                 "restart",
             )
         if ev.gpu_contexts_unseen:
@@ -833,7 +834,7 @@ class _Diagnosis:
             + self._problem_lines(list(ev.problems))
             + self._log_lines()
             + self._gpu_lines(),
-            "read the end of the log (l) for the cause, then restart (R)",
+            "read the end of the log for the cause, then restart",
             "log",
         )
 
@@ -876,7 +877,7 @@ class _Diagnosis:
             + self._process_lines()
             + self._gpu_lines()
             + self._stack_lines(),
-            "fix what killed the thread (its traceback is in the log, l), then restart (R): "
+            "fix what killed the thread (its traceback is in the log), then restart: "
             "what waits on that thread will wait forever",
             "restart",
         )
@@ -897,7 +898,7 @@ class _Diagnosis:
             "unknown",
             f"{quiet}: no evidence of progress; {missing}",
             self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
-            f"take its stacks (d); without them it is hung once {self.silence.limit_text()} if still idle",
+            f"take its stacks; without them it is hung once {self.silence.limit_text()} if still idle",
             "dump",
         )
 
@@ -942,7 +943,7 @@ class _Diagnosis:
             "buffered",
             f"{why}, but its log is {self._quiet_text()}: stdout is block-buffered into a file",
             frames + self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
-            "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
+            "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env; the lines are in the buffer, not lost",
             "restart",
         )
 
@@ -971,7 +972,7 @@ class _Diagnosis:
                 "unknown",
                 f"{self._log_state_text()}; the run is busy in one place: {_who(first)} in {_user_frame(first.where)}",
                 self._motion_lines() + self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
-                "look again (d): a long call (a checkpoint save, a compile) ends and moves; a livelock stays",
+                "look again: a long call (a checkpoint save, a compile) ends and moves; a livelock stays",
                 "dump",
             )
         return self._hung()
@@ -994,7 +995,7 @@ class _Diagnosis:
             + self._gpu_lines()
             + self._rank_lines()
             + self._stack_lines(),
-            "dump the stacks (p) to see what it is busy with",
+            "dump the stacks to see what it is busy with",
             "dump",
         )
 
@@ -1013,7 +1014,7 @@ class _Diagnosis:
             + self._gpu_lines()
             + self._stack_lines()
             + self._problem_lines(list(ev.problems)),
-            "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective, a peer)",
+            "dump the stacks: a thread waits on something that will not come (a dead producer, a collective, a peer)",
             "dump",
         )
 

@@ -177,7 +177,7 @@ def unreachable(why: str, config: Config | None = None) -> Verdict:
 
 def lost(why: str) -> Verdict:
     """The verdict of a node whose sampling agent ended: what it showed before is no longer live."""
-    return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: d looks again")
+    return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: diagnose again")
 
 
 def _rank(verdict: Verdict | None) -> int:

@@ -240,5 +240,5 @@ def name_straggler_nodes(diagnosis: FleetDiagnosis) -> None:
             summary = f"{who} is the straggler: {group_sentence(waiting[0])}; {group_sentence(group)}"
             report.verdict = Verdict(
                 "hung", summary, [group_sentence(g) for g in diagnosis.groups] + report.verdict.evidence,
-                "the straggler's stack says what it waits on (p on its node); restart the job (R) once understood", "dump",
+                "the straggler's stack says what it waits on (dump it on its node); restart the job once understood", "dump",
             )

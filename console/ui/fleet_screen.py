@@ -29,7 +29,7 @@ from console.ui.confirm_screen import ConfirmScreen
 from console.ui.cropped_screen import CroppedScreen
 from console.ui.diagnosis_screen import verdict_level
 from console.ui.gpu_pane import GpuPane
-from console.ui.keymap import bindings, fleet_actions
+from console.ui.keymap import bindings, fleet_actions, next_step_text
 from console.ui.log_pane import LogPane
 from console.ui.modal import FramedModal
 from console.ui.palette import PulseCommands
@@ -203,7 +203,7 @@ def node_detail(node: FleetNode) -> Text:
     text = Text(f"{node.name}: ", style="bold")
     text.append(f"{verdict.name} — {verdict.summary}")
     if verdict.next_step and verdict.next_step not in verdict.summary:
-        text.append(f"\nnext: {verdict.next_step}", style="dim")
+        text.append(f"\nnext: {next_step_text(verdict.next_step, verdict.step)}", style="dim")
     return text
 
 
