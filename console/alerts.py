@@ -28,7 +28,7 @@ The alert object:
 
     {"event": "worse" | "recovered" | "restart" | "restart_limit", "time": Unix seconds, "host": …, "container": … | null,
      "run": …, "verdict": …, "previous": … | null, "summary": …, "evidence": [lines],
-     "next_step": …, "step": "dump" | "log" | "restart" | "warmup" | null}
+     "next_step": …, "step": "dump" | "log" | "restart" | "warmup" | "continue" | null}
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ the recording saw waiting or still, is never busy, even at 100 % CPU):
 | oom                 | an OOM line since the launch the run did not recover from (nothing alive, or recent with no progress after) | warmup/restart |
 | diverged            | a NaN/Inf loss line since the launch                                             | log            |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | restart        |
+| stopped             | alive, and a process of the run in state T: "stopped by you at HH:MM:SS" after Pulse's own audited SIGSTOP, else "stopped (state T)" | continue |
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —              |
 | dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | log            |
 | hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | restart        |
@@ -46,6 +47,7 @@ Each verdict's severity, display level and usual step are in the one table, cons
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -55,6 +57,7 @@ from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_line
 from console.observe.progress import TerminalOnlyProgress
 from console.observe.pyspy import RECORD_HZ, RECORD_S
 from console.observe.roles import fold_helpers
+from console.sent import SentSignal
 from console.state import RATE_UNITS
 from console.stall import Silence
 from console.units import format_duration, format_indices, spread
@@ -205,6 +208,8 @@ class Evidence:
     """When the console last launched the run (target clock), None when it did not."""
     terminal_only_progress: TerminalOnlyProgress | None = None
     """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
+    signals: tuple[SentSignal, ...] = ()
+    """For each stopped process (state T), the last signal Pulse sent it since it started, as audited."""
 
 
 @dataclass(frozen=True)
@@ -727,6 +732,10 @@ class _Diagnosis:
         if not self.alive:
             return self._not_alive()
 
+        stopped = [p for p in self.alive if p.state == "T"]
+        if stopped:
+            return self._stopped(stopped)
+
         dead = [t for t in ev.dead_threads if not t.progress_after]
         if dead and (not self.silence.progressing or not self._busy_cpu()):  # a busy run may still log its next step
             return self._thread_died(dead)
@@ -836,6 +845,39 @@ class _Diagnosis:
             + self._gpu_lines(),
             "read the end of the log for the cause, then restart",
             "log",
+        )
+
+    def _stopped(self, stopped: list[ProcessReading]) -> Verdict:
+        """A process of the run in state T: a stopped process makes no progress, and is not hung. Pulse's own
+        SIGSTOP is a fact it audited (who and when); any other stop (a debugger, Ctrl+Z, a scheduler's suspend)
+        is someone else's, and only its state is known."""
+        sent = {s.pid: s for s in self.ev.signals}
+        ours = [(p, sent[p.pid]) for p in stopped if p.pid in sent and sent[p.pid].signal == "STOP"]
+        pids = ", ".join(f"pid {p.pid}" for p in stopped)
+        evidence = (
+            [f"pid {p.pid} ({p.label or p.role or 'process'}) is in state T: stopped, not scheduled" for p in stopped]
+            + [f"Pulse sent SIGSTOP to pid {p.pid} at {_clock(s.at)} (audited)" for p, s in ours]
+            + self._log_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+        )
+        if ours:
+            at = _clock(max(s.at for _, s in ours))
+            others = [p for p in stopped if p.pid not in {q.pid for q, _ in ours}]
+            also = f"; {', '.join(f'pid {p.pid}' for p in others)} stopped (state T) by someone else" if others else ""
+            return Verdict(
+                "stopped",
+                f"{'pid ' + str(ours[0][0].pid) if len(ours) == 1 else f'{len(ours)} processes'} stopped by you at {at} (SIGSTOP){also}",
+                evidence,
+                "send SIGCONT to resume it; stopped, it holds its GPU memory and its peers wait",
+                "continue",
+            )
+        return Verdict(
+            "stopped",
+            f"{pids} stopped (state T), not by Pulse: a debugger, Ctrl+Z or a scheduler's suspend",
+            evidence,
+            "find who stopped it; SIGCONT resumes it once they are done",
+            "continue",
         )
 
     def _nccl_lines(self) -> list[str]:
@@ -1037,6 +1079,11 @@ class _Diagnosis:
             if missing:
                 line += f"; never joined here: {', '.join(missing)}"
         return [line]
+
+
+def _clock(at: float) -> str:
+    """HH:MM:SS of an epoch time, in the local time of Pulse's machine (where the operator sent it from)."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
 
 
 def _exception_type(line: str) -> str:

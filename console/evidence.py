@@ -68,6 +68,7 @@ from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
+from console.sent import SentSignal, last_signal, read_records, signals_sent
 from console.state import RunState
 from console.stall import QUIET_FLOOR_S, Silence, interval_from_density, lifetime_write_interval_s
 
@@ -405,10 +406,26 @@ def from_samples(
         in_pid_namespace=last.in_pid_namespace,
         gpu_contexts_unseen=gpu_processes_unseen(last),
         launched_at=launched_at,
+        signals=signals_to_stopped(last.processes, config.audit_log),
         **_log_fields(first, last, config, launched_at),
         **_line_fields(lines, config, timed),
     )
     return ev
+
+
+def signals_to_stopped(processes: tuple[ProcessReading, ...], audit_log: str) -> tuple[SentSignal, ...]:
+    """The last signal Pulse sent each stopped process (state T) of the run, from its audit log: read only
+    when one is stopped, so a look at a running run never opens the file."""
+    stopped = [p for p in processes if p.state == "T"]
+    if not stopped:
+        return ()
+    try:
+        sent = signals_sent(read_records(audit_log))
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()  # an unreadable record is no fact: the stop is then someone else's, as far as Pulse knows
+    now = time.time()
+    found = (last_signal(sent, p.pid, now - p.elapsed_s) for p in stopped)
+    return tuple(s for s in found if s is not None)
 
 
 def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float | None) -> dict:

@@ -14,9 +14,10 @@ from typing import Literal
 #: How loudly a verdict is shown: the header's and the diagnosis frame's colour, a toast's severity.
 Level = Literal["ok", "warn", "crit"]
 
-#: What a verdict's next step may be: dump the stacks, read the log at the problem, restart, warm up. The console binds each to a key (console.ui.keymap.STEP_ACTIONS);
+#: What a verdict's next step may be: dump the stacks, read the log at the problem, restart, warm up,
+#: send SIGCONT to what was stopped. The console binds each to a key (console.ui.keymap.STEP_ACTIONS);
 #: the core never writes the key.
-NEXT_STEPS = ("dump", "log", "restart", "warmup")
+NEXT_STEPS = ("dump", "log", "restart", "warmup", "continue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +39,16 @@ class VerdictKind:
 _TABLE = (
     #           name                   sev  level   stacks rate_is_history  step
     VerdictKind("healthy",               0, "ok",   False, False, None),
-    VerdictKind("slow",                  3, "warn", False, False, "dump"),
-    VerdictKind("buffered",              4, "warn", True,  False, "restart"),
-    VerdictKind("hung",                  6, "crit", True,  True,  "dump"),
-    VerdictKind("dead",                  8, "crit", False, True,  "log"),
-    VerdictKind("oom",                  9, "crit", True,  True,  "restart"),
-    VerdictKind("diverged",              5, "warn", False, False, "log"),
-    VerdictKind("launch_failed",         7, "crit", False, True,  "restart"),
+    VerdictKind("slow",                  4, "warn", False, False, "dump"),
+    VerdictKind("buffered",              5, "warn", True,  False, "restart"),
+    VerdictKind("hung",                  7, "crit", True,  True,  "dump"),
+    VerdictKind("dead",                  9, "crit", False, True,  "log"),
+    VerdictKind("oom",                 10, "crit", True,  True,  "restart"),
+    VerdictKind("diverged",              6, "warn", False, False, "log"),
+    VerdictKind("launch_failed",         8, "crit", False, True,  "restart"),
     VerdictKind("gpu_contexts_unseen",   1, "warn", False, False, None),
-    VerdictKind("unknown",               2, "warn", True,  True,  "dump"),
+    VerdictKind("stopped",               2, "warn", False, True,  "continue"),
+    VerdictKind("unknown",               3, "warn", True,  True,  "dump"),
 )
 
 #: Every verdict by name.

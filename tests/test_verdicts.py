@@ -20,4 +20,4 @@ def test_the_stuck_sets_are_one_table_not_two_tuples():
     # What the stacks decide and what makes a rate history differ on purpose: a buffered run's last rate is
     # old but it works; a hung or unknown one's is history, and its stacks decide both.
     assert {n for n, k in KINDS.items() if k.stacks_decide} == {"hung", "unknown", "buffered", "oom"}
-    assert {n for n, k in KINDS.items() if k.rate_is_history} == {"hung", "dead", "oom", "launch_failed", "unknown"}
+    assert {n for n, k in KINDS.items() if k.rate_is_history} == {"hung", "dead", "oom", "launch_failed", "unknown", "stopped"}

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from console.model import LineKind
 from console.remote.target import Target
+from console.sent import read_records
 
 
 class StepStatus(str, Enum):
@@ -201,17 +202,8 @@ class AuditLog:
         return None
 
     def records(self) -> list[dict]:
-        """Every record so far, "started" ones included, oldest first (an absent file has none).
-
-        Lines end at `\\n` only (a record holds no other line end: U+2028 in it is escaped); an
-        unterminated last line was never a whole record and is left out.
-        """
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        whole = data[: data.rfind(b"\n") + 1]
-        return [json.loads(line) for line in whole.split(b"\n") if line.strip()]
+        """Every record so far, "started" ones included, oldest first (console.sent.read_records)."""
+        return read_records(self.path)
 
     def entries(self) -> list[dict]:
         """How each action ended (its "finished" or "interrupted" record), oldest first."""

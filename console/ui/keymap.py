@@ -152,7 +152,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
 )
 
 #: The action that takes each next step a verdict may name (console.verdicts.NEXT_STEPS)...
-STEP_ACTIONS = {"dump": "dump", "log": "problem_log", "restart": "restart", "warmup": "warmup"}
+STEP_ACTIONS = {"dump": "dump", "log": "problem_log", "restart": "restart", "warmup": "warmup", "continue": "signal"}
 #: ...and its key.
 STEP_KEYS = {step: next(spec.keys for spec in ACTIONS if spec.action == action) for step, action in STEP_ACTIONS.items()}
 
