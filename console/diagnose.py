@@ -59,12 +59,10 @@ from console.observe.pyspy import RECORD_HZ, RECORD_S
 from console.observe.roles import fold_helpers
 from console.sent import SentSignal
 from console.state import RATE_UNITS
-from console.stall import Silence
+from console.stall import Silence, is_stalled
 from console.units import format_duration, format_indices, spread
 from console.verdicts import NEXT_STEPS, VERDICTS, is_problem, kind, severity, worse
 
-#: A throughput line this many usual intervals late is missing, not just slow to come (with an explicit limit).
-RATE_GAPS = 3
 #: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
 RECOVERABLE_KINDS = (LineKind.OOM, LineKind.CUDA_ERROR, LineKind.NCCL_TIMEOUT)
 #: Python's buffer for a file is its block size (st_blksize, 4 KiB or a multiple): a block-buffered
@@ -387,16 +385,9 @@ class _Diagnosis:
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
 
-    def _rate_limit(self) -> float:
-        ev, override = self.ev, self.stall.log_silent_s
-        if override is not None:
-            return max(override, RATE_GAPS * (ev.rate_interval_s or 0.0))
-        return Silence(None, ev.rate_interval_s).limit_s
-
     def _silent(self) -> bool:
-        """No log growth past its stall limit, or no throughput line past the limit for progress."""
-        ev = self.ev
-        return self.silence.stalled or (ev.rate_silent_s is not None and ev.rate_silent_s > self._rate_limit())
+        """No log growth past its stall limit, or no throughput line past the limit for progress (console.stall)."""
+        return is_stalled(self.silence, self.ev.rate_silent_s, self.ev.rate_interval_s)
 
     def _quiet_text(self) -> str:
         return self.silence.quiet_text()

@@ -504,7 +504,7 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
         return fields
     fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric))
     if timed and state.last_rate_at is not None:
-        fields.update(rate_silent_s=round(now - state.last_rate_at, 1), rate_interval_s=state.rate_interval_s())
+        fields.update(rate_silent_s=state.rate_silent_s(now), rate_interval_s=state.rate_interval_s())
     return fields
 
 

@@ -25,7 +25,7 @@ from textual.widgets import Footer, Input
 from console.config import Config
 from console.evidence import RunLook
 from console.observe.roles import fold_helpers
-from console.stall import Silence
+from console.stall import Silence, is_stalled
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
 from console.model import ConnectionState, Sample
 from console.monitor import Monitor
@@ -396,7 +396,9 @@ class PulseApp(ThemedApp):
         else:
             title = Text(f"Processes · {alive} alive")
         silent = self.state.log_silent_s(now)
-        stalled = Silence(silent, self.look.usual_s, override_s=self.config.stall.log_silent_s).stalled
+        # The verdict's own stall (console.stall.is_stalled): the box never says "stalled" where the header does not.
+        log = Silence(silent, self.look.usual_s, override_s=self.config.stall.log_silent_s)
+        stalled = is_stalled(log, self.state.rate_silent_s(now), self.state.rate_interval_s())
         if silent is None:
             grew = "log not read yet"
         else:
