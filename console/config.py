@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from console.paths import audit_log_path
-from console.model import Container, MetricPattern
+from console.model import CONTAINER_KINDS, Container, MetricPattern
 from console.placeholders import CUSTOM_PLACEHOLDERS, WARMUP_PLACEHOLDERS, placeholder_refusal
 from console.units import parse_duration
 from console.user_patterns import compile_metric_pattern
@@ -440,8 +440,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                 if key not in ("kind", "id", "namespace"):
                     r.problem(f"target.container.{key}", "unknown key (known: kind, id, namespace)")
             kind = r.get(c, "target.container.kind", str, "none")
-            if kind not in ("none", "pct", "docker", "kubectl"):
-                r.problem("target.container.kind", f"must be pct, docker, kubectl or none, not {kind!r}")
+            if kind != "none" and kind not in CONTAINER_KINDS:
+                r.problem("target.container.kind", f"must be {', '.join(CONTAINER_KINDS)} or none, not {kind!r}")
             elif kind != "none":
                 if "id" not in c:
                     r.problem("target.container.id", f"is required for a {kind} container")
@@ -725,7 +725,7 @@ def load_config(path: str | Path) -> Config:
 #: only empty counts (a regex or a command may start with '-'), and so is --hosts as a whole (its
 #: entries are names, checked one by one).
 _VALUE_FLAGS = {
-    "host": "name", "pct": "name", "docker": "name", "kubectl": "name", "namespace": "name", "slurm_job": "name",
+    "host": "name", **dict.fromkeys(CONTAINER_KINDS, "name"), "namespace": "name", "slurm_job": "name",
     "hosts": "text", "log": "path", "pidfile": "path", "known_hosts": "path", "ssh_config": "path", "py_spy": "path",
     "match": "text", "launch": "text",
 }
@@ -758,7 +758,7 @@ def load_from_args(args) -> Config:
     get = lambda name: getattr(args, name, None)  # noqa: E731
     given = lambda name: get(name) is not None  # noqa: E731
     container = t.container
-    for kind in ("pct", "docker", "kubectl"):
+    for kind in CONTAINER_KINDS:
         if given(kind):
             container = Container(kind, get(kind), get("namespace") if kind == "kubectl" else None)
     if given("namespace"):
