@@ -5,7 +5,7 @@ py-spy is started through the process agent (remote_process.start), so its PID a
 time are known before it runs. If it does not finish in time (ptrace stuck on a process in
 state D, a wedged interpreter) that process, and only while it is still that process, is
 killed through a separate command: closing an SSH channel does not stop the remote command
-(see design.md), so nothing is left behind. Failures become `DumpError(code, message)` with
+(see docs/design.md, "The agent protocol"), so nothing is left behind. Failures become `DumpError(code, message)` with
 py-spy's one line of advice (pyspy.classify_error).
 """
 
