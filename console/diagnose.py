@@ -445,7 +445,7 @@ class _Diagnosis:
             lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
-                busy.sort(key=lambda t: -t.cpu_pct)
+                busy.sort(key=lambda t: -(t.cpu_pct or 0.0))
                 shown = ", ".join(f"{t.name or t.tid} {t.cpu_pct:.0f}%" for t in busy[:4])
                 lines.append(f"pid {p.pid} busy threads: {shown}")
         return lines
@@ -1114,7 +1114,7 @@ def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
 
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
-    return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
+    return stdout is not None and stdout.startswith("/") and not stdout.startswith("/dev/")
 
 
 def _clip(text: str, limit: int) -> str:

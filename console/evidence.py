@@ -255,6 +255,8 @@ class RunLook:
 
     async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
         """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""
+        if self.target is None:
+            raise TargetError("no target to look at: the verdict comes from what the follower holds")
         evidence = await gather(self.target, self.config, follower_state=self.state, launched_at=launched_at)
         self.looks.remember(evidence, self.config)
         return diagnose(evidence, self.config), evidence
@@ -588,20 +590,21 @@ async def take_stacks(
     ))
     # A main thread seen on the CPU in one place only: a long call, or a loop whose other frames are
     # short (a GPU-bound loop waits in its .item()); one more recording tells them apart.
-    again = [i for i, (p, samples) in enumerate(zip(alive, recorded)) if _one_place(dumped[chosen.index(p)], samples)]
+    dump_of = {p.pid: result for p, result in zip(chosen, dumped) if isinstance(result, ProcessDump)}
+    again = [i for i, (p, samples) in enumerate(zip(alive, recorded)) if _one_place(dump_of[p.pid], samples)]
     more = await asyncio.gather(
         *(bounded(record(target, alive[i].pid, py_spy=py_spy, timeout=DUMP_TIMEOUT_S)) for i in again),
         return_exceptions=True,
     )
     for i, samples in zip(again, more):
-        if isinstance(samples, list):
-            recorded[i] = merged(recorded[i], samples)
+        if isinstance(samples, list) and isinstance(first := recorded[i], list):
+            recorded[i] = merged(first, samples)
     after = await read_timeslices(target, pids) if pids else {}
     for result in (*dumped, *recorded):
         if not isinstance(result, (ProcessDump, DumpError, list)):
             raise result
     return StacksTaken(
-        dumps=list(zip(chosen, dumped)),
+        dumps=[(p, result) for p, result in zip(chosen, dumped) if isinstance(result, (ProcessDump, DumpError))],
         recorded={p.pid: samples for p, samples in zip(alive, recorded) if isinstance(samples, list)},
         woke={tid: after[tid] - slices for tid, slices in before.items() if tid in after},
     )

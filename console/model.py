@@ -167,7 +167,7 @@ class GpuRole:
         return [mib / 1024 for mib in self.figures("memory_used_mib")]
 
     @property
-    def memory_total_mib(self) -> int | None:
+    def memory_total_mib(self) -> float | None:
         """The largest total among them (a role's GPUs are normally alike); None when none is known."""
         return max((total for total in self.figures("memory_total_mib") if total), default=None)
 
@@ -307,7 +307,7 @@ class Event:
 
 
 ContainerKind = Literal["pct", "docker", "kubectl"]
-CONTAINER_KINDS: tuple[str, ...] = ("pct", "docker", "kubectl")
+CONTAINER_KINDS: tuple[ContainerKind, ...] = ("pct", "docker", "kubectl")
 
 
 @dataclass(frozen=True, slots=True)

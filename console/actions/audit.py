@@ -27,7 +27,7 @@ import resource
 import socket
 import stat
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -282,7 +282,7 @@ async def audited(
     action: str,
     target: Target,
     plan: dict,
-) -> AsyncIterator[StepEvent | OutputLine]:
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Record the plan, pass an executor's events through, and record how the action ended.
 
     The "started" record is written before the executor takes its first step: ActionRefused

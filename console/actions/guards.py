@@ -82,7 +82,10 @@ class Probe:
 
 def parse_probe(records: list[dict]) -> Probe:
     """A Probe from the process agent's `probe` records; a record of another shape is a TargetError."""
-    own, procs, members, named = [], {}, {}, None
+    own: list[ProcFacts] = []
+    procs: dict[int, ProcFacts] = {}
+    members: dict[int, list[int]] = {}
+    named: ProcFacts | None = None
     pidfile, pidfile_text, pidfile_mtime, lock, lock_owner = None, "", None, None, None
     try:
         for record in records:

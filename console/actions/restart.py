@@ -272,8 +272,9 @@ def exec_body(launch: str) -> str:
     if not is_simple_command(launch):
         return launch
     assignments = _LEADING_ASSIGNMENTS.match(launch)
-    command = launch[assignments.end():]
-    return f"{launch[:assignments.end()]}exec {command}" if command else launch
+    end = assignments.end() if assignments else 0  # the pattern matches any text, if only its empty start
+    command = launch[end:]
+    return f"{launch[:end]}exec {command}" if command else launch
 
 
 def launch_argv(launch: str) -> tuple[str, ...]:
@@ -450,7 +451,7 @@ async def plan_restart(
     own_pids = {p.pid for p in probe.own}
 
     trees = process_trees(found)
-    chosen, tree_lines = trees, []
+    chosen, tree_lines = trees, list[str]()
     if len(trees) > 1 or root is not None:
         evidence = {r: run_evidence(tree, gpu_mib, stdout_glob, pidfile_pid) for r, tree in trees.items()}
         chosen, tree_lines, refused = choose_tree(trees, evidence, root, all_roots)
@@ -860,8 +861,8 @@ async def _locked_restart(
     if launched.pidfile_error:
         yield StepEvent("launch", StepStatus.WARNING, f"pidfile not written: {launched.pidfile_error}",
                         {"pidfile": plan.pidfile})
-    async for event in _verify(target, config, plan, pid, t):
-        yield event
+    async for step_or_line in _verify(target, config, plan, pid, t):
+        yield step_or_line
 
 
 def execute_restart(

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_http_server
@@ -130,9 +131,9 @@ class SnapshotCollector:
                 age.add_metric(v, max(0.0, now - s.verdict_since))
             for metric, value in s.throughput:
                 rate.add_metric([*v, metric], value)
-            for figure, value in ((loss, s.loss), (step, s.step), (total, s.total_steps)):
-                if value is not None:
-                    figure.add_metric(v, float(value))
+            for figure, shown in ((loss, s.loss), (step, s.step), (total, s.total_steps)):
+                if shown is not None:
+                    figure.add_metric(v, float(shown))
             for g in s.gpus:
                 for field, metric in gpu.items():
                     value = getattr(g, field)
@@ -151,7 +152,7 @@ class MetricsEndpoint:
     def __init__(self, collector: SnapshotCollector) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(collector)
-        self._server = None
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> tuple[str, int]:
@@ -164,5 +165,6 @@ class MetricsEndpoint:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-            self._thread.join(timeout=5)
+            if self._thread is not None:
+                self._thread.join(timeout=5)
             self._server = None

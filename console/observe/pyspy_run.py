@@ -12,6 +12,7 @@ py-spy's one line of advice (pyspy.classify_error).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from console.observe.pyspy import (
     RECORD_HZ,
@@ -146,7 +147,7 @@ async def dump_tree(
     /proc and dumped in parallel. A descendant that ended meanwhile or is not Python (a
     shell, a compiler) is left out; the main process's failure raises DumpError.
     """
-    options = dict(py_spy=py_spy, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, json_output=json_output)
+    options: dict[str, Any] = dict(py_spy=py_spy, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, json_output=json_output)
     pids = [pid]
     if children:
         try:
