@@ -52,7 +52,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from console.config import Config
-from console.model import GpuReading, LineKind, ProcessReading
+from console.model import GpuReading, LineKind, ProcessReading, run_pids
 from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
 from console.observe.progress import TerminalOnlyProgress
 from console.observe.pyspy import RECORD_HZ, RECORD_S
@@ -355,7 +355,7 @@ class _Diagnosis:
 
     def _run_gpu_pids(self, working_only: bool) -> set[int]:
         waiting = self._waiting_pids() if working_only else set()
-        return {pid for p in self.alive if p.pid not in waiting for pid in (p.pid, *p.nspid)}
+        return set(run_pids(p for p in self.alive if p.pid not in waiting))
 
     def _gpu_busy_by_run(self, g: GpuReading) -> bool:
         """The run's own use of GPU `g`: its processes' SM% when read, else the device's use when the run is on it."""
@@ -471,8 +471,7 @@ class _Diagnosis:
         for g in ev.gpus:
             lines += self._gpu_share_lines(g)  # whose work each busy GPU does: one line per GPU, it differs
         if ev.gpu_contexts_unseen:
-            run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
-            pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)
+            pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids(ev.processes))
             held = f"pid {', '.join(map(str, pids))}" if pids else "PIDs the driver does not list here"
             lines.append(f"GPU memory held by {held}: this PID namespace cannot see them (host PIDs)")
         return lines

@@ -6,6 +6,7 @@ Every layer passes these around, the config included; nothing here does I/O or i
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
@@ -227,6 +228,17 @@ class ProcessReading:
     """What the operator reads: 'launcher (torchrun)', 'rank 1 · GPU 1', 'worker of rank 1'."""
     gpus: tuple[int, ...] = ()
     """Indices of the GPUs the driver lists it on."""
+
+    @property
+    def any_pid(self) -> frozenset[int]:
+        """This process's PID as any namespace numbers it: its own and its NSpid (a driver in a
+        container reports host PIDs)."""
+        return frozenset((self.pid, *self.nspid))
+
+
+def run_pids(processes: Iterable[ProcessReading]) -> frozenset[int]:
+    """The run's PIDs as any namespace may number them: the one reader of that fact (ProcessReading.any_pid)."""
+    return frozenset(pid for process in processes for pid in process.any_pid)
 
 
 #: What a path is, by the file type of its st_mode, when it is not a regular file.

@@ -448,7 +448,7 @@ async def plan_restart(
     gpu_mib = _gpu_mib_by_pid(sample)
     stdout_glob = log_glob(run.log)
     pidfile_pid = probe.named.pid if probe.named is not None and not stale else None
-    own_pids = {p.pid for p in probe.own}
+    pulse_pids = {p.pid for p in probe.own}
 
     trees = process_trees(found)
     chosen, tree_lines = trees, list[str]()
@@ -464,11 +464,11 @@ async def plan_restart(
         facts = probe.procs.get(p.pid)
         if p.pid not in kept or facts is None:
             continue
-        why = protected_reason(facts, own_pids)
+        why = protected_reason(facts, pulse_pids)
         if why:
             refusals.append(f"{facts.label()} is {why}")
         processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
-    refusals += pidfile_refusals(run.pidfile, probe, own_pids, notes)
+    refusals += pidfile_refusals(run.pidfile, probe, pulse_pids, notes)
 
     run_gpus, unseen, outside, shared = gpu_holders(sample, processes, probe, left_alone)
     held = sorted({p.pid for p in processes if p.pid in gpu_mib} | set(unseen))

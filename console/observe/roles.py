@@ -105,7 +105,7 @@ def local_rank_of(process: ProcessReading) -> int | None:
 
 
 def _gpus_of(process: ProcessReading, gpus: Iterable[GpuReading]) -> tuple[int, ...]:
-    pids = {process.pid, *process.nspid}
+    pids = process.any_pid
     return tuple(g.index for g in gpus if any(p.pid in pids for p in g.processes))
 
 

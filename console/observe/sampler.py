@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from console.config import Config
-from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind
+from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind, run_pids
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
@@ -308,8 +308,7 @@ def gpu_processes_unseen(sample: Sample) -> bool:
     busy = bool(gpu_pids) or any((g.memory_used_mib or 0) >= IDLE_GPU_MEMORY_MIB for g in sample.gpus)
     if not busy:
         return False
-    run_pids = {pid for p in sample.processes for pid in (p.pid, *p.nspid)}
-    return not (gpu_pids & run_pids)
+    return not (gpu_pids & run_pids(sample.processes))
 
 
 # -- the channel -----------------------------------------------------------------------------

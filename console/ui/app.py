@@ -27,7 +27,7 @@ from console.evidence import RunLook
 from console.observe.roles import fold_helpers
 from console.stall import Silence, is_stalled
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
-from console.model import ConnectionState, Sample
+from console.model import ConnectionState, Sample, run_pids
 from console.monitor import Monitor
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
@@ -47,7 +47,6 @@ from console.ui.run_view import (
     LOADED_UPDATE_S,
     RATE_WINDOW_S,
     compose_run_panes,
-    own_pids,
     progress_bar_view,
     throughput_view,
 )
@@ -349,7 +348,7 @@ class PulseApp(ThemedApp):
         sample = self._painted_sample = self.state.latest
         gpus = self.gpu_pane
         if sample is not None:
-            gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds)
+            gpus.show(sample.gpus, roles=self.config.gpus.roles, own_pids=run_pids(sample.processes), thresholds=self.thresholds)
             self.process_pane.show(fold_helpers(sample.processes, self.config.stall.cpu_idle_pct))
             self.settle_heap_once()  # start-up is over: the first sample is on screen
         self.throughput_pane.show(self.throughput_view())

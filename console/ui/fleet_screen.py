@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
+from console.model import run_pids
 from console.ui.action_screen import ActionScreen
 from console.ui.confirm_screen import ConfirmScreen
 from console.ui.cropped_screen import CroppedScreen
@@ -35,7 +36,7 @@ from console.ui.modal import FramedModal
 from console.ui.palette import PulseCommands
 from console.ui.process_pane import ProcessPane
 from console.ui.progress_bar_line import ProgressBarLine
-from console.ui.run_view import compose_run_panes, own_pids, progress_bar_view, throughput_view
+from console.ui.run_view import compose_run_panes, progress_bar_view, throughput_view
 from console.ui.themes import PulseTheme, ThemedApp, run_themed
 from console.ui.throughput_pane import ThroughputPane, si
 from console.ui.titled_box import TitledBox
@@ -160,7 +161,7 @@ class NodeScreen(CroppedScreen):
         sample = self.state.latest
         if sample is not None:
             self.query_one(GpuPane).show(
-                sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.app.thresholds
+                sample.gpus, roles=self.config.gpus.roles, own_pids=run_pids(sample.processes), thresholds=self.app.thresholds
             )
             self.query_one(ProcessPane).show(sample.processes)
         self.query_one(ThroughputPane).show(throughput_view(self.state, self.config.metrics, self.state.clock()))

@@ -11,7 +11,6 @@ from textual.containers import Horizontal
 from textual.widgets import Input
 
 from console.config import MetricsConfig
-from console.model import Sample
 from console.state import RATE_UNITS, RunState
 from console.ui.gpu_pane import GpuPane
 from console.ui.log_pane import LogPane
@@ -53,15 +52,6 @@ def compose_run_panes(max_lines: int, *, search: bool = False) -> ComposeResult:
             yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
         yield LogPane(id="log", max_lines=max_lines)
         yield ProgressBarLine(id="progress-line")
-
-
-def own_pids(sample: Sample) -> frozenset[int]:
-    """The run's PIDs as any namespace may number them (a driver in a container reports host PIDs)."""
-    pids: set[int] = set()
-    for process in sample.processes:
-        pids.add(process.pid)
-        pids.update(process.nspid)
-    return frozenset(pids)
 
 
 def step_eta_s(state: RunState, now: float) -> float | None:
