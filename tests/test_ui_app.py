@@ -729,7 +729,7 @@ def test_every_step_and_key_a_verdict_names_is_bound():
     the console puts its step's key before it."""
     import re
 
-    import console.diagnose as diagnose_module
+    import console.diagnose.rules as diagnose_module
     from console.diagnose import diagnose
     from console.evidence import from_samples
     from console.ui.keymap import ACTIONS, STEP_KEYS

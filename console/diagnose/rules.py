@@ -1,4 +1,4 @@
-"""Stall diagnosis: what was observed in, one verdict out. Pure: no I/O, no clock.
+"""The rules: what was observed in, one verdict out. Pure: no I/O, no clock.
 
 `console.evidence.gather` collects an `Evidence` from a target; `diagnose` names what is
 wrong, shows the observations that say so, the next step, and the action that takes it (its `step`,
@@ -47,261 +47,35 @@ Each verdict's severity, display level and usual step are in the one table, cons
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
-from dataclasses import dataclass
-
 from console.config import Config
+from console.diagnose.evidence import DeadThread, Evidence, ProblemLine, StackSummary, Verdict
+from console.diagnose.explanation import (
+    QUOTE_CHARS,
+    QUOTED_LINES,
+    RECORD_TEXT,
+    clip,
+    clock_text,
+    exception_type,
+    lifetime_cpu_pct,
+    short_who,
+    thread_who,
+    user_frame,
+)
+from console.diagnose.stacks import StackGroup, call_text, group_stacks, group_sentence, in_collective, stragglers
 from console.model import GpuReading, LineKind, ProcessReading, run_pids
-from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
+from console.observe.nccl import never_joined, nccl_lines
 from console.observe.progress import TerminalOnlyProgress
-from console.observe.pyspy import RECORD_HZ, RECORD_S
 from console.observe.roles import fold_helpers
-from console.sent import SentSignal
 from console.state import RATE_UNITS
 from console.stall import Silence, is_stalled
 from console.units import format_duration, format_indices, spread
-from console.verdicts import NEXT_STEPS, VERDICTS, is_problem, kind, severity, worse
+from console.verdicts import kind
 
 #: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
 RECOVERABLE_KINDS = (LineKind.OOM, LineKind.CUDA_ERROR, LineKind.NCCL_TIMEOUT)
 #: Python's buffer for a file is its block size (st_blksize, 4 KiB or a multiple): a block-buffered
 #: stdout writes its log in whole multiples of this.
 BUFFER_BYTES = 4096
-#: How the evidence names a recording of the stacks (console.observe.pyspy_run.record).
-RECORD_TEXT = f"{RECORD_S} s at {RECORD_HZ} Hz"
-#: How many problems a verdict quotes (each by the line that names it).
-_QUOTED_LINES = 3
-_QUOTE_CHARS = 160
-
-
-@dataclass(frozen=True, slots=True)
-class ProblemLine:
-    """A problem seen since the last launch (console/observe/problems.py), by the line that names it."""
-
-    kind: LineKind
-    """The gravest kind among the problem's lines."""
-    text: str
-    """The line that names it: a traceback's exception line, never "Traceback (most recent call last):"."""
-    age_s: float | None = None
-    """Seconds since that line arrived; None when unknown (a tail read has no times)."""
-    thread: str | None = None
-    """The thread whose uncaught exception this is, when it is one."""
-    progress_after: bool = False
-    """The log reported progress (steps, rates, losses) after the problem's last line."""
-    family: str | None = None
-    """The family of problems its framework handles itself (console.observe.recovered), if one."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveredFamily:
-    """How often a family of self-handled problems occurred since the launch: '23 autotune configs skipped'."""
-
-    text: str
-    """'23 autotune configs skipped: out of shared memory'."""
-    family: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeadThread:
-    """A thread whose uncaught exception reached the log ("Exception in thread NAME:" and its traceback)."""
-
-    name: str
-    exception: str
-    """The traceback's last line, e.g. 'torch.OutOfMemoryError: CUDA out of memory. …'."""
-    age_s: float | None = None
-    progress_after: bool = False
-    """The log went on reporting progress (steps, rates, losses) after the thread died."""
-
-
-@dataclass(frozen=True, slots=True)
-class StackSummary:
-    """One thread of a py-spy dump, summarised: what it waits on and where in user code."""
-
-    pid: int
-    tid: int
-    name: str
-    idle: bool
-    wait: str | None
-    """What the thread waits on (e.g. 'queue', 'lock', 'sleep'), None when running."""
-    where: str
-    """The innermost frame worth reading, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
-    count: int = 1
-    """Identical threads folded into this one (DataLoader workers)."""
-    main: bool = False
-    """The process's main thread (MainThread, else its first thread)."""
-    signature: tuple = ()
-    """Every frame's (function, file, line): equal signatures are the same stack."""
-    collective: str | None = None
-    """The collective it is in (all_reduce, barrier, ...) or 'synchronize'; None when in none."""
-    label: str = ""
-    """The process's place in the run, as console.observe.roles labels it."""
-    role: str = ""
-    rank: int | None = None
-    parent: int | None = None
-    """The process's parent PID (a worker's rank)."""
-    cpu_pct: float | None = None
-    """The process's CPU% over the sampling window."""
-    motion: str | None = None
-    """How the thread moved while it was recorded (console.observe.pyspy.MOTIONS): moving, paced, busy,
-    waiting or still; None when it was not recorded."""
-    run_env: tuple[tuple[str, str], ...] = ()
-    """The process's RANK, WORLD_SIZE, MASTER_ADDR, ... (a rank waiting at start-up is named by them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What one look at the run saw. Times are seconds; 'now' is the target's clock."""
-
-    window_s: float
-    processes: tuple[ProcessReading, ...] = ()
-    """The run's processes at the end of the window; cpu_pct (and each thread's) is the delta over it."""
-    process_error: str | None = None
-    gpus: tuple[GpuReading, ...] = ()
-    """The run's GPUs (all GPUs when the config names none)."""
-    gpu_source: str = "none"
-    gpu_error: str | None = None
-    in_pid_namespace: bool = False
-    gpu_contexts_unseen: bool = False
-    """Seen from a PID namespace, the GPUs hold memory and none of it is under a PID of the run."""
-    log_path: str | None = None
-    log_exists: bool = False
-    log_kind: str = "file"
-    """What the log's path is (model.file_kind): a device or a FIFO has no size or age to judge by."""
-    log_size: int = 0
-    log_growth: int = 0
-    """Bytes the log grew during the window."""
-    log_silent_s: float | None = None
-    """Seconds since the log last grew (now − its mtime)."""
-    log_written_since_launch: bool | None = None
-    """None when no launch is known."""
-    rate_metric: str | None = None
-    rate_now: float | None = None
-    rate_baseline: float | None = None
-    rate_silent_s: float | None = None
-    """Seconds since the last throughput line, when one was seen."""
-    rate_interval_s: float | None = None
-    """The run's usual gap between throughput lines (None until learned)."""
-    log_write_interval_s: float | None = None
-    """The run's usual gap between writes to its log (None until learned)."""
-    log_rhythm_estimated: bool = False
-    """log_write_interval_s was estimated from one look at the log (its size over the run's writing time), not learned."""
-    problems: tuple[ProblemLine, ...] = ()
-    """Problem lines since the last launch, oldest first."""
-    families: tuple[RecoveredFamily, ...] = ()
-    """The self-handled problem families seen since the last launch, each counted."""
-    dead_threads: tuple[DeadThread, ...] = ()
-    """Threads that died of an uncaught exception, as the log tells."""
-    nccl: tuple[NcclFact, ...] = ()
-    """What the log's NCCL watchdog and flight-recorder lines say."""
-    flight: tuple[FlightRecord, ...] = ()
-    """The ranks' flight-recorder dumps, when the run wrote them."""
-    stacks: tuple[StackSummary, ...] = ()
-    """Each dumped thread (identical ones folded), with how it moved while recorded."""
-    stack_error: str | None = None
-    """Why no stacks were dumped when a dump was tried (with its advice)."""
-    stacks_missing: tuple[str, ...] = ()
-    """Ranks or main processes that could not be dumped while others were, each with why."""
-    launched_at: float | None = None
-    """When the console last launched the run (target clock), None when it did not."""
-    terminal_only_progress: TerminalOnlyProgress | None = None
-    """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
-    signals: tuple[SentSignal, ...] = ()
-    """For each stopped process (state T), the last signal Pulse sent it since it started, as audited."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A diagnosis: its name, one-line summary, the observations behind it and what to do."""
-
-    name: str
-    summary: str
-    evidence: list[str]
-    next_step: str
-    step: str | None = None
-    """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key; `next_step` names none)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StackGroup:
-    """Processes (ranks, here or across nodes) whose main threads have the identical stack."""
-
-    count: int
-    ranks: tuple[str, ...]
-    """Who is in the group: 'rank 1 (pid 1165)' on one host, 'node:pid' in a fleet."""
-    wait: str | None
-    """What the stack waits on (queue get, NCCL collective, ...), None when it runs."""
-    where: str
-    """The innermost frame worth reading."""
-    collective: str | None = None
-    cpu_pct: float | None = None
-    """The highest CPU% among the group's processes, when known (a spinning wait)."""
-    idle: bool = False
-    """py-spy saw the thread off the CPU."""
-
-
-def group_stacks(members: Iterable[tuple[str, StackSummary]]) -> list[StackGroup]:
-    """Main threads grouped by identical stack: (who, summary) pairs in, biggest group first.
-
-    The one grouping for both a host's ranks and a fleet's: N ranks on one host are the same
-    problem as one rank on each of N hosts.
-    """
-    groups: dict[tuple, list[tuple[str, StackSummary]]] = {}
-    for who, summary in members:
-        groups.setdefault(summary.signature or (summary.where,), []).append((who, summary))
-    out = []
-    for found in groups.values():
-        first = found[0][1]
-        cpus = [s.cpu_pct for _, s in found if s.cpu_pct is not None]
-        out.append(
-            StackGroup(
-                count=len(found),
-                ranks=tuple(who for who, _ in found),
-                wait=first.wait,
-                where=first.where,
-                collective=first.collective,
-                cpu_pct=max(cpus) if cpus else None,
-                idle=first.idle,
-            )
-        )
-    out.sort(key=lambda g: (-g.count, g.ranks))
-    return out
-
-
-def in_collective(group: StackGroup | StackSummary) -> bool:
-    """Waiting on its peers or its device: in a collective, a Work.wait, a CUDA synchronize."""
-    return group.collective is not None or group.wait in ("NCCL collective", "CUDA synchronize")
-
-
-def stragglers(groups: list[StackGroup]) -> list[StackGroup]:
-    """The odd ones out: the groups not in a collective while others are; else a lone smallest group."""
-    if len(groups) < 2:
-        return []
-    waiting = [g for g in groups if in_collective(g)]
-    if waiting and len(waiting) < len(groups):
-        return [g for g in groups if not in_collective(g)]
-    smallest = min(g.count for g in groups)
-    lone = [g for g in groups if g.count == smallest]
-    return lone if len(lone) == 1 and smallest < max(g.count for g in groups) else []
-
-
-def group_sentence(group: StackGroup) -> str:
-    """'rank 0 (pid 1164) waits in all_reduce (NCCL collective), spinning at 100% CPU in synchronize (…)',
-    'rank 1 (pid 1165) stopped in read_batch (train.py:13)'."""
-    many = group.count > 1
-    who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
-    if in_collective(group):
-        call = _call_text(group.collective)
-        named = group.collective not in (None, "synchronize")
-        doing = f"{'wait' if many else 'waits'} in {call}" + (f" ({group.wait})" if named and group.wait else "")
-        if group.cpu_pct is not None and group.cpu_pct > 50:
-            doing += f", spinning at {group.cpu_pct:.0f}% CPU"
-    elif group.wait or group.idle:
-        on = f" on {group.wait}" if group.wait else ""
-        return f"{who} stopped{on} in {group.where}"
-    else:
-        doing = "run" if many else "runs"
-    return f"{who} {doing} in {group.where}"
 
 
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
@@ -414,9 +188,9 @@ class _Diagnosis:
         out = []
         for t in self._movers()[:4]:
             how = "sleeps in its own loop and wakes" if t.motion == "paced" else "moves"
-            out.append(f'thread "{t.name}" of {_who(t)} {how} (recorded {RECORD_TEXT}): {t.where}')
+            out.append(f'thread "{t.name}" of {thread_who(t)} {how} (recorded {RECORD_TEXT}): {t.where}')
         for t in self._busy_in_one_place()[:2]:
-            out.append(f'thread "{t.name}" of {_who(t)} is on the CPU in one place the whole recording: {t.where}')
+            out.append(f'thread "{t.name}" of {thread_who(t)} is on the CPU in one place the whole recording: {t.where}')
         return out
 
     def _recent(self, line: ProblemLine) -> bool:
@@ -437,12 +211,12 @@ class _Diagnosis:
                 cpu = "CPU unknown (one sample only)"
             else:
                 cpu = f"CPU {p.cpu_pct:.1f}% over {ev.window_s:g} s"
-            lifetime = _lifetime_cpu_pct(p)
+            lifetime = lifetime_cpu_pct(p)
             if lifetime is not None:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
             role = f" [{p.label}]" if p.label else ""
-            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
+            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
                 busy.sort(key=lambda t: -(t.cpu_pct or 0.0))
@@ -520,7 +294,7 @@ class _Diagnosis:
         return stuck if len(stuck) < len(mains) else []
 
     def _rank_groups(self) -> list[StackGroup]:
-        return group_stacks((_who(t), t) for t in self._program_threads())
+        return group_stacks((thread_who(t), t) for t in self._program_threads())
 
     def _rank_lines(self) -> list[str]:
         """Ranks grouped by stack, the odd one out named: '… rank 1 is the straggler'."""
@@ -528,8 +302,8 @@ class _Diagnosis:
         if len(self._program_threads()) < 2:
             return []
         lines = [group_sentence(g) for g in groups]
-        names = [_short_who(who) for g in stragglers(groups) for who in g.ranks]
-        names = names or [_short_who(_who(t)) for t in self._blocked_ranks()]
+        names = [short_who(who) for g in stragglers(groups) for who in g.ranks]
+        names = names or [short_who(thread_who(t)) for t in self._blocked_ranks()]
         if names:
             lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
         return lines
@@ -545,7 +319,7 @@ class _Diagnosis:
                 state = "blocked" if g.wait or g.idle else "running"
                 on = f" on {g.wait}" if g.wait else ""
                 many = "DataLoader workers" if g.count > 1 else "DataLoader worker"
-                lines.append(f"{g.count} {many} of {_who(owner)} {state}{on} in {g.where} (pids {', '.join(g.ranks)})")
+                lines.append(f"{g.count} {many} of {thread_who(owner)} {state}{on} in {g.where} (pids {', '.join(g.ranks)})")
         return lines
 
     def _hung_summary(self) -> str:
@@ -556,40 +330,40 @@ class _Diagnosis:
         nccl = self._nccl_summary()
         if nccl:
             return nccl
-        died = [f'thread "{t.name}" died of {_exception_type(t.exception)}' for t in self.ev.dead_threads]
+        died = [f'thread "{t.name}" died of {exception_type(t.exception)}' for t in self.ev.dead_threads]
         if died:
             return "; ".join(died) + ", then the run stopped"
         if waiting and behind:
-            call = _call_text(waiting[0].collective)
-            inside = [_short_who(w) for g in waiting for w in g.ranks]
-            outside = [_short_who(w) for g in behind for w in g.ranks]
+            call = call_text(waiting[0].collective)
+            inside = [short_who(w) for g in waiting for w in g.ranks]
+            outside = [short_who(w) for g in behind for w in g.ranks]
             return (
                 f"{', '.join(inside)} {'waits' if len(inside) == 1 else 'wait'} in {call}; "
-                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {_user_frame(behind[0].where)}"
+                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {user_frame(behind[0].where)}"
             )
         if waiting and len(groups) == 1 and groups[0].count == 1:
             main = waiting[0]
             spinning = f", spinning at {main.cpu_pct:.0f}% CPU," if (main.cpu_pct or 0.0) > 50 else ""
-            return f"the main thread waits in {_call_text(main.collective)}{spinning} in {_user_frame(main.where)}" \
+            return f"the main thread waits in {call_text(main.collective)}{spinning} in {user_frame(main.where)}" \
                 + self._own_kernel_text()
         if waiting:
-            return f"every rank waits in {_call_text(waiting[0].collective)}"
+            return f"every rank waits in {call_text(waiting[0].collective)}"
         blocked = self._blocked_ranks()
         if blocked:
             first = blocked[0]
-            others = [_short_who(_who(t)) for t in self._program_threads() if t not in blocked]
-            return f"{_short_who(_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
+            others = [short_who(thread_who(t)) for t in self._program_threads() if t not in blocked]
+            return f"{short_who(thread_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
         mains = self._program_threads()
         peers = [t for t in mains if t.wait == "rendezvous"]
         if peers and len(peers) == len(mains):
             world = dict(peers[0].run_env).get("WORLD_SIZE")
             of = f" of {world}" if world else ""
-            who = ", ".join(_short_who(_who(t)) for t in peers)
-            return f"{who}{of} {'waits' if len(peers) == 1 else 'wait'} for peers that never joined, in {_user_frame(peers[0].where)}"
+            who = ", ".join(short_who(thread_who(t)) for t in peers)
+            return f"{who}{of} {'waits' if len(peers) == 1 else 'wait'} for peers that never joined, in {user_frame(peers[0].where)}"
         if len(mains) == 1 and mains[0].wait:
             return f"the main thread {self._waits_on(mains[0])}"
         if mains and all(t.motion in ("waiting", "still") for t in mains):
-            return f"the main thread is stopped in {_user_frame(mains[0].where)}"
+            return f"the main thread is stopped in {user_frame(mains[0].where)}"
         return "the run is alive and idle"
 
     def _own_kernel_text(self) -> str:
@@ -610,8 +384,8 @@ class _Diagnosis:
     def _waits_on(self, main: StackSummary) -> str:
         """'waits on its DataLoader workers (hf_trainer.py:75)', 'waits on queue get in pack_hidden (hung.py:9)'."""
         if "_get_data" in main.where and any(t.role == "worker" and t.parent == main.pid for t in self.ev.stacks):
-            return f"waits on its DataLoader workers ({_user_frame(main.where).rpartition(' (')[2].rstrip(')')})"
-        return f"waits on {main.wait} in {_user_frame(main.where)}"
+            return f"waits on its DataLoader workers ({user_frame(main.where).rpartition(' (')[2].rstrip(')')})"
+        return f"waits on {main.wait} in {user_frame(main.where)}"
 
     def _log_lines(self) -> list[str]:
         ev = self.ev
@@ -645,9 +419,9 @@ class _Diagnosis:
 
     def _problem_lines(self, lines: list[ProblemLine]) -> list[str]:
         out = []
-        for line in lines[-_QUOTED_LINES:]:
+        for line in lines[-QUOTED_LINES:]:
             age = "" if line.age_s is None else f" ({format_duration(line.age_s)} ago)"
-            out.append(f"{line.kind.value}{age}: {_clip(line.text, _QUOTE_CHARS)}")
+            out.append(f"{line.kind.value}{age}: {clip(line.text, QUOTE_CHARS)}")
         return out
 
     def _stack_lines(self) -> list[str]:
@@ -659,7 +433,7 @@ class _Diagnosis:
         for t in ev.stacks:
             fold = f" ×{t.count}" if t.count > 1 else ""
             what = f"waiting on {t.wait}" if t.wait else ("idle" if t.idle else "running")
-            whose = f"{_who(t)} " if several else ""
+            whose = f"{thread_who(t)} " if several else ""
             out.append(f'{whose}thread "{t.name}"{fold} {what}: {t.where}')
         out += [f"not dumped: {why}" for why in ev.stacks_missing]
         return out
@@ -787,8 +561,8 @@ class _Diagnosis:
         ev = self.ev
         lines = [f"{family.text} (the run went on)" for family in ev.families]
         others = [p for p in ev.problems if p.kind in RECOVERABLE_KINDS and p.family is None and not self._fatal(p)]
-        for p in others[-_QUOTED_LINES:]:
-            lines.append(f"{p.kind.value}, recovered (progress followed): {_clip(p.text, _QUOTE_CHARS)}")
+        for p in others[-QUOTED_LINES:]:
+            lines.append(f"{p.kind.value}, recovered (progress followed): {clip(p.text, QUOTE_CHARS)}")
         return lines
 
     def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
@@ -846,13 +620,13 @@ class _Diagnosis:
         pids = ", ".join(f"pid {p.pid}" for p in stopped)
         evidence = (
             [f"pid {p.pid} ({p.label or p.role or 'process'}) is in state T: stopped, not scheduled" for p in stopped]
-            + [f"Pulse sent SIGSTOP to pid {p.pid} at {_clock(s.at)} (audited)" for p, s in ours]
+            + [f"Pulse sent SIGSTOP to pid {p.pid} at {clock_text(s.at)} (audited)" for p, s in ours]
             + self._log_lines()
             + self._process_lines()
             + self._gpu_lines()
         )
         if ours:
-            at = _clock(max(s.at for _, s in ours))
+            at = clock_text(max(s.at for _, s in ours))
             others = [p for p in stopped if p.pid not in {q.pid for q, _ in ours}]
             also = f"; {', '.join(f'pid {p.pid}' for p in others)} stopped (state T) by someone else" if others else ""
             return Verdict(
@@ -887,7 +661,7 @@ class _Diagnosis:
 
     def _dead_thread_lines(self, dead) -> list[str]:
         return [
-            f'thread "{t.name}" died{"" if t.age_s is None else f" {format_duration(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {format_duration(t.age_s)} ago"}: {clip(t.exception, QUOTE_CHARS)}'
             + (" (the log went on for a while after)" if t.progress_after else "")
             for t in dead
         ]
@@ -900,7 +674,7 @@ class _Diagnosis:
         waiting = [f"the main thread {self._waits_on(mains[0])}"] if len(mains) == 1 and mains[0].wait else []
         return Verdict(
             "hung",
-            f'thread "{first.name}" died of {_exception_type(first.exception)}{others}; the process lives on',
+            f'thread "{first.name}" died of {exception_type(first.exception)}{others}; the process lives on',
             self._dead_thread_lines(dead)
             + ["no progress was logged after it died"]
             + waiting
@@ -992,7 +766,7 @@ class _Diagnosis:
             first = movers[0]
             how = "sleeps in its own loop and wakes" if first.motion == "paced" else "moves"
             return self._healthy(
-                f"{self._log_state_text()}, but the run works: {_who(first)} {how} in {_user_frame(first.where)}",
+                f"{self._log_state_text()}, but the run works: {thread_who(first)} {how} in {user_frame(first.where)}",
                 self._motion_lines() + self._log_lines() + self._stack_lines(),
             )
         busy = self._busy_in_one_place()
@@ -1002,7 +776,7 @@ class _Diagnosis:
             first = busy[0]
             return Verdict(
                 "unknown",
-                f"{self._log_state_text()}; the run is busy in one place: {_who(first)} in {_user_frame(first.where)}",
+                f"{self._log_state_text()}; the run is busy in one place: {thread_who(first)} in {user_frame(first.where)}",
                 self._motion_lines() + self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
                 "look again: a long call (a checkpoint save, a compile) ends and moves; a livelock stays",
                 "dump",
@@ -1060,9 +834,9 @@ class _Diagnosis:
         world = env.get("WORLD_SIZE", "")
         seen = sorted({t.rank for t in self._program_threads() if t.rank is not None})
         where = f" at {env['MASTER_ADDR']}:{env.get('MASTER_PORT', '?')}" if env.get("MASTER_ADDR") else ""
-        ranks = ", ".join(_short_who(_who(t)) for t in waiting)
+        ranks = ", ".join(short_who(thread_who(t)) for t in waiting)
         line = f"{ranks} {'waits' if len(waiting) == 1 else 'wait'} for {'its' if len(waiting) == 1 else 'their'} peers" \
-            f" in {_user_frame(waiting[0].where)}{where}"
+            f" in {user_frame(waiting[0].where)}{where}"
         if world.isdigit():
             line += f" (WORLD_SIZE {world}); ranks in view: {', '.join(map(str, seen)) or 'none'}"
             missing = [str(r) for r in range(int(world)) if r not in seen]
@@ -1071,50 +845,6 @@ class _Diagnosis:
         return [line]
 
 
-def _clock(at: float) -> str:
-    """HH:MM:SS of an epoch time, in the local time of Pulse's machine (where the operator sent it from)."""
-    return time.strftime("%H:%M:%S", time.localtime(at))
-
-
-def _exception_type(line: str) -> str:
-    """'torch.OutOfMemoryError' from a traceback's last line (the whole line is evidence)."""
-    return _clip(line.split(":", 1)[0].strip() or line, 80)
-
-
-def _user_frame(where: str) -> str:
-    """The run's own frame of a 'call ← frame' where, e.g. 'read_batch (ddp_allreduce.py:32)'."""
-    return where.rpartition(" ← ")[2]
-
-
-def _call_text(collective: str | None) -> str:
-    """'all_reduce', 'a CUDA synchronize', or 'a collective' when the stack does not say which."""
-    if collective == "synchronize":
-        return "a CUDA synchronize"
-    return collective or "a collective"
-
-
-def _who(thread: StackSummary) -> str:
-    """'rank 1 (pid 1165)', 'main (pid 711)', or 'pid 711' for a process without a label."""
-    name = thread.label.split(" · ", 1)[0]
-    return f"{name} (pid {thread.pid})" if name else f"pid {thread.pid}"
-
-
-def _short_who(who: str) -> str:
-    """'rank 1 (pid 1165)' → 'rank 1'; a bare 'pid 711' stays."""
-    return who.split(" (pid ", 1)[0]
-
-
-def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
-    """CPU% averaged over the process's whole life: what `ps` shows, and why it cannot tell a hang."""
-    if process.cpu_s is None or process.elapsed_s <= 0:
-        return None
-    return process.cpu_s / process.elapsed_s * 100.0
-
-
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
     return stdout is not None and stdout.startswith("/") and not stdout.startswith("/dev/")
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
