@@ -28,7 +28,7 @@ The alert object:
 
     {"event": "worse" | "recovered" | "restart" | "restart_limit", "time": Unix seconds, "host": …, "container": … | null,
      "run": …, "verdict": …, "previous": … | null, "summary": …, "evidence": [lines],
-     "next_step": …, "step": "dump" | "log" | "restart" | "warmup" | null}
+     "next_step": …, "step": "dump" | "log" | "restart" | "warmup" | "continue" | null}
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import TextIO
 
 from console.backoff import Backoff
 from console.config import AlertsConfig, Config
-from console.diagnose import severity
+from console.verdicts import severity
 from console.journal.recorder import verdict_data
 from console.journal.store import Journal
 

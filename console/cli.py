@@ -62,6 +62,13 @@ examples:
 #: Marks an argument that completes as a file name; shtab's own marker is set when a script is
 #: printed (importing shtab and importlib.metadata at every start cost ~25 ms of `pulse demo`'s).
 COMPLETE_FILE = "file"
+
+
+def completes_files(action: argparse.Action) -> argparse.Action:
+    """Mark `action` as completing a file name (shtab reads an action's `complete` attribute)."""
+    setattr(action, "complete", COMPLETE_FILE)
+    return action
+
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish", "powershell")
 
 
@@ -97,7 +104,7 @@ class _PrintCompletion(argparse.Action):
         for each in _all_parsers(whole):
             for action in each._actions:
                 if getattr(action, "complete", None) == COMPLETE_FILE:
-                    action.complete = shtab.FILE
+                    setattr(action, "complete", shtab.FILE)
         print(shtab.complete(whole, shell=shell))
         parser.exit()
 
@@ -108,9 +115,9 @@ def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    completes_files(parser.add_argument(
         "config", nargs="?", help="run config (TOML), or the NAME of ~/.config/pulse/runs/NAME.toml; flags below override it"
-    ).complete = COMPLETE_FILE
+    ))
 
 
 def add_target_flags(parser: argparse.ArgumentParser) -> None:
@@ -181,8 +188,8 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     if command == "classify":
-        parser.add_argument("file", nargs="?", help="log file; standard input when absent").complete = COMPLETE_FILE
-        parser.add_argument("--config", help="config (or named run) whose [metrics] patterns to apply").complete = COMPLETE_FILE
+        completes_files(parser.add_argument("file", nargs="?", help="log file; standard input when absent"))
+        completes_files(parser.add_argument("--config", help="config (or named run) whose [metrics] patterns to apply"))
         return parser
     if command == "demo":
         parser.add_argument(

@@ -7,6 +7,7 @@ unread, the ssh_config and known_hosts files it names: read_regular_file).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from console.paths import audit_log_path
-from console.model import Container, MetricPattern
+from console.model import CONTAINER_KINDS, Container, MetricPattern
 from console.placeholders import CUSTOM_PLACEHOLDERS, WARMUP_PLACEHOLDERS, placeholder_refusal
 from console.units import parse_duration
 from console.user_patterns import compile_metric_pattern
@@ -440,8 +441,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
                 if key not in ("kind", "id", "namespace"):
                     r.problem(f"target.container.{key}", "unknown key (known: kind, id, namespace)")
             kind = r.get(c, "target.container.kind", str, "none")
-            if kind not in ("none", "pct", "docker", "kubectl"):
-                r.problem("target.container.kind", f"must be pct, docker, kubectl or none, not {kind!r}")
+            if kind != "none" and kind not in CONTAINER_KINDS:
+                r.problem("target.container.kind", f"must be {', '.join(CONTAINER_KINDS)} or none, not {kind!r}")
             elif kind != "none":
                 if "id" not in c:
                     r.problem("target.container.id", f"is required for a {kind} container")
@@ -500,10 +501,10 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         poll_s=float(r.get(g, "gpus.poll_s", (int, float), 1.0, _positive)),
     )
 
-    m = r.table(data, "metrics", ("baseline_tokens_per_s", "baseline_samples_per_s", "baseline_it_per_s",
+    mt = r.table(data, "metrics", ("baseline_tokens_per_s", "baseline_samples_per_s", "baseline_it_per_s",
                                   "slow_fraction", "patterns"))
     patterns: list[MetricPattern] = []
-    for name, regex in r.get(m, "metrics.patterns", dict, {}).items():
+    for name, regex in r.get(mt, "metrics.patterns", dict, {}).items():
         if not isinstance(regex, str):
             r.problem(f"metrics.patterns.{name}", "must be a string")
             continue
@@ -515,10 +516,10 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             patterns.append(MetricPattern(name, regex))
     number = (int, float)
     metrics = MetricsConfig(
-        baseline_tokens_per_s=r.get(m, "metrics.baseline_tokens_per_s", number, None, _positive),
-        baseline_samples_per_s=r.get(m, "metrics.baseline_samples_per_s", number, None, _positive),
-        baseline_it_per_s=r.get(m, "metrics.baseline_it_per_s", number, None, _positive),
-        slow_fraction=float(r.get(m, "metrics.slow_fraction", number, 0.8,
+        baseline_tokens_per_s=r.get(mt, "metrics.baseline_tokens_per_s", number, None, _positive),
+        baseline_samples_per_s=r.get(mt, "metrics.baseline_samples_per_s", number, None, _positive),
+        baseline_it_per_s=r.get(mt, "metrics.baseline_it_per_s", number, None, _positive),
+        slow_fraction=float(r.get(mt, "metrics.slow_fraction", number, 0.8,
                                   lambda v: None if 0 < v <= 1 else "must be in (0, 1]")),
         patterns=tuple(patterns),
     )
@@ -713,6 +714,7 @@ def load_config(path: str | Path) -> Config:
     """Read and validate a TOML config file: a regular file of at most MAX_CONFIG_BYTES (read_regular_file)."""
     path = Path(path)
     data = read_regular_file(path, CONFIG_FILE)
+    assert data is not None  # neither missing_ok nor read=False: it returns the bytes or raises
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -724,14 +726,14 @@ def load_config(path: str | Path) -> Config:
 #: The flags that name a target or a path, as value_problem's kind; launch and match are text, where
 #: only empty counts (a regex or a command may start with '-'), and so is --hosts as a whole (its
 #: entries are names, checked one by one).
-_VALUE_FLAGS = {
-    "host": "name", "pct": "name", "docker": "name", "kubectl": "name", "namespace": "name", "slurm_job": "name",
+_VALUE_FLAGS: dict[str, str] = {
+    "host": "name", **dict.fromkeys(CONTAINER_KINDS, "name"), "namespace": "name", "slurm_job": "name",
     "hosts": "text", "log": "path", "pidfile": "path", "known_hosts": "path", "ssh_config": "path", "py_spy": "path",
     "match": "text", "launch": "text",
 }
 
 
-def _flag_problem(args) -> str | None:
+def _flag_problem(args: argparse.Namespace) -> str | None:
     """The first flag whose value cannot be used, as one line; None when every one can."""
     for name, kind in _VALUE_FLAGS.items():
         value = getattr(args, name, None)
@@ -746,7 +748,7 @@ def _flag_problem(args) -> str | None:
     return None
 
 
-def load_from_args(args) -> Config:
+def load_from_args(args: argparse.Namespace) -> Config:
     """The config file named on the command line (if any) with the target flags laid over it.
 
     A flag given is used as given: an empty one is refused (value_problem), never taken as absent.
@@ -755,10 +757,12 @@ def load_from_args(args) -> Config:
         raise ConfigError([message])
     config = load_config(args.config) if getattr(args, "config", None) else Config()
     t, u, m = config.target, config.run, config.metrics
-    get = lambda name: getattr(args, name, None)  # noqa: E731
+    def get(name: str) -> Any:  # a flag's value as argparse typed it; None when not given
+        return getattr(args, name, None)
+
     given = lambda name: get(name) is not None  # noqa: E731
     container = t.container
-    for kind in ("pct", "docker", "kubectl"):
+    for kind in CONTAINER_KINDS:
         if given(kind):
             container = Container(kind, get(kind), get("namespace") if kind == "kubectl" else None)
     if given("namespace"):

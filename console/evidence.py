@@ -73,6 +73,7 @@ from console.slow_look import read_slow_look
 from console.slowness import Baseline, SlowLook, recompile_lines
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
+from console.sent import SentSignal, last_signal, read_records, signals_sent
 from console.state import RunState
 from console.stall import QUIET_FLOOR_S, Silence, interval_from_density, lifetime_write_interval_s
 
@@ -149,7 +150,7 @@ async def gather(
         state = RunState()
         state.add_lines(tail_lines(tail_text, config, time.monotonic()))
         evidence = with_lifetime_rhythm(from_samples(first, last, config, state, timed=False, launched_at=launched_at), tail_text)
-    if rate_histories and evidence.rate_metric in rate_histories:
+    if rate_histories and evidence.rate_metric is not None and evidence.rate_metric in rate_histories:
         evidence = replace(evidence, rate_history=rate_histories[evidence.rate_metric])
     if dump_stacks != "never" and wants_slow_look(evidence, config):
         evidence = replace(evidence, slow_look=await read_slow_look(
@@ -275,6 +276,8 @@ class RunLook:
 
     async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
         """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""
+        if self.target is None:
+            raise TargetError("no target to look at: the verdict comes from what the follower holds")
         evidence = self._with_slow_look(await gather(self.target, self.config, follower_state=self.state,
                                                      launched_at=launched_at, rate_histories=self.rate_histories))
         self.looks.remember(evidence, self.config)
@@ -437,10 +440,26 @@ def from_samples(
         in_pid_namespace=last.in_pid_namespace,
         gpu_contexts_unseen=gpu_processes_unseen(last),
         launched_at=launched_at,
+        signals=signals_to_stopped(last.processes, config.audit_log),
         **_log_fields(first, last, config, launched_at),
         **_line_fields(lines, config, timed),
     )
     return ev
+
+
+def signals_to_stopped(processes: tuple[ProcessReading, ...], audit_log: str) -> tuple[SentSignal, ...]:
+    """The last signal Pulse sent each stopped process (state T) of the run, from its audit log: read only
+    when one is stopped, so a look at a running run never opens the file."""
+    stopped = [p for p in processes if p.state == "T"]
+    if not stopped:
+        return ()
+    try:
+        sent = signals_sent(read_records(audit_log))
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()  # an unreadable record is no fact: the stop is then someone else's, as far as Pulse knows
+    now = time.time()
+    found = (last_signal(sent, p.pid, now - p.elapsed_s) for p in stopped)
+    return tuple(s for s in found if s is not None)
 
 
 def _log_fields(first: Sample, last: Sample, config: Config, launched_at: float | None) -> dict:
@@ -520,7 +539,7 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric),
                   rate_values=tuple(state.values(metric)))
     if timed and state.last_rate_at is not None:
-        fields.update(rate_silent_s=round(now - state.last_rate_at, 1), rate_interval_s=state.rate_interval_s())
+        fields.update(rate_silent_s=state.rate_silent_s(now), rate_interval_s=state.rate_interval_s())
     return fields
 
 
@@ -620,20 +639,21 @@ async def take_stacks(
     ))
     # A main thread seen on the CPU in one place only: a long call, or a loop whose other frames are
     # short (a GPU-bound loop waits in its .item()); one more recording tells them apart.
-    again = [i for i, (p, samples) in enumerate(zip(alive, recorded)) if _one_place(dumped[chosen.index(p)], samples)]
+    dump_of = {p.pid: result for p, result in zip(chosen, dumped) if isinstance(result, ProcessDump)}
+    again = [i for i, (p, samples) in enumerate(zip(alive, recorded)) if _one_place(dump_of[p.pid], samples)]
     more = await asyncio.gather(
         *(bounded(record(target, alive[i].pid, py_spy=py_spy, timeout=DUMP_TIMEOUT_S)) for i in again),
         return_exceptions=True,
     )
     for i, samples in zip(again, more):
-        if isinstance(samples, list):
-            recorded[i] = merged(recorded[i], samples)
+        if isinstance(samples, list) and isinstance(first := recorded[i], list):
+            recorded[i] = merged(first, samples)
     after = await read_timeslices(target, pids) if pids else {}
     for result in (*dumped, *recorded):
         if not isinstance(result, (ProcessDump, DumpError, list)):
             raise result
     return StacksTaken(
-        dumps=list(zip(chosen, dumped)),
+        dumps=[(p, result) for p, result in zip(chosen, dumped) if isinstance(result, (ProcessDump, DumpError))],
         recorded={p.pid: samples for p, samples in zip(alive, recorded) if isinstance(samples, list)},
         woke={tid: after[tid] - slices for tid, slices in before.items() if tid in after},
     )

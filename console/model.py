@@ -6,6 +6,7 @@ Every layer passes these around, the config included; nothing here does I/O or i
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
@@ -167,7 +168,7 @@ class GpuRole:
         return [mib / 1024 for mib in self.figures("memory_used_mib")]
 
     @property
-    def memory_total_mib(self) -> int | None:
+    def memory_total_mib(self) -> float | None:
         """The largest total among them (a role's GPUs are normally alike); None when none is known."""
         return max((total for total in self.figures("memory_total_mib") if total), default=None)
 
@@ -227,6 +228,17 @@ class ProcessReading:
     """What the operator reads: 'launcher (torchrun)', 'rank 1 · GPU 1', 'worker of rank 1'."""
     gpus: tuple[int, ...] = ()
     """Indices of the GPUs the driver lists it on."""
+
+    @property
+    def any_pid(self) -> frozenset[int]:
+        """This process's PID as any namespace numbers it: its own and its NSpid (a driver in a
+        container reports host PIDs)."""
+        return frozenset((self.pid, *self.nspid))
+
+
+def run_pids(processes: Iterable[ProcessReading]) -> frozenset[int]:
+    """The run's PIDs as any namespace may number them: the one reader of that fact (ProcessReading.any_pid)."""
+    return frozenset(pid for process in processes for pid in process.any_pid)
 
 
 #: What a path is, by the file type of its st_mode, when it is not a regular file.
@@ -307,7 +319,7 @@ class Event:
 
 
 ContainerKind = Literal["pct", "docker", "kubectl"]
-CONTAINER_KINDS: tuple[str, ...] = ("pct", "docker", "kubectl")
+CONTAINER_KINDS: tuple[ContainerKind, ...] = ("pct", "docker", "kubectl")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from console.backoff import Backoff
 from console.config import Config
@@ -77,7 +78,7 @@ class Monitor:
         self._spawn(self._sample_forever(), "sampler")
         if self.config.run.log:
             pacing = self.log_pacing
-            paced = {} if pacing is None else {"poll_s": pacing.read_s, "batch_s": pacing.read_s, "hold_s": pacing.send_s}
+            paced: dict[str, Any] = {} if pacing is None else {"poll_s": pacing.read_s, "batch_s": pacing.read_s, "hold_s": pacing.send_s}
             follower = LogFollower(
                 self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress,
                 on_read=self.state.note_read, **paced

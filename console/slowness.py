@@ -456,12 +456,12 @@ def _cpu_starved(look: SlowLook, drivers: list[ProcessLook]) -> Cause | str | No
 
 
 def _gpu_held_back(look: SlowLook, drivers: list[ProcessLook]) -> Cause | str | None:
-    read = [g for g in look.gpus if g.throttle is not None]
+    read = [(g, g.throttle) for g in look.gpus if g.throttle is not None]
     if not read:
         return None
     held = []
-    for gpu in read:
-        reasons = {bit for bit in THROTTLE_REASONS if gpu.throttle & bit}
+    for gpu, throttle in read:
+        reasons = {bit for bit in THROTTLE_REASONS if throttle & bit}
         clock_share = gpu.sm_clock_mhz / gpu.sm_clock_max_mhz if gpu.sm_clock_mhz and gpu.sm_clock_max_mhz else None
         if reasons - {0x4} or (0x4 in reasons and clock_share is not None and clock_share < CAPPED_CLOCK_SHARE):
             held.append(gpu)

@@ -10,6 +10,7 @@ alerts and the fleet), so a log is never "stalled" in one place and "progressing
   log alone no longer shows progress: the run's stacks must (`needs_stacks`).
 - **stalled**: quiet past the stall limit: QUIET_INTERVALS usual gaps, at least QUIET_FLOOR_S, or
   UNLEARNED_QUIET_S while no rhythm is known; `[stall] log_silent_s` (`--stall-after`) sets it.
+  `is_stalled` adds the throughput lines' own silence (RATE_GAPS of their gap): the one stall.
   A stalled log and an idle run are a hang even when no stack can be taken.
 
 The rhythm is learned while a follower reads the log (console.state), or estimated from one look
@@ -33,6 +34,8 @@ UNLEARNED_QUIET_S = 300.0
 QUIET_SHOWN_INTERVALS = 3
 #: ...and never before this many seconds.
 QUIET_SHOWN_S = 2.0
+#: A throughput line this many usual intervals late is missing, not just slow to come (also past an explicit limit).
+RATE_GAPS = 3
 #: Write boundaries a tail needs before it says anything about the log's rhythm.
 MIN_TAIL_WRITES = 20
 
@@ -103,6 +106,20 @@ class Silence:
         else:
             how = "from its rhythm"
         return f"a stall after {format_duration(self.limit_s)}, {how}"
+
+
+def rate_limit_s(rate_interval_s: float | None, override_s: float | None = None) -> float:
+    """Seconds without a throughput line that make a stall: its own rhythm's limit, or the operator's
+    `[stall] log_silent_s`, never under RATE_GAPS of the usual gap between rate lines."""
+    if override_s is not None:
+        return max(override_s, RATE_GAPS * (rate_interval_s or 0.0))
+    return Silence(None, rate_interval_s).limit_s
+
+
+def is_stalled(log: Silence, rate_silent_s: float | None = None, rate_interval_s: float | None = None) -> bool:
+    """The one stall, for every surface (the processes box, the verdict): the log silent past its limit, or
+    its throughput lines missing past theirs (a run that prints only warnings has stopped training)."""
+    return log.stalled or (rate_silent_s is not None and rate_silent_s > rate_limit_s(rate_interval_s, log.override_s))
 
 
 def rhythm_text(interval_s: float | None) -> str:

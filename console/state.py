@@ -269,6 +269,10 @@ class RunState:
         newest = [p.time for p in islice(reversed(self.series[name]), RHYTHM_WRITES)]
         return usual_gap_s(newest[::-1])
 
+    def rate_silent_s(self, now: float) -> float | None:
+        """Seconds since the last throughput line was written, at `now` (this side's clock); None before one."""
+        return None if self.last_rate_at is None else round(now - self.last_rate_at, 1)
+
     def log_silent_s(self, now: float) -> float | None:
         """Seconds since the log last grew at `now` (this side's monotonic clock): from the stat in
         the latest sample, aged by the time since it arrived; else from the last line received."""

@@ -43,8 +43,8 @@ from console.state import RunState  # noqa: E402
 BASELINE = 14200.0
 VERDICTS = {
     "healthy": Verdict("healthy", "the run is alive and its log progresses", ["step lines every 1.0 s", "14,180 tok/s (100% of 14,200)"], "nothing to do", None),
-    "slow": Verdict("slow", "throughput 43% of baseline", ["6,100 tok/s against a baseline of 14,200 (43%)", "GPU 3 at 31% utilisation, the others 97-99%"], "dump its stacks to see where it waits (p)", "dump"),
-    "hung": Verdict("hung", "alive, idle and silent for 312 s", ["pid 447 CPU 0.0% over 10 s, state S, 18 threads", "log silent 312 s (threshold 300 s)", "traceback: Exception in thread TargetForwardLoop:"], "dump its stacks (p), then restart (R)", "dump"),
+    "slow": Verdict("slow", "throughput 43% of baseline", ["6,100 tok/s against a baseline of 14,200 (43%)", "GPU 3 at 31% utilisation, the others 97-99%"], "dump its stacks to see where it waits", "dump"),
+    "hung": Verdict("hung", "alive, idle and silent for 312 s", ["pid 447 CPU 0.0% over 10 s, state S, 18 threads", "log silent 312 s (threshold 300 s)", "traceback: Exception in thread TargetForwardLoop:"], "dump its stacks, then restart", "dump"),
 }
 
 

@@ -17,9 +17,9 @@ from console.diagnose import Verdict
 from console.journal.store import Journal
 
 PCT = Path(__file__).resolve().parent / "bin" / "pct"
-HUNG = Verdict("hung", "alive but idle and silent for 312 s", ["pid 447 CPU 0.0%", "log silent 312 s"], "dump its stacks (p)", "dump")
+HUNG = Verdict("hung", "alive but idle and silent for 312 s", ["pid 447 CPU 0.0%", "log silent 312 s"], "dump its stacks", "dump")
 HEALTHY = Verdict("healthy", "the run is alive and its log progresses", [], "nothing to do", None)
-SLOW = Verdict("slow", "throughput 60% of baseline", ["5,000 tok/s against 14,200"], "dump its stacks (p)", "dump")
+SLOW = Verdict("slow", "throughput 60% of baseline", ["5,000 tok/s against 14,200"], "dump its stacks", "dump")
 
 
 def policy(**overrides) -> AlertPolicy:

@@ -8,17 +8,15 @@ import pytest
 
 from console.config import Config, MetricsConfig, StallConfig, WarmupConfig
 from console.diagnose import (
-    VERDICTS,
     DeadThread,
     Evidence,
     ProblemLine,
     StackSummary,
     diagnose,
-    severity,
-    worse,
 )
 from console.model import GpuProcess, GpuReading, LineKind, ProcessReading, ThreadCpu
 from console.observe.progress import LIGHTNING_RICH
+from console.verdicts import VERDICTS, severity, worse
 
 CONFIG = Config(stall=StallConfig(log_silent_s=300), metrics=MetricsConfig(baseline_tokens_per_s=14200))
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 GiB."
@@ -181,6 +179,17 @@ def test_missing_throughput_lines_count_as_silence_even_when_the_log_grows():
     verdict = diagnose(warnings_only, CONFIG)
     assert verdict.name == "hung"
     assert "last throughput line 15m 00s ago (usually every 1s)" in verdict.evidence
+
+
+def test_the_stall_the_verdict_sees_is_the_one_the_processes_box_shows():
+    """One stall function (console.stall.is_stalled): a log that only warns is stalled for the box as for the verdict."""
+    from console.stall import Silence, is_stalled
+
+    warnings_only = replace(HUNG, log_growth=500, log_silent_s=0.0, rate_silent_s=900.0)
+    log = Silence(warnings_only.log_silent_s, warnings_only.log_write_interval_s, override_s=CONFIG.stall.log_silent_s)
+    assert not log.stalled and is_stalled(log, warnings_only.rate_silent_s, warnings_only.rate_interval_s)
+    rare = replace(warnings_only, rate_silent_s=400.0, rate_interval_s=200.0)
+    assert not is_stalled(log, rare.rate_silent_s, rare.rate_interval_s) and diagnose(rare, CONFIG).name == "healthy"
 
 
 def test_a_run_that_reports_rarely_is_not_silent_between_reports():

@@ -137,7 +137,7 @@ def fast_forward_journal(path: Path, hours: int) -> None:
         journal.add_values("tokens_per_s", [(start + minute * 60 + s, rate + s) for s in range(0, 60, 10)])
         journal.add_values("loss", [(start + minute * 60, 3.0 - minute / 1000)])
     journal.add("verdict", "slow: throughput 43% of baseline", {"verdict": "slow", "summary": "throughput 43% of baseline",
-                "evidence": ["6,100 tok/s against 14,200"], "next_step": "dump its stacks (p)", "key": "p"}, at=start + 95 * 60)
+                "evidence": ["6,100 tok/s against 14,200"], "next_step": "dump its stacks", "key": "p"}, at=start + 95 * 60)
     journal.add("problem", "Exception in thread TargetForwardLoop:", {"problem": "traceback", "line": 8812, "log": "/w/train.log"}, at=start + 96 * 60)
     journal.add("action", "restart: ok: launched pid 4711", {"action": "restart", "outcome": "ok: launched pid 4711", "operator_host": "ops", "steps": []}, at=start + 100 * 60)
     journal.add("connection", "connection lost: Connection lost", {"status": "reconnecting", "detail": "Connection lost"}, at=start + 110 * 60)

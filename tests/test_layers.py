@@ -1,4 +1,4 @@
-"""The layers of design.md, and rules the whole source keeps, checked on the source.
+"""The layers of docs/design.md, and rules the whole source keeps, checked on the source.
 
 The import directions (layers, a core without Textual, pure modules without I/O) are
 import-linter contracts in pyproject.toml; this runs them so that CI does.

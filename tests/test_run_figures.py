@@ -16,8 +16,8 @@ from console.ui.run_figures import (
     process_titles,
     status_view,
     throughput_view,
-    verdict_level,
 )
+from console.verdicts import level as verdict_level
 from tests.snapshot_apps.scenarios import NOW, FakeClock, build_state, make_config
 
 
@@ -48,13 +48,13 @@ def test_gpu_titles_say_a_failed_read_a_fault_and_unseen_processes_loudest_first
 
 def test_process_titles_count_the_living_and_say_when_the_log_grew():
     state = build_state("healthy")
-    titles = process_titles(state, Silence(1.0, usual_s=1.0))
+    titles = process_titles(state, Silence(1.0, usual_s=1.0), NOW)
     assert titles.title.startswith("Processes · ") and titles.title.endswith(" alive")
     assert (titles.subtitle, titles.level) == ("log grew just now", "ok")
-    stalled = process_titles(state, Silence(1.5, usual_s=1.0, override_s=1.0))
+    stalled = process_titles(state, Silence(1.5, usual_s=1.0, override_s=1.0), NOW)
     assert (stalled.subtitle, stalled.level) == ("log grew 1s ago", "crit")  # never "just now" past the limit
     state.add_sample(Sample(time=NOW, processes=(process(7, state="Z"),)))
-    dead = process_titles(state, Silence(None))
+    dead = process_titles(state, Silence(None), NOW)
     assert (dead.title, dead.subtitle, dead.level) == ("Processes · 0 alive", "log not read yet", "warn")
 
 

@@ -27,13 +27,14 @@ import resource
 import socket
 import stat
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
 from console.model import LineKind
 from console.remote.target import Target
+from console.sent import read_records
 
 
 class StepStatus(str, Enum):
@@ -201,17 +202,8 @@ class AuditLog:
         return None
 
     def records(self) -> list[dict]:
-        """Every record so far, "started" ones included, oldest first (an absent file has none).
-
-        Lines end at `\\n` only (a record holds no other line end: U+2028 in it is escaped); an
-        unterminated last line was never a whole record and is left out.
-        """
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        whole = data[: data.rfind(b"\n") + 1]
-        return [json.loads(line) for line in whole.split(b"\n") if line.strip()]
+        """Every record so far, "started" ones included, oldest first (console.sent.read_records)."""
+        return read_records(self.path)
 
     def entries(self) -> list[dict]:
         """How each action ended (its "finished" or "interrupted" record), oldest first."""
@@ -290,7 +282,7 @@ async def audited(
     action: str,
     target: Target,
     plan: dict,
-) -> AsyncIterator[StepEvent | OutputLine]:
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Record the plan, pass an executor's events through, and record how the action ended.
 
     The "started" record is written before the executor takes its first step: ActionRefused

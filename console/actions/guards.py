@@ -82,7 +82,10 @@ class Probe:
 
 def parse_probe(records: list[dict]) -> Probe:
     """A Probe from the process agent's `probe` records; a record of another shape is a TargetError."""
-    own, procs, members, named = [], {}, {}, None
+    own: list[ProcFacts] = []
+    procs: dict[int, ProcFacts] = {}
+    members: dict[int, list[int]] = {}
+    named: ProcFacts | None = None
     pidfile, pidfile_text, pidfile_mtime, lock, lock_owner = None, "", None, None, None
     try:
         for record in records:
@@ -126,11 +129,11 @@ def is_login_shell(facts: ProcFacts) -> bool:
     return False
 
 
-def protected_reason(facts: ProcFacts, own_pids: set[int]) -> str | None:
-    """Why `facts` must never be signalled by a restart; None when nothing forbids it."""
+def protected_reason(facts: ProcFacts, pulse_pids: set[int]) -> str | None:
+    """Why `facts` must never be signalled by a restart (`pulse_pids`: Pulse itself and its ancestors); None when nothing forbids it."""
     if facts.pid == 1:
         return "PID 1 (the init of the machine or container)"
-    if facts.pid in own_pids:
+    if facts.pid in pulse_pids:
         return "Pulse itself or one of its ancestors (the session Pulse acts through)"
     if facts.pulse:
         return "a program Pulse runs (its sampling agent)"
@@ -219,7 +222,7 @@ def run_evidence(tree: list[ProcessReading], gpu_mib: dict[int, int | None], std
     return evidence
 
 
-def pidfile_refusals(pidfile: str | None, found: Probe, own_pids: set[int], notes: list[str]) -> list[str]:
+def pidfile_refusals(pidfile: str | None, found: Probe, pulse_pids: set[int], notes: list[str]) -> list[str]:
     """Why the pidfile makes the plan unsafe (a note when it is merely absent or stale)."""
     if not pidfile:
         return []
@@ -245,7 +248,7 @@ def pidfile_refusals(pidfile: str | None, found: Probe, own_pids: set[int], note
     if found.named is None:
         notes.append(f"pidfile {pidfile} names PID {int(text)}, which is not running (stale)")
         return []
-    why = protected_reason(found.named, own_pids)
+    why = protected_reason(found.named, pulse_pids)
     return [f"pidfile {pidfile} names {found.named.label()}, which is {why}"] if why else []
 
 

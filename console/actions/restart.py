@@ -272,8 +272,9 @@ def exec_body(launch: str) -> str:
     if not is_simple_command(launch):
         return launch
     assignments = _LEADING_ASSIGNMENTS.match(launch)
-    command = launch[assignments.end():]
-    return f"{launch[:assignments.end()]}exec {command}" if command else launch
+    end = assignments.end() if assignments else 0  # the pattern matches any text, if only its empty start
+    command = launch[end:]
+    return f"{launch[:end]}exec {command}" if command else launch
 
 
 def launch_argv(launch: str) -> tuple[str, ...]:
@@ -447,10 +448,10 @@ async def plan_restart(
     gpu_mib = _gpu_mib_by_pid(sample)
     stdout_glob = log_glob(run.log)
     pidfile_pid = probe.named.pid if probe.named is not None and not stale else None
-    own_pids = {p.pid for p in probe.own}
+    pulse_pids = {p.pid for p in probe.own}
 
     trees = process_trees(found)
-    chosen, tree_lines = trees, []
+    chosen, tree_lines = trees, list[str]()
     if len(trees) > 1 or root is not None:
         evidence = {r: run_evidence(tree, gpu_mib, stdout_glob, pidfile_pid) for r, tree in trees.items()}
         chosen, tree_lines, refused = choose_tree(trees, evidence, root, all_roots)
@@ -463,11 +464,11 @@ async def plan_restart(
         facts = probe.procs.get(p.pid)
         if p.pid not in kept or facts is None:
             continue
-        why = protected_reason(facts, own_pids)
+        why = protected_reason(facts, pulse_pids)
         if why:
             refusals.append(f"{facts.label()} is {why}")
         processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
-    refusals += pidfile_refusals(run.pidfile, probe, own_pids, notes)
+    refusals += pidfile_refusals(run.pidfile, probe, pulse_pids, notes)
 
     run_gpus, unseen, outside, shared = gpu_holders(sample, processes, probe, left_alone)
     held = sorted({p.pid for p in processes if p.pid in gpu_mib} | set(unseen))
@@ -860,8 +861,8 @@ async def _locked_restart(
     if launched.pidfile_error:
         yield StepEvent("launch", StepStatus.WARNING, f"pidfile not written: {launched.pidfile_error}",
                         {"pidfile": plan.pidfile})
-    async for event in _verify(target, config, plan, pid, t):
-        yield event
+    async for step_or_line in _verify(target, config, plan, pid, t):
+        yield step_or_line
 
 
 def execute_restart(

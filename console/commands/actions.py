@@ -23,7 +23,7 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
@@ -115,6 +115,8 @@ def _interruptible(action: str, main: Coroutine) -> int:
 
     async def guarded() -> int:
         task = asyncio.current_task()
+        if task is None:  # asyncio.run makes a task of it; a bare coroutine could not be cancelled on a signal
+            raise RuntimeError("guarded runs in an asyncio task")
         loop = asyncio.get_running_loop()
         caught: list[signal.Signals] = []
 
@@ -157,7 +159,7 @@ async def _mutating(
     action: str,
     config: Config,
     args: argparse.Namespace,
-    plan_and_run: Callable[[Target], AsyncGenerator],
+    plan_and_run: Callable[[Target], Awaitable[int]],
     report: ActionReport | None = None,
 ) -> int:
     def refuse(text: str, code: int = EXIT_REFUSED) -> int:

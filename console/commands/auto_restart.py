@@ -75,8 +75,9 @@ class AutoRestart:
 
     def consider(self, verdict: Verdict) -> None:
         """Feed the verdict just earned; start the restart, or say the limit is reached, when the policy asks."""
-        if self.task is not None and self.task.done() and not self.task.cancelled() and self.task.exception():
-            raise self.task.exception()  # a bug: the CLI's crash report, not a task that dies unseen
+        task = self.task
+        if task is not None and task.done() and not task.cancelled() and (failed := task.exception()) is not None:
+            raise failed  # a bug: the CLI's crash report, not a task that dies unseen
         if not self.policy.active or (self.task is not None and not self.task.done()):
             return
         decision = self.policy.observe(verdict.name)
@@ -99,6 +100,8 @@ class AutoRestart:
         journal = self.watch.journal
         self._say(f"{decision.text}: looking at the run first")
         try:
+            if self.look.target is None:
+                raise TargetError("no target to look at")
             evidence = await gather(self.look.target, self.config, follower_state=self.watch.state, dump_stacks="always")
         except TargetError as exc:
             self.policy.restarted()  # an attempt all the same: a watch that cannot see its run does not retry at once

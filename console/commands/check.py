@@ -3,19 +3,19 @@
     pulse check CONFIG|flags [--json] [--stall-after SECONDS]
 
 Exit status: 0 healthy; 1 any other verdict (slow, buffered, hung, dead, oom, diverged,
-launch_failed, gpu_contexts_unseen, unknown); 2 the target is unreachable or the config is
+launch_failed, gpu_contexts_unseen, stopped, unknown); 2 the target is unreachable or the config is
 bad (one line on stderr says which and what to do).
 
 With `--json` one object is printed (keys always present; null where nothing is known):
 
     verdict        string: healthy | slow | buffered | hung | dead | oom | diverged |
-                   launch_failed | gpu_contexts_unseen | unknown
+                   launch_failed | gpu_contexts_unseen | stopped | unknown
     summary        string: the verdict in one sentence
     evidence       [string]: the observations behind it, e.g.
                    "pid 447 CPU 0.0% over 1.5 s, state S, 18 threads: python3 -u hung.py",
                    "log silent 312 s (threshold 300 s)"
     next_step      string: what to do; `step` the action that does it: dump | log |
-                   restart | warmup (the console's p, l, R, w) or null
+                   restart | warmup | continue (the console's p, l, R, w, k) or null
     target         string: where the run was looked at ("local", "pulse-test/pct 200", ...)
     gpu_source     "nvml" | "nvidia-smi" | "none";  gpu_error: string or null
     gpus           [{index, name, uuid, memory_used_mib, memory_total_mib, utilization_pct,
@@ -62,7 +62,8 @@ import sys
 from typing import TextIO
 
 from console.config import Config, StallConfig
-from console.diagnose import Evidence, Verdict, diagnose, is_problem
+from console.diagnose import Evidence, Verdict, diagnose
+from console.verdicts import is_problem
 from console.evidence import gather
 from console.journal.store import read_rate_histories
 from console.model import GpuReading, ProcessReading

@@ -9,10 +9,12 @@ Output is flushed per chunk read, so it works at the end of a pipe (`tail -F log
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
-from typing import BinaryIO
+from typing import cast
 
+from console.model import MetricPattern
 from console.observe.lines import LineReader
 from console.observe.textsafe import sanitize, split_lines
 from console.user_patterns import disabled_notices
@@ -22,7 +24,7 @@ _CHUNK = 1 << 16
 
 def run_classify(args: argparse.Namespace) -> int:
     """Classify FILE (or standard input); 0 when done, 2 for a missing file or a bad config."""
-    patterns = ()
+    patterns: tuple[MetricPattern, ...] = ()
     if args.config:
         from console.config import ConfigError, load_config
 
@@ -32,7 +34,7 @@ def run_classify(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 2
     if args.file is None:
-        return _classify_stream(sys.stdin.buffer, patterns)
+        return _classify_stream(cast(io.BufferedReader, sys.stdin.buffer), patterns)  # typeshed: BinaryIO; it is one
     try:
         stream = open(args.file, "rb")
     except FileNotFoundError:
@@ -45,7 +47,7 @@ def run_classify(args: argparse.Namespace) -> int:
         return _classify_stream(stream, patterns)
 
 
-def _classify_stream(stream: BinaryIO, patterns) -> int:
+def _classify_stream(stream: io.BufferedReader, patterns: tuple[MetricPattern, ...]) -> int:
     out = sys.stdout
     reader = LineReader(patterns)
     rest = b""

@@ -46,18 +46,19 @@ def restart(config: Config, args: argparse.Namespace) -> int:
     if getattr(args, "read_only", False):
         print("read-only: restart disabled (started with --read-only)", file=sys.stderr)
         return EXIT_REFUSED
-    if not config.target.slurm_job:
+    job_id = config.target.slurm_job
+    if not job_id:
         print("restart: a fleet restart goes through Slurm: give --slurm-job ID", file=sys.stderr)
         return EXIT_REFUSED
-    return asyncio.run(_restart(config, args))
+    return asyncio.run(_restart(config, args, job_id))
 
 
-async def _restart(config: Config, args: argparse.Namespace) -> int:
+async def _restart(config: Config, args: argparse.Namespace, job_id: str) -> int:
     target = control_target(config)
     slurm = SlurmClient(target)
     try:
         try:
-            plan = await plan_fleet_restart(slurm, config, config.target.slurm_job)
+            plan = await plan_fleet_restart(slurm, config, job_id)
         except ActionRefused as exc:
             print(f"restart: {exc}", file=sys.stderr)
             return EXIT_REFUSED

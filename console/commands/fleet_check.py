@@ -24,7 +24,7 @@ import sys
 
 from console.commands.check import EXIT_HEALTHY, EXIT_PROBLEM, EXIT_UNREACHABLE, report_json, write_report
 from console.config import Config
-from console.diagnose import is_problem, severity
+from console.verdicts import is_problem, severity
 from console.fleet.fleet import Fleet, FleetError
 from console.fleet.fleet_diagnose import FleetDiagnosis, diagnose_fleet
 from console.observe.nccl import nccl_lines

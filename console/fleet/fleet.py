@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from console.config import Config
-from console.diagnose import Evidence, Verdict, diagnose, severity
+from console.diagnose import Evidence, Verdict, diagnose
+from console.verdicts import kind, severity
 from console.evidence import state_evidence
 from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob, expand_filename
@@ -176,21 +177,17 @@ def unreachable(why: str, config: Config | None = None) -> Verdict:
 
 def lost(why: str) -> Verdict:
     """The verdict of a node whose sampling agent ended: what it showed before is no longer live."""
-    return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: d looks again")
+    return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: diagnose again")
 
 
 def _rank(verdict: Verdict | None) -> int:
     return severity(verdict.name) if verdict is not None else -1
 
 
-#: Verdicts under which a node's last throughput line is history, not its rate now.
-NO_RATE_VERDICTS = frozenset(("hung", "dead", "oom", "launch_failed", "unknown"))
-
-
 def live_rate(node: FleetNode) -> tuple[float | None, str | None]:
     """The node's latest throughput and its unit; none while it is stuck, dead or lost."""
     metric = node.state.rate_metric
-    stuck = node.verdict is not None and node.verdict.name in NO_RATE_VERDICTS
+    stuck = node.verdict is not None and kind(node.verdict.name).rate_is_history
     if metric is None or stuck or node.state.agent_lost is not None:
         return None, None
     value = node.state.latest_value(metric)

@@ -166,7 +166,7 @@ async def _verify_nodes(config: Config, job_id: str, timeout: float, poll_s: flo
 
         async def prove(node: FleetNode) -> str | None:
             first_size: int | None = None
-            why = "the node did not answer"
+            why: str | None = "the node did not answer"
             while True:
                 try:
                     _, sample = await sample_once(node.target, node.config, 0.0)

@@ -22,7 +22,6 @@ from console.diagnose import (
     group_sentence,
     group_stacks,
     in_collective,
-    severity,
     stragglers,
     wants_stacks,
 )
@@ -35,6 +34,7 @@ from console.observe.pyspy import ProcessDump
 from console.observe.pyspy_run import DumpError
 from console.observe.roles import local_rank_of
 from console.remote.target import TargetError
+from console.verdicts import severity
 
 #: The longest one node may take to be sampled before it counts as unreachable.
 NODE_TIMEOUT_S = 10.0
@@ -240,5 +240,5 @@ def name_straggler_nodes(diagnosis: FleetDiagnosis) -> None:
             summary = f"{who} is the straggler: {group_sentence(waiting[0])}; {group_sentence(group)}"
             report.verdict = Verdict(
                 "hung", summary, [group_sentence(g) for g in diagnosis.groups] + report.verdict.evidence,
-                "the straggler's stack says what it waits on (p on its node); restart the job (R) once understood", "dump",
+                "the straggler's stack says what it waits on (dump it on its node); restart the job once understood", "dump",
             )

@@ -9,7 +9,7 @@ Every metric is labelled `run` and `host`, and, for a fleet's nodes, `node`:
 
 | metric | type | more labels | what |
 | --- | --- | --- | --- |
-| pulse_verdict | gauge | verdict | 1 for the current verdict, 0 for every other (console.diagnose.VERDICTS) |
+| pulse_verdict | gauge | verdict | 1 for the current verdict, 0 for every other (console.verdicts.VERDICTS) |
 | pulse_verdict_age_seconds | gauge | | seconds since the verdict last changed |
 | pulse_throughput | gauge | metric | the newest throughput the log gave: tokens_per_s, samples_per_s or it_per_s |
 | pulse_loss | gauge | | the newest loss the log gave |
@@ -30,12 +30,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from console.diagnose import VERDICTS
+from console.verdicts import VERDICTS
 from console.model import ConnectionStatus, GpuReading
 from console.state import RATE_METRICS, RunState
 
@@ -130,9 +131,9 @@ class SnapshotCollector:
                 age.add_metric(v, max(0.0, now - s.verdict_since))
             for metric, value in s.throughput:
                 rate.add_metric([*v, metric], value)
-            for figure, value in ((loss, s.loss), (step, s.step), (total, s.total_steps)):
-                if value is not None:
-                    figure.add_metric(v, float(value))
+            for figure, shown in ((loss, s.loss), (step, s.step), (total, s.total_steps)):
+                if shown is not None:
+                    figure.add_metric(v, float(shown))
             for g in s.gpus:
                 for field, metric in gpu.items():
                     value = getattr(g, field)
@@ -151,7 +152,7 @@ class MetricsEndpoint:
     def __init__(self, collector: SnapshotCollector) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(collector)
-        self._server = None
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self, host: str, port: int) -> tuple[str, int]:
@@ -164,5 +165,6 @@ class MetricsEndpoint:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-            self._thread.join(timeout=5)
+            if self._thread is not None:
+                self._thread.join(timeout=5)
             self._server = None

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from console.backoff import Backoff
 from console.config import WatchConfig
-from console.diagnose import VERDICTS, Evidence, Verdict, is_problem
+from console.diagnose import Evidence, Verdict
+from console.verdicts import VERDICTS, is_problem
 from console.model import GpuReading
 from console.units import format_duration
 

@@ -108,10 +108,11 @@ class JournalRecorder:
         for problem in self.state.spans.problems:
             if problem.first <= self._lines_before:
                 continue
-            before = said[problem.first] = self._said.get(problem.first)
+            before = self._said.get(problem.first)
             if before is None:
-                before = said[problem.first] = problem.head.info.kind
+                before = problem.head.info.kind
                 self._journal_problem(before, problem.head)
+            said[problem.first] = before
             if GRAVITY[problem.kind] < GRAVITY[before]:
                 said[problem.first] = problem.kind
                 self._journal_problem(problem.kind, problem.name)

@@ -162,11 +162,11 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
         "## Summary",
         "",
     ]
-    time_in: Counter[str] = Counter()
+    time_in: dict[str, float] = {}
     for name, start, end in spans:
-        time_in[name] += end - start
+        time_in[name] = time_in.get(name, 0.0) + end - start
     if time_in:
-        share = ", ".join(f"{name} {format_duration(s)}" for name, s in time_in.most_common())
+        share = ", ".join(f"{name} {format_duration(s)}" for name, s in sorted(time_in.items(), key=lambda kv: -kv[1]))
         out.append(f"- **Verdicts:** {share}; now **{spans[-1][0]}**")
     else:
         out.append("- **Verdicts:** none journaled in this window")

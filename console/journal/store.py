@@ -399,7 +399,8 @@ def open_for_reading(path: str | os.PathLike[str]) -> sqlite3.Connection:
 
 def read_entries(conn: sqlite3.Connection, since: float | None = None, kinds: Iterable[str] | None = None,
                  lock: threading.Lock | None = None) -> list[Entry]:
-    query, args = "SELECT time, kind, text, data FROM entries WHERE time >= ?", [since or 0.0]
+    query = "SELECT time, kind, text, data FROM entries WHERE time >= ?"
+    args: list[object] = [since or 0.0]
     if kinds is not None:
         kinds = list(kinds)
         query += f" AND kind IN ({', '.join('?' * len(kinds))})"

@@ -509,7 +509,7 @@ def _unbuffered(environ: Optional[List[str]], argv: List[str]) -> Optional[bool]
 
 
 def _thread_cpu(proc_dir: str, meter: CpuMeter, now: float) -> List[Record]:
-    threads = []
+    threads: List[Record] = []
     try:
         tids = sorted(os.listdir(proc_dir + "/task"), key=int)
     except OSError:
@@ -612,8 +612,8 @@ class ProcessWatch:
         self.job_cache = JobCache(proc_root)
         self.meter = CpuMeter()
         self.argv_cache = ArgvCache()
-        self.regex = None
-        self.config_error = None
+        self.regex: Optional[re.Pattern[str]] = None
+        self.config_error: Optional[str] = None
         if match and not pidfile:
             try:
                 self.regex = re.compile(match)
@@ -641,9 +641,10 @@ class ProcessWatch:
             try:
                 chosen = select_run_processes(candidates, self.regex, self_pids)
             except MatchTimedOut:
+                pattern = self.regex.pattern if self.regex is not None else ""  # only a regex runs out of time
                 self.config_error = (
                     "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
-                    % (self.regex.pattern, MATCH_BUDGET_S)
+                    % (pattern, MATCH_BUDGET_S)
                 )
                 return [], self.config_error
         children: Dict[int, List[int]] = {}
@@ -887,23 +888,23 @@ class SmiGpus:
             )
         return out.decode("utf-8", "replace"), None
 
-    def start_process_utilization(self) -> None:
+    def start_process_utilization(self) -> Tuple[Optional[subprocess.Popen], Optional[str]]:
         """Start `nvidia-smi pmon -c 1 -s u` now: it samples for about a second, so it runs during
         the diagnosis's window and process_utilization only collects it."""
         self._pmon = self._spawn(self.command + ["pmon", "-c", "1", "-s", "u"])
+        return self._pmon
 
     def process_utilization(self, since_s: float) -> Record:
         """One pmon sample of each process's SM %, raw for the console to parse (started now if not yet)."""
-        if self._pmon is None:
-            self.start_process_utilization()
-        (process, error), self._pmon = self._pmon, None
+        process, error = self._pmon if self._pmon is not None else self.start_process_utilization()
+        self._pmon = None
         out, error = (None, error) if process is None else self._collect(process)
         return {"smi_pmon": out} if error is None else {"process_sm_error": error}
 
     def read(self) -> Record:
         """The `smi_*_csv` part of a line."""
         gpu_csv, error = self.run("--query-gpu=" + self.gpu_fields)
-        if error is not None:
+        if error is not None or gpu_csv is None:
             return {"smi_gpu_csv": None, "smi_apps_csv": None, "gpu_error": error}
         used = memory_used_mib(gpu_csv, self.gpu_fields)
         now = time.monotonic()
@@ -920,8 +921,11 @@ def read_bounded(process: subprocess.Popen, timeout_s: float, max_out: int, max_
     `timeout_s`; `ended` is False when it ran past it or sent more than `max_out` bytes (then
     stdout is what came, one read past the bound), and it is left for the caller to stop."""
     deadline = time.monotonic() + timeout_s
+    stdout, stderr = process.stdout, process.stderr
+    if stdout is None or stderr is None:
+        raise ValueError("read_bounded reads a process started with stdout=PIPE and stderr=PIPE")
     out, err = bytearray(), bytearray()
-    kept = {process.stdout.fileno(): out, process.stderr.fileno(): err}
+    kept = {stdout.fileno(): out, stderr.fileno(): err}
     poller = select.poll()
     for fd in kept:
         poller.register(fd, select.POLLIN)
@@ -943,8 +947,8 @@ def read_bounded(process: subprocess.Popen, timeout_s: float, max_out: int, max_
     except subprocess.TimeoutExpired:
         ended = False
     finally:
-        process.stdout.close()
-        process.stderr.close()
+        stdout.close()
+        stderr.close()
     return bytes(out), bytes(err[:max_err]), ended
 
 

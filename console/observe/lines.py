@@ -931,16 +931,16 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
         if pair and 0 < int(pair["t"]) and int(pair["s"]) <= int(pair["t"]):
             return int(pair["s"]), int(pair["t"])
     if bits & _G_BAR:
-        match = _PROGRESS_BAR.search(text)
-        if match:
-            if match["is"]:
-                return int(match["is"]), None
-            done, of = (match["s"], match["t"]) if match["s"] else (match["ks"], match["kt"])
-            return int(done), int(of)
+        bar = _PROGRESS_BAR.search(text)
+        if bar:
+            if bar["is"]:
+                return int(bar["is"]), None
+            done_text, of_text = (bar["s"], bar["t"]) if bar["s"] else (bar["ks"], bar["kt"])
+            return int(done_text), int(of_text)
     if has_loss and bits & _G_LEADING:
-        match = _LEADING_STEP.match(low)
-        if match:
-            return int(match["s"]), None
+        leading = _LEADING_STEP.match(low)
+        if leading:
+            return int(leading["s"]), None
     return None
 
 
@@ -973,11 +973,11 @@ def _step_key(low: str, key: str) -> tuple[int, int | None] | None:
                     return int(pair["s"]), int(pair["t"])
             match = _STEP_VALUE.match(low, end)
             if match:
-                done = int(match["s"].replace(",", ""))
-                of = int(match["t"].replace(",", "")) if match["t"] else None
-                if of is None or 0 < of and done <= of:
-                    return done, of
-                return done, None
+                step = int(match["s"].replace(",", ""))
+                total = int(match["t"].replace(",", "")) if match["t"] else None
+                if total is None or 0 < total and step <= total:
+                    return step, total
+                return step, None
         at = low.find(key, end)
     return None
 
@@ -1166,6 +1166,7 @@ class LineReader:
                 return info
             self._start(stream, kind, body)
             return info
+        assert block is not None  # a continuation comes only from an open block
         own = kind is not LineKind.NORMAL
         if kind is LineKind.NORMAL or (block.frames and rest[:1] in (" ", "\t")):
             if kind is LineKind.NORMAL and _has_metrics(info) and not (block.frames and rest[:1] in (" ", "\t")):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Where the flight recorder writes when the run does not say (PyTorch's default prefix).
@@ -83,7 +84,7 @@ def nccl_fact(node: str, text: str) -> NcclFact | None:
     )
 
 
-def nccl_lines(facts: list[NcclFact], flights: list[FlightRecord] = ()) -> list[str]:
+def nccl_lines(facts: list[NcclFact], flights: Sequence[FlightRecord] = ()) -> list[str]:
     """The NCCL facts as evidence: the collective that timed out and the ranks that never joined it."""
     lines = []
     timed_out = [f for f in facts if f.op]
@@ -93,7 +94,7 @@ def nccl_lines(facts: list[NcclFact], flights: list[FlightRecord] = ()) -> list[
         nodes = len({f.node for f in facts})
         where = f" on {nodes} node(s)" if nodes > 1 or first.node else ""
         seq = f" #{first.seq}" if first.seq is not None else ""
-        lines.append(f"NCCL watchdog timed out in {', '.join(sorted({f.op for f in timed_out}))}{seq}{after}{where}")
+        lines.append(f"NCCL watchdog timed out in {', '.join(sorted({f.op for f in timed_out if f.op}))}{seq}{after}{where}")
     seqs: dict = {}
     for f in facts:
         if f.seq is not None:
@@ -112,12 +113,12 @@ def nccl_lines(facts: list[NcclFact], flights: list[FlightRecord] = ()) -> list[
 
 def never_joined(flights: list[FlightRecord]) -> tuple[int | None, str | None, list[int]]:
     """(sequence number, collective, ranks that never enqueued it) from the ranks' dumps."""
-    known = [f for f in flights if f.last_seq is not None]
+    known = [(f.last_seq, f) for f in flights if f.last_seq is not None]
     if not known:
         return None, None, []
-    top = max(known, key=lambda f: f.last_seq)
-    missing = sorted(f.rank for f in known if f.last_seq < top.last_seq)
-    return top.last_seq, top.last_op, missing
+    top_seq, top = max(known, key=lambda pair: pair[0])
+    missing = sorted(f.rank for seq, f in known if seq < top_seq)
+    return top_seq, top.last_op, missing
 
 
 def flight_lines(flights: list[FlightRecord]) -> list[str]:

@@ -44,18 +44,16 @@ def check_hello(obj: object, program: str, protocol: int) -> Hello:
     """The hello `obj` (a decoded first line) when it is `program`'s at `protocol`; ProtocolError otherwise."""
     if not isinstance(obj, dict) or obj.get("ev") != "hello":
         raise ProtocolError(f"{program} did not start with its hello line (got {_text(obj)[:60]!r})")
-    hello = Hello(
-        program=_text(field(obj, "program", "the hello")),
-        protocol=field(obj, "protocol", "the hello"),
-        python=_text(field(obj, "python", "the hello")),
-        pynvml=None if (version := field(obj, "pynvml", "the hello")) is None else _text(version),
-    )
-    if hello.program != program:
-        raise ProtocolError(f"expected {program}, but {hello.program!r} answered")
-    if hello.protocol != protocol:
+    name = _text(field(obj, "program", "the hello"))
+    spoken = field(obj, "protocol", "the hello")
+    python = _text(field(obj, "python", "the hello"))
+    pynvml = None if (version := field(obj, "pynvml", "the hello")) is None else _text(version)
+    if name != program:
+        raise ProtocolError(f"expected {program}, but {name!r} answered")
+    if spoken != protocol:
         raise ProtocolError(
-            f"{program} (Python {hello.python}) speaks protocol {_text(hello.protocol)}, this console {protocol}: "
+            f"{program} (Python {python}) speaks protocol {_text(spoken)}, this console {protocol}: "
             "the console and the agent it sent are from different Pulse versions"
         )
-    return hello
+    return Hello(program=name, protocol=protocol, python=python, pynvml=pynvml)
 

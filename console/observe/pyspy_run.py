@@ -5,13 +5,14 @@ py-spy is started through the process agent (remote_process.start), so its PID a
 time are known before it runs. If it does not finish in time (ptrace stuck on a process in
 state D, a wedged interpreter) that process, and only while it is still that process, is
 killed through a separate command: closing an SSH channel does not stop the remote command
-(see design.md), so nothing is left behind. Failures become `DumpError(code, message)` with
+(see docs/design.md, "The agent protocol"), so nothing is left behind. Failures become `DumpError(code, message)` with
 py-spy's one line of advice (pyspy.classify_error).
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from console.observe.pyspy import (
     RECORD_HZ,
@@ -146,7 +147,7 @@ async def dump_tree(
     /proc and dumped in parallel. A descendant that ended meanwhile or is not Python (a
     shell, a compiler) is left out; the main process's failure raises DumpError.
     """
-    options = dict(py_spy=py_spy, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, json_output=json_output)
+    options: dict[str, Any] = dict(py_spy=py_spy, native=native, locals=locals, nonblocking=nonblocking, timeout=timeout, json_output=json_output)
     pids = [pid]
     if children:
         try:

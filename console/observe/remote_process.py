@@ -3,7 +3,7 @@
 Every start, read and signal goes through the process agent (process_agent.py, sent as
 source like the other agents). A started process is a new session, so it and its children
 can be ended as a group through a separate command: OpenSSH does not pass a closed
-channel's signal on (see design.md). A signal goes only while the PID still has the start
+channel's signal on (see docs/design.md, "The agent protocol"). A signal goes only while the PID still has the start
 time it had when it was planned or started (`ProcessRef`); a reused PID is reported, not hit.
 
     start(...)       attached: its output streams back on the channel, `.ref` is known first

@@ -105,7 +105,7 @@ def local_rank_of(process: ProcessReading) -> int | None:
 
 
 def _gpus_of(process: ProcessReading, gpus: Iterable[GpuReading]) -> tuple[int, ...]:
-    pids = {process.pid, *process.nspid}
+    pids = process.any_pid
     return tuple(g.index for g in gpus if any(p.pid in pids for p in g.processes))
 
 
@@ -185,11 +185,11 @@ def fold_helpers(processes: tuple[ProcessReading, ...], busy_pct: float) -> tupl
         if len(members) < 2:
             continue
         busy = [p for p in members if p.cpu_pct is not None and p.cpu_pct > busy_pct]
-        names = [compile_helper(p) if compile_helper(p) != "compile worker" else f"worker {p.pid}" for p in busy]
+        names = [name if (name := compile_helper(p)) and name != "compile worker" else f"worker {p.pid}" for p in busy]
         said = f" ({len(busy)} busy: {', '.join(names[:3])}{', …' if len(names) > 3 else ''})" if busy else ""
         cpus = [p.cpu_pct for p in members if p.cpu_pct is not None]
         first = min(members, key=lambda p: p.pid)
         label = f"{len(members)} compile workers of pid {owner}{said}"
         folded.update({p.pid: None for p in members})
         folded[first.pid] = replace(first, label=label, role="helpers", cpu_pct=sum(cpus) if cpus else None)
-    return tuple(folded.get(p.pid, p) for p in processes if folded.get(p.pid, p) is not None)
+    return tuple(kept for p in processes if (kept := folded.get(p.pid, p)) is not None)

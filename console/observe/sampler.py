@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from console.config import Config
-from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind
+from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind, run_pids
 from console.observe import agent, smi
 from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
@@ -93,11 +93,25 @@ def _number(value: object, what: str) -> float | None:
     return value
 
 
+def _mib(value: object, what: str) -> int | None:
+    """Memory in whole MiB, as the agent sends it (bytes // 2**20)."""
+    number = _number(value, what)
+    return None if number is None else int(number)
+
+
+def _optional_str(value: object, what: str) -> str | None:
+    """A raw text the protocol sends as a string or null."""
+    if value is not None and not isinstance(value, str):
+        raise SampleError(f"{what} is {value!r:.40}, not a string")
+    return value
+
+
 def _present_number(value: object, what: str) -> float:
     """A number the protocol never leaves null."""
-    if value is None:
+    number = _number(value, what)
+    if number is None:
         raise SampleError(f"{what} is null, not a number")
-    return _number(value, what)
+    return number
 
 
 def _int(value: object, what: str) -> int:
@@ -124,7 +138,7 @@ def _gpu_process(raw: object) -> GpuProcess:
     process = _fields(_dict(raw, "a GPU process"), "a GPU process")
     return GpuProcess(
         pid=_int(process("pid"), "a GPU process's pid"),
-        used_mib=_number(process("used_mib"), "a GPU process's used_mib"),
+        used_mib=_mib(process("used_mib"), "a GPU process's used_mib"),
         name=_optional_text(process("name")),
     )
 
@@ -136,8 +150,8 @@ def _nvml_gpu(raw: object) -> GpuReading:
         index=_int(gpu("index"), "a GPU's index"),
         uuid=_safe(gpu("uuid")),
         name=_safe(gpu("name")),
-        memory_used_mib=_number(gpu("memory_used_mib"), "memory_used_mib"),
-        memory_total_mib=_number(gpu("memory_total_mib"), "memory_total_mib"),
+        memory_used_mib=_mib(gpu("memory_used_mib"), "memory_used_mib"),
+        memory_total_mib=_mib(gpu("memory_total_mib"), "memory_total_mib"),
         utilization_pct=_number(gpu("utilization_pct"), "utilization_pct"),
         temperature_c=_number(gpu("temperature_c"), "temperature_c"),
         power_w=_number(gpu("power_w"), "power_w"),
@@ -156,7 +170,7 @@ def _smi_gpus(gpu_csv: str | None, apps_csv: str | None) -> tuple[tuple[GpuReadi
         return (), None
     errors: list[str] = []
     try:
-        gpus = smi.parse_gpu_csv(gpu_csv, errors=errors)
+        gpus: Iterable[GpuReading] = smi.parse_gpu_csv(gpu_csv, errors=errors)
         if apps_csv is not None:
             gpus = smi.attach_processes(gpus, smi.parse_apps_csv(apps_csv, errors=errors))
     except smi.ParseError as exc:
@@ -225,7 +239,7 @@ def parse_sample(obj: dict) -> Sample:
     # Both ways of reading GPUs are always in the line; gpu_source says which one holds them.
     nvml_gpus, smi_gpu_csv, smi_apps_csv = line("gpus"), line("smi_gpu_csv"), line("smi_apps_csv")
     if source == "nvidia-smi":
-        gpus, parse_error = _smi_gpus(smi_gpu_csv, smi_apps_csv)
+        gpus, parse_error = _smi_gpus(_optional_str(smi_gpu_csv, "smi_gpu_csv"), _optional_str(smi_apps_csv, "smi_apps_csv"))
         gpu_error = "; ".join(e for e in (gpu_error, parse_error) if e) or None
     elif source in ("nvml", "none"):
         gpus = tuple(_nvml_gpu(g) for g in _list(nvml_gpus, "gpus"))
@@ -294,8 +308,7 @@ def gpu_processes_unseen(sample: Sample) -> bool:
     busy = bool(gpu_pids) or any((g.memory_used_mib or 0) >= IDLE_GPU_MEMORY_MIB for g in sample.gpus)
     if not busy:
         return False
-    run_pids = {pid for p in sample.processes for pid in (p.pid, *p.nspid)}
-    return not (gpu_pids & run_pids)
+    return not (gpu_pids & run_pids(sample.processes))
 
 
 # -- the channel -----------------------------------------------------------------------------

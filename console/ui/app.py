@@ -34,7 +34,7 @@ from console.ui.dialogs.confirm_screen import ConfirmScreen
 from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 from console.ui.keymap import ACTIONS, STEP_KEYS, ActionSpec, bindings, wired_actions
 from console.ui.palette import PulseCommands
-from console.ui.run_figures import verdict_level
+from console.verdicts import level as verdict_level
 from console.ui.screens.run_screen import RunScreen
 from console.ui.start import Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
@@ -404,7 +404,7 @@ class PulseApp(ThemedApp):
 
     def set_verdict(self, verdict) -> None:
         """Show `verdict` in the status line; notify when it is worse than the previous one."""
-        from console.diagnose import worse
+        from console.verdicts import worse
 
         previous = self.verdict
         self.verdict = verdict

@@ -155,10 +155,16 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ),
 )
 
-#: The action that takes each next step a verdict may name (console.diagnose.NEXT_STEPS)...
-STEP_ACTIONS = {"dump": "dump", "log": "problem_log", "restart": "restart", "warmup": "warmup"}
+#: The action that takes each next step a verdict may name (console.verdicts.NEXT_STEPS)...
+STEP_ACTIONS = {"dump": "dump", "log": "problem_log", "restart": "restart", "warmup": "warmup", "continue": "signal"}
 #: ...and its key.
 STEP_KEYS = {step: next(spec.keys for spec in ACTIONS if spec.action == action) for step, action in STEP_ACTIONS.items()}
+
+
+def next_step_text(next_step: str, step: str | None) -> str:
+    """A verdict's next step as the console shows it: the key of its `step` before the core's key-free prose."""
+    key = STEP_KEYS.get(step) if step else None
+    return f"({key}) {next_step}" if key else next_step
 
 
 def custom_spec(index: int, custom: CustomAction) -> ActionSpec:

@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass
 
 from console.config import Config, MetricsConfig
-from console.diagnose import Verdict, is_problem, severity
+from console.diagnose import Verdict
 from console.model import ConnectionStatus, Sample
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
 from console.state import RATE_UNITS, RunState
-from console.stall import Silence
+from console.stall import Silence, is_stalled
 from console.units import format_duration
+from console.verdicts import level as verdict_level
 
 #: The window of "current / average / min" throughput figures.
 RATE_WINDOW_S = 300.0
@@ -112,15 +113,6 @@ class LogReading:
     """Lines arrived since following paused."""
 
 
-def own_pids(sample: Sample) -> frozenset[int]:
-    """The run's PIDs as any namespace may number them (a driver in a container reports host PIDs)."""
-    pids: set[int] = set()
-    for process in sample.processes:
-        pids.add(process.pid)
-        pids.update(process.nspid)
-    return frozenset(pids)
-
-
 def gpu_titles(sample: Sample | None, node: str | None = None) -> BoxTitles:
     """The GPUs box: source, read errors, GPU faults and unseen processes, loudest first."""
     title = f"GPUs · {node}" if node else "GPUs"
@@ -143,9 +135,9 @@ def gpu_titles(sample: Sample | None, node: str | None = None) -> BoxTitles:
     return BoxTitles(title, " · ".join(parts), level)
 
 
-def process_titles(state: RunState, silence: Silence) -> BoxTitles:
+def process_titles(state: RunState, silence: Silence, now: float) -> BoxTitles:
     """The processes box: how many of the run's processes live, and when the log last grew
-    (loud when the log is past its stall limit, or no process is alive)."""
+    (loud when the run is stalled as the verdict judges it, console.stall.is_stalled, or no process is alive)."""
     sample = state.latest
     # Counted from the sample: the pane folds a compile's helpers into one row.
     alive = sum(p.state not in ("Z", "X") for p in sample.processes) if sample is not None else 0
@@ -155,7 +147,7 @@ def process_titles(state: RunState, silence: Silence) -> BoxTitles:
         title = f"Processes · {sample.process_error}"
     else:
         title = f"Processes · {alive} alive"
-    stalled = silence.stalled
+    stalled = is_stalled(silence, state.rate_silent_s(now), state.rate_interval_s())
     silent = silence.silent_s
     if silent is None:
         grew = "log not read yet"
@@ -191,13 +183,6 @@ def log_titles(state: RunState, configured_log: str | None, reading: LogReading,
         parts.append(extra)
     level = "warn" if not reading.following and reading.unseen > 0 else "ok"
     return BoxTitles(f"Log · {path}", " · ".join(parts), level)
-
-
-def verdict_level(name: str) -> str:
-    """`ok`, `warn` or `crit` for a verdict name (how loudly to show it)."""
-    if not is_problem(name):
-        return "ok"
-    return "crit" if severity(name) >= severity("hung") else "warn"
 
 
 def status_view(config: Config, state: RunState, verdict: Verdict | None, *, read_only: bool, now: float) -> StatusView:

@@ -41,7 +41,7 @@ def test_patterns_that_need_text_do_not(pattern):
     ],
 )
 def test_protected_processes(process, reason):
-    said = protected_reason(process, own_pids={7, 8})
+    said = protected_reason(process, pulse_pids={7, 8})
     if reason is None:
         assert said is None
     else:
@@ -50,7 +50,7 @@ def test_protected_processes(process, reason):
 
 
 def test_pulse_and_its_ancestors_are_protected():
-    assert protected_reason(facts(8, "python3", "-m", "console.cli", "restart"), own_pids={7, 8}).startswith(
+    assert protected_reason(facts(8, "python3", "-m", "console.cli", "restart"), pulse_pids={7, 8}).startswith(
         "Pulse itself or one of its ancestors"
     )
 

@@ -10,8 +10,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from console.ui.keymap import STEP_ACTIONS, STEP_KEYS
-from console.ui.run_figures import verdict_level
+from console.ui.keymap import STEP_ACTIONS, STEP_KEYS, next_step_text
+from console.verdicts import level as verdict_level
 from console.ui.dialogs.modal import FramedModal
 from console.ui.themes import ThemedApp
 
@@ -20,13 +20,13 @@ def verdict_text(verdict, evidence) -> Text:
     """The whole diagnosis as text: verdict, summary, next step, evidence lines, stacks.
 
     The next step comes before the evidence so it is on screen at 80×24; it names its key
-    once, in its own words ("dump the stacks (p)").
+    once, before the core's key-free words ("(p) dump the stacks").
     """
     text = Text()
     text.append(f" {verdict.name.upper()} ", "bold reverse")
     text.append(f" {verdict.summary}\n\n", "bold")
     text.append("Next step  ", "bold underline")
-    text.append(f"{verdict.next_step}\n\n", "bold")
+    text.append(f"{next_step_text(verdict.next_step, verdict.step)}\n\n", "bold")
     if verdict.evidence:
         text.append("Evidence\n", "bold underline")
         for line in verdict.evidence:

@@ -17,7 +17,7 @@ from textual_plotext import PlotextPlot
 
 from console.journal.report import TimelineView, Window, clock_text, timeline_view
 from console.state import RATE_UNITS
-from console.ui.run_figures import verdict_level
+from console.verdicts import level as verdict_level
 from console.ui.dialogs.modal import FramedModal
 
 #: Colours of the plot's marks (plotext colour names).

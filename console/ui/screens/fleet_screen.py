@@ -28,8 +28,8 @@ from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
 from console.ui.dialogs.action_screen import ActionScreen
 from console.ui.dialogs.confirm_screen import ConfirmScreen
 from console.ui.render import BaseScreen
-from console.ui.run_figures import verdict_level
-from console.ui.keymap import bindings, fleet_actions, run_screen_actions
+from console.verdicts import level as verdict_level
+from console.ui.keymap import bindings, fleet_actions, next_step_text, run_screen_actions
 from console.ui.dialogs.modal import FramedModal
 from console.ui.palette import PulseCommands
 from console.ui.screens.run_screen import RunScreen
@@ -186,7 +186,7 @@ def node_detail(node: FleetNode) -> Text:
     text = Text(f"{node.name}: ", style="bold")
     text.append(f"{verdict.name} — {verdict.summary}")
     if verdict.next_step and verdict.next_step not in verdict.summary:
-        text.append(f"\nnext: {verdict.next_step}", style="dim")
+        text.append(f"\nnext: {next_step_text(verdict.next_step, verdict.step)}", style="dim")
     return text
 
 

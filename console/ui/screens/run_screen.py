@@ -22,7 +22,7 @@ from textual.widgets import Footer, Input
 
 from console.config import Config
 from console.diagnose import Verdict
-from console.model import Sample
+from console.model import Sample, run_pids
 from console.observe.roles import fold_helpers
 from console.state import RunState
 from console.stall import Silence
@@ -41,7 +41,6 @@ from console.ui.run_figures import (
     StatusView,
     gpu_titles,
     log_titles,
-    own_pids,
     process_titles,
     progress_bar_view,
     status_view,
@@ -248,7 +247,7 @@ class RunScreen(BaseScreen):
         self._painted_at = now
         sample = self._painted_sample = self.state.latest
         if sample is not None:
-            self.gpu_pane.show(sample.gpus, roles=self.config.gpus.roles, own_pids=own_pids(sample), thresholds=self.thresholds())
+            self.gpu_pane.show(sample.gpus, roles=self.config.gpus.roles, own_pids=run_pids(sample.processes), thresholds=self.thresholds())
             self.process_pane.show(fold_helpers(sample.processes, self.config.stall.cpu_idle_pct))
             self.on_first_sample()
         self.throughput_pane.show(throughput_view(self.state, self.config.metrics, self.clock()))
@@ -261,7 +260,7 @@ class RunScreen(BaseScreen):
     def _refresh_titles(self, now: float) -> None:
         set_box(self.gpus_box, gpu_titles(self.state.latest, self.node_name))
         silence = Silence(self.state.log_silent_s(now), self.usual_s(), override_s=self.config.stall.log_silent_s)
-        set_box(self.processes_box, process_titles(self.state, silence))
+        set_box(self.processes_box, process_titles(self.state, silence, now))
         self._refresh_log_titles()
 
     def _refresh_log_titles(self) -> None:

@@ -1,8 +1,9 @@
-"""Stall diagnosis: what was observed in, one verdict out. Pure: no I/O, no clock.
+"""The rules: what was observed in, one verdict out. Pure: no I/O, no clock.
 
 `console.evidence.gather` collects an `Evidence` from a target; `diagnose` names what is
 wrong, shows the observations that say so, the next step, and the action that takes it (its `step`,
-one of NEXT_STEPS; the console binds each to a key).
+one of console.verdicts.NEXT_STEPS). The prose names no key: `pulse check`, alerts and reports
+print it where there are none; the console shows the key of the verdict's `step` beside it.
 
 A verdict is earned. "Healthy" needs evidence of progress: the log writing within its rhythm
 (console.stall), or, once the log is quiet past the floor, the run's stacks moving while they were
@@ -26,6 +27,7 @@ the recording saw waiting or still, is never busy, even at 100 % CPU):
 | oom                 | an OOM line since the launch the run did not recover from (nothing alive, or recent with no progress after) | warmup/restart |
 | diverged            | a NaN/Inf loss line since the launch                                             | log            |
 | launch_failed       | nothing alive, and the log missing, empty, or not written since the launch       | restart        |
+| stopped             | alive, and a process of the run in state T: "stopped by you at HH:MM:SS" after Pulse's own audited SIGSTOP, else "stopped (state T)" | continue |
 | gpu_contexts_unseen | nothing alive in view, but in a PID namespace the GPUs hold memory under PIDs it cannot see (host PIDs): the contexts may live on | —              |
 | dead                | nothing alive (NCCL's watchdog and flight recorder, then the last problem lines, are the evidence) | log            |
 | hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | restart        |
@@ -37,329 +39,51 @@ the recording saw waiting or still, is never busy, even at 100 % CPU):
 | hung                | recorded, nothing moves: every thread waits (the collective and the ranks not in it, the straggler, a rank alone at init_process_group and who never joined, the DataLoader workers, a kernel that does not end) | dump |
 | hung / buffered     | not recorded (py-spy refused), stalled: idle (hung) or busy into a buffered file  | dump/restart   |
 | unknown             | not recorded, quiet past the floor but not stalled: what is missing, what would tell | dump      |
-| slow                | throughput now < `metrics.slow_fraction` × baseline                              | dump           |
+| slow                | the last rates < `metrics.slow_fraction` × the run's best (console.slowness)     | dump           |
 | healthy             | the log progresses within its rhythm (said "quiet" past a few of its intervals), with the problems it went on past | — |
 
-`severity(name)` orders verdicts for notifications (`worse(a, b)`: a deserves a louder one).
+Each verdict's severity, display level and usual step are in the one table, console.verdicts.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 
 from console.config import Config
-from console.model import GpuReading, LineKind, ProcessReading
-from console.observe.nccl import FlightRecord, NcclFact, never_joined, nccl_lines
+from console.diagnose.evidence import DeadThread, Evidence, ProblemLine, StackSummary, Verdict
+from console.diagnose.explanation import (
+    QUOTE_CHARS,
+    QUOTED_LINES,
+    RECORD_TEXT,
+    clip,
+    clock_text,
+    exception_type,
+    lifetime_cpu_pct,
+    short_who,
+    thread_who,
+    user_frame,
+)
+from console.diagnose.stacks import StackGroup, call_text, group_stacks, group_sentence, in_collective, stragglers
+from console.model import GpuReading, LineKind, ProcessReading, run_pids
+from console.observe.nccl import never_joined, nccl_lines
 from console.observe.progress import TerminalOnlyProgress
-from console.observe.pyspy import RECORD_HZ, RECORD_S
 from console.observe.roles import fold_helpers
 from console.state import RATE_UNITS
-from console.stall import Silence
+from console.stall import Silence, is_stalled
+from console.slowness import Baseline, Slowdown, from_log, name_cause, no_history_text, slowdown
 from console.units import format_duration, format_indices, spread
-from console.slowness import Baseline, SlowLook, Slowdown, from_log, name_cause, no_history_text, slowdown
+from console.verdicts import kind
 
-VERDICTS = (
-    "healthy",
-    "slow",
-    "buffered",
-    "hung",
-    "dead",
-    "oom",
-    "diverged",
-    "launch_failed",
-    "gpu_contexts_unseen",
-    "unknown",
-)
-
-#: What a verdict's next step may be: dump the stacks, read the log at the problem, restart, warm up.
-NEXT_STEPS = ("dump", "log", "restart", "warmup")
-
-#: Notification order, quietest first.
-_SEVERITY = {
-    "healthy": 0,
-    "gpu_contexts_unseen": 1,
-    "unknown": 2,
-    "slow": 3,
-    "buffered": 4,
-    "diverged": 5,
-    "hung": 6,
-    "launch_failed": 7,
-    "dead": 8,
-    "oom": 9,
-}
-
-#: A throughput line this many usual intervals late is missing, not just slow to come (with an explicit limit).
-RATE_GAPS = 3
 #: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
 RECOVERABLE_KINDS = (LineKind.OOM, LineKind.CUDA_ERROR, LineKind.NCCL_TIMEOUT)
 #: Python's buffer for a file is its block size (st_blksize, 4 KiB or a multiple): a block-buffered
 #: stdout writes its log in whole multiples of this.
 BUFFER_BYTES = 4096
-#: How the evidence names a recording of the stacks (console.observe.pyspy_run.record).
-RECORD_TEXT = f"{RECORD_S} s at {RECORD_HZ} Hz"
-#: How many problems a verdict quotes (each by the line that names it).
-_QUOTED_LINES = 3
-_QUOTE_CHARS = 160
-
-
-@dataclass(frozen=True, slots=True)
-class ProblemLine:
-    """A problem seen since the last launch (console/observe/problems.py), by the line that names it."""
-
-    kind: LineKind
-    """The gravest kind among the problem's lines."""
-    text: str
-    """The line that names it: a traceback's exception line, never "Traceback (most recent call last):"."""
-    age_s: float | None = None
-    """Seconds since that line arrived; None when unknown (a tail read has no times)."""
-    thread: str | None = None
-    """The thread whose uncaught exception this is, when it is one."""
-    progress_after: bool = False
-    """The log reported progress (steps, rates, losses) after the problem's last line."""
-    family: str | None = None
-    """The family of problems its framework handles itself (console.observe.recovered), if one."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveredFamily:
-    """How often a family of self-handled problems occurred since the launch: '23 autotune configs skipped'."""
-
-    text: str
-    """'23 autotune configs skipped: out of shared memory'."""
-    family: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeadThread:
-    """A thread whose uncaught exception reached the log ("Exception in thread NAME:" and its traceback)."""
-
-    name: str
-    exception: str
-    """The traceback's last line, e.g. 'torch.OutOfMemoryError: CUDA out of memory. …'."""
-    age_s: float | None = None
-    progress_after: bool = False
-    """The log went on reporting progress (steps, rates, losses) after the thread died."""
-
-
-@dataclass(frozen=True, slots=True)
-class StackSummary:
-    """One thread of a py-spy dump, summarised: what it waits on and where in user code."""
-
-    pid: int
-    tid: int
-    name: str
-    idle: bool
-    wait: str | None
-    """What the thread waits on (e.g. 'queue', 'lock', 'sleep'), None when running."""
-    where: str
-    """The innermost frame worth reading, e.g. 'Queue.get (queue.py:171) ← pack_hidden (hung.py:9)'."""
-    count: int = 1
-    """Identical threads folded into this one (DataLoader workers)."""
-    main: bool = False
-    """The process's main thread (MainThread, else its first thread)."""
-    signature: tuple = ()
-    """Every frame's (function, file, line): equal signatures are the same stack."""
-    collective: str | None = None
-    """The collective it is in (all_reduce, barrier, ...) or 'synchronize'; None when in none."""
-    label: str = ""
-    """The process's place in the run, as console.observe.roles labels it."""
-    role: str = ""
-    rank: int | None = None
-    parent: int | None = None
-    """The process's parent PID (a worker's rank)."""
-    cpu_pct: float | None = None
-    """The process's CPU% over the sampling window."""
-    motion: str | None = None
-    """How the thread moved while it was recorded (console.observe.pyspy.MOTIONS): moving, paced, busy,
-    waiting or still; None when it was not recorded."""
-    run_env: tuple[tuple[str, str], ...] = ()
-    """The process's RANK, WORLD_SIZE, MASTER_ADDR, ... (a rank waiting at start-up is named by them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What one look at the run saw. Times are seconds; 'now' is the target's clock."""
-
-    window_s: float
-    processes: tuple[ProcessReading, ...] = ()
-    """The run's processes at the end of the window; cpu_pct (and each thread's) is the delta over it."""
-    process_error: str | None = None
-    gpus: tuple[GpuReading, ...] = ()
-    """The run's GPUs (all GPUs when the config names none)."""
-    gpu_source: str = "none"
-    gpu_error: str | None = None
-    in_pid_namespace: bool = False
-    gpu_contexts_unseen: bool = False
-    """Seen from a PID namespace, the GPUs hold memory and none of it is under a PID of the run."""
-    log_path: str | None = None
-    log_exists: bool = False
-    log_kind: str = "file"
-    """What the log's path is (model.file_kind): a device or a FIFO has no size or age to judge by."""
-    log_size: int = 0
-    log_growth: int = 0
-    """Bytes the log grew during the window."""
-    log_silent_s: float | None = None
-    """Seconds since the log last grew (now − its mtime)."""
-    log_written_since_launch: bool | None = None
-    """None when no launch is known."""
-    rate_metric: str | None = None
-    rate_now: float | None = None
-    rate_baseline: float | None = None
-    rate_values: tuple[float, ...] = ()
-    """Every rate value the log gave that the look holds, oldest first: the run's own history."""
-    rate_history: Baseline | None = None
-    """The run's best sustained rate learned from its journal, when the caller read one."""
-    slow_look: SlowLook | None = None
-    """A slow run's stacks, /proc and NVML over a few seconds (console.slow_look), once it was taken."""
-    rate_silent_s: float | None = None
-    """Seconds since the last throughput line, when one was seen."""
-    rate_interval_s: float | None = None
-    """The run's usual gap between throughput lines (None until learned)."""
-    log_write_interval_s: float | None = None
-    """The run's usual gap between writes to its log (None until learned)."""
-    log_rhythm_estimated: bool = False
-    """log_write_interval_s was estimated from one look at the log (its size over the run's writing time), not learned."""
-    problems: tuple[ProblemLine, ...] = ()
-    """Problem lines since the last launch, oldest first."""
-    families: tuple[RecoveredFamily, ...] = ()
-    """The self-handled problem families seen since the last launch, each counted."""
-    dead_threads: tuple[DeadThread, ...] = ()
-    """Threads that died of an uncaught exception, as the log tells."""
-    nccl: tuple[NcclFact, ...] = ()
-    """What the log's NCCL watchdog and flight-recorder lines say."""
-    flight: tuple[FlightRecord, ...] = ()
-    """The ranks' flight-recorder dumps, when the run wrote them."""
-    stacks: tuple[StackSummary, ...] = ()
-    """Each dumped thread (identical ones folded), with how it moved while recorded."""
-    stack_error: str | None = None
-    """Why no stacks were dumped when a dump was tried (with its advice)."""
-    stacks_missing: tuple[str, ...] = ()
-    """Ranks or main processes that could not be dumped while others were, each with why."""
-    launched_at: float | None = None
-    """When the console last launched the run (target clock), None when it did not."""
-    terminal_only_progress: TerminalOnlyProgress | None = None
-    """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A diagnosis: its name, one-line summary, the observations behind it and what to do."""
-
-    name: str
-    summary: str
-    evidence: list[str]
-    next_step: str
-    step: str | None = None
-    """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StackGroup:
-    """Processes (ranks, here or across nodes) whose main threads have the identical stack."""
-
-    count: int
-    ranks: tuple[str, ...]
-    """Who is in the group: 'rank 1 (pid 1165)' on one host, 'node:pid' in a fleet."""
-    wait: str | None
-    """What the stack waits on (queue get, NCCL collective, ...), None when it runs."""
-    where: str
-    """The innermost frame worth reading."""
-    collective: str | None = None
-    cpu_pct: float | None = None
-    """The highest CPU% among the group's processes, when known (a spinning wait)."""
-    idle: bool = False
-    """py-spy saw the thread off the CPU."""
-
-
-def group_stacks(members: Iterable[tuple[str, StackSummary]]) -> list[StackGroup]:
-    """Main threads grouped by identical stack: (who, summary) pairs in, biggest group first.
-
-    The one grouping for both a host's ranks and a fleet's: N ranks on one host are the same
-    problem as one rank on each of N hosts.
-    """
-    groups: dict[tuple, list[tuple[str, StackSummary]]] = {}
-    for who, summary in members:
-        groups.setdefault(summary.signature or (summary.where,), []).append((who, summary))
-    out = []
-    for found in groups.values():
-        first = found[0][1]
-        cpus = [s.cpu_pct for _, s in found if s.cpu_pct is not None]
-        out.append(
-            StackGroup(
-                count=len(found),
-                ranks=tuple(who for who, _ in found),
-                wait=first.wait,
-                where=first.where,
-                collective=first.collective,
-                cpu_pct=max(cpus) if cpus else None,
-                idle=first.idle,
-            )
-        )
-    out.sort(key=lambda g: (-g.count, g.ranks))
-    return out
-
-
-def in_collective(group: StackGroup | StackSummary) -> bool:
-    """Waiting on its peers or its device: in a collective, a Work.wait, a CUDA synchronize."""
-    return group.collective is not None or group.wait in ("NCCL collective", "CUDA synchronize")
-
-
-def stragglers(groups: list[StackGroup]) -> list[StackGroup]:
-    """The odd ones out: the groups not in a collective while others are; else a lone smallest group."""
-    if len(groups) < 2:
-        return []
-    waiting = [g for g in groups if in_collective(g)]
-    if waiting and len(waiting) < len(groups):
-        return [g for g in groups if not in_collective(g)]
-    smallest = min(g.count for g in groups)
-    lone = [g for g in groups if g.count == smallest]
-    return lone if len(lone) == 1 and smallest < max(g.count for g in groups) else []
-
-
-def group_sentence(group: StackGroup) -> str:
-    """'rank 0 (pid 1164) waits in all_reduce (NCCL collective), spinning at 100% CPU in synchronize (…)',
-    'rank 1 (pid 1165) stopped in read_batch (train.py:13)'."""
-    many = group.count > 1
-    who = ", ".join(group.ranks) if group.count <= 3 else f"{group.count} ranks ({', '.join(group.ranks[:3])}, …)"
-    if in_collective(group):
-        call = _call_text(group.collective)
-        named = group.collective not in (None, "synchronize")
-        doing = f"{'wait' if many else 'waits'} in {call}" + (f" ({group.wait})" if named and group.wait else "")
-        if group.cpu_pct is not None and group.cpu_pct > 50:
-            doing += f", spinning at {group.cpu_pct:.0f}% CPU"
-    elif group.wait or group.idle:
-        on = f" on {group.wait}" if group.wait else ""
-        return f"{who} stopped{on} in {group.where}"
-    else:
-        doing = "run" if many else "runs"
-    return f"{who} {doing} in {group.where}"
-
-
-def severity(name: str) -> int:
-    """How loudly a verdict deserves to be announced (healthy is 0)."""
-    return _SEVERITY[name]
-
-
-def worse(a: str, b: str) -> bool:
-    """True when verdict `a` is more severe than verdict `b`."""
-    return severity(a) > severity(b)
-
-
-def is_problem(name: str) -> bool:
-    """Every verdict but healthy asks the operator to look."""
-    return name != "healthy"
 
 
 def diagnose(evidence: Evidence, config: Config) -> Verdict:
     """Name the run's state from `evidence` under `config`'s thresholds (rules in the module docstring)."""
     return _Diagnosis(evidence, config).verdict()
-
-
-#: Verdicts the run's stacks can change: a run whose log shows no progress (it may wait, or work
-#: quietly), a buffered one, an out-of-memory line it may have gone on past.
-STACKS_DECIDE = frozenset(("hung", "unknown", "buffered", "oom"))
 
 
 #: The next step for each cause of a slowdown (console.slowness.CAUSES).
@@ -398,7 +122,7 @@ def wants_stacks(evidence: Evidence, config: Config) -> bool:
     """The verdict on `evidence` cannot be earned without the run's stacks (none were taken yet)."""
     if evidence.stacks or evidence.stack_error or not any(p.state not in ("Z", "X") for p in evidence.processes):
         return False
-    return evidence.terminal_only_progress is not None or diagnose(evidence, config).name in STACKS_DECIDE
+    return evidence.terminal_only_progress is not None or kind(diagnose(evidence, config).name).stacks_decide
 
 
 class _Diagnosis:
@@ -440,7 +164,7 @@ class _Diagnosis:
 
     def _run_gpu_pids(self, working_only: bool) -> set[int]:
         waiting = self._waiting_pids() if working_only else set()
-        return {pid for p in self.alive if p.pid not in waiting for pid in (p.pid, *p.nspid)}
+        return set(run_pids(p for p in self.alive if p.pid not in waiting))
 
     def _gpu_busy_by_run(self, g: GpuReading) -> bool:
         """The run's own use of GPU `g`: its processes' SM% when read, else the device's use when the run is on it."""
@@ -470,16 +194,9 @@ class _Diagnosis:
     def _cpu_known(self) -> bool:
         return any(p.cpu_pct is not None for p in self.alive)
 
-    def _rate_limit(self) -> float:
-        ev, override = self.ev, self.stall.log_silent_s
-        if override is not None:
-            return max(override, RATE_GAPS * (ev.rate_interval_s or 0.0))
-        return Silence(None, ev.rate_interval_s).limit_s
-
     def _silent(self) -> bool:
-        """No log growth past its stall limit, or no throughput line past the limit for progress."""
-        ev = self.ev
-        return self.silence.stalled or (ev.rate_silent_s is not None and ev.rate_silent_s > self._rate_limit())
+        """No log growth past its stall limit, or no throughput line past the limit for progress (console.stall)."""
+        return is_stalled(self.silence, self.ev.rate_silent_s, self.ev.rate_interval_s)
 
     def _quiet_text(self) -> str:
         return self.silence.quiet_text()
@@ -506,9 +223,9 @@ class _Diagnosis:
         out = []
         for t in self._movers()[:4]:
             how = "sleeps in its own loop and wakes" if t.motion == "paced" else "moves"
-            out.append(f'thread "{t.name}" of {_who(t)} {how} (recorded {RECORD_TEXT}): {t.where}')
+            out.append(f'thread "{t.name}" of {thread_who(t)} {how} (recorded {RECORD_TEXT}): {t.where}')
         for t in self._busy_in_one_place()[:2]:
-            out.append(f'thread "{t.name}" of {_who(t)} is on the CPU in one place the whole recording: {t.where}')
+            out.append(f'thread "{t.name}" of {thread_who(t)} is on the CPU in one place the whole recording: {t.where}')
         return out
 
     def _recent(self, line: ProblemLine) -> bool:
@@ -529,15 +246,15 @@ class _Diagnosis:
                 cpu = "CPU unknown (one sample only)"
             else:
                 cpu = f"CPU {p.cpu_pct:.1f}% over {ev.window_s:g} s"
-            lifetime = _lifetime_cpu_pct(p)
+            lifetime = lifetime_cpu_pct(p)
             if lifetime is not None:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
             role = f" [{p.label}]" if p.label else ""
-            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {_clip(p.cmdline, 80)}")
+            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
-                busy.sort(key=lambda t: -t.cpu_pct)
+                busy.sort(key=lambda t: -(t.cpu_pct or 0.0))
                 shown = ", ".join(f"{t.name or t.tid} {t.cpu_pct:.0f}%" for t in busy[:4])
                 lines.append(f"pid {p.pid} busy threads: {shown}")
         return lines
@@ -563,8 +280,7 @@ class _Diagnosis:
         for g in ev.gpus:
             lines += self._gpu_share_lines(g)  # whose work each busy GPU does: one line per GPU, it differs
         if ev.gpu_contexts_unseen:
-            run_pids = {pid for p in ev.processes for pid in (p.pid, *p.nspid)}
-            pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids)
+            pids = sorted({gp.pid for g in ev.gpus for gp in g.processes} - run_pids(ev.processes))
             held = f"pid {', '.join(map(str, pids))}" if pids else "PIDs the driver does not list here"
             lines.append(f"GPU memory held by {held}: this PID namespace cannot see them (host PIDs)")
         return lines
@@ -613,7 +329,7 @@ class _Diagnosis:
         return stuck if len(stuck) < len(mains) else []
 
     def _rank_groups(self) -> list[StackGroup]:
-        return group_stacks((_who(t), t) for t in self._program_threads())
+        return group_stacks((thread_who(t), t) for t in self._program_threads())
 
     def _rank_lines(self) -> list[str]:
         """Ranks grouped by stack, the odd one out named: '… rank 1 is the straggler'."""
@@ -621,8 +337,8 @@ class _Diagnosis:
         if len(self._program_threads()) < 2:
             return []
         lines = [group_sentence(g) for g in groups]
-        names = [_short_who(who) for g in stragglers(groups) for who in g.ranks]
-        names = names or [_short_who(_who(t)) for t in self._blocked_ranks()]
+        names = [short_who(who) for g in stragglers(groups) for who in g.ranks]
+        names = names or [short_who(thread_who(t)) for t in self._blocked_ranks()]
         if names:
             lines.append(f"{', '.join(names)} {'is the straggler' if len(names) == 1 else 'are the stragglers'}")
         return lines
@@ -638,7 +354,7 @@ class _Diagnosis:
                 state = "blocked" if g.wait or g.idle else "running"
                 on = f" on {g.wait}" if g.wait else ""
                 many = "DataLoader workers" if g.count > 1 else "DataLoader worker"
-                lines.append(f"{g.count} {many} of {_who(owner)} {state}{on} in {g.where} (pids {', '.join(g.ranks)})")
+                lines.append(f"{g.count} {many} of {thread_who(owner)} {state}{on} in {g.where} (pids {', '.join(g.ranks)})")
         return lines
 
     def _hung_summary(self) -> str:
@@ -649,40 +365,40 @@ class _Diagnosis:
         nccl = self._nccl_summary()
         if nccl:
             return nccl
-        died = [f'thread "{t.name}" died of {_exception_type(t.exception)}' for t in self.ev.dead_threads]
+        died = [f'thread "{t.name}" died of {exception_type(t.exception)}' for t in self.ev.dead_threads]
         if died:
             return "; ".join(died) + ", then the run stopped"
         if waiting and behind:
-            call = _call_text(waiting[0].collective)
-            inside = [_short_who(w) for g in waiting for w in g.ranks]
-            outside = [_short_who(w) for g in behind for w in g.ranks]
+            call = call_text(waiting[0].collective)
+            inside = [short_who(w) for g in waiting for w in g.ranks]
+            outside = [short_who(w) for g in behind for w in g.ranks]
             return (
                 f"{', '.join(inside)} {'waits' if len(inside) == 1 else 'wait'} in {call}; "
-                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {_user_frame(behind[0].where)}"
+                f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in it, in {user_frame(behind[0].where)}"
             )
         if waiting and len(groups) == 1 and groups[0].count == 1:
             main = waiting[0]
             spinning = f", spinning at {main.cpu_pct:.0f}% CPU," if (main.cpu_pct or 0.0) > 50 else ""
-            return f"the main thread waits in {_call_text(main.collective)}{spinning} in {_user_frame(main.where)}" \
+            return f"the main thread waits in {call_text(main.collective)}{spinning} in {user_frame(main.where)}" \
                 + self._own_kernel_text()
         if waiting:
-            return f"every rank waits in {_call_text(waiting[0].collective)}"
+            return f"every rank waits in {call_text(waiting[0].collective)}"
         blocked = self._blocked_ranks()
         if blocked:
             first = blocked[0]
-            others = [_short_who(_who(t)) for t in self._program_threads() if t not in blocked]
-            return f"{_short_who(_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
+            others = [short_who(thread_who(t)) for t in self._program_threads() if t not in blocked]
+            return f"{short_who(thread_who(first))} {self._waits_on(first)}; {', '.join(others)} cannot finish its step"
         mains = self._program_threads()
         peers = [t for t in mains if t.wait == "rendezvous"]
         if peers and len(peers) == len(mains):
             world = dict(peers[0].run_env).get("WORLD_SIZE")
             of = f" of {world}" if world else ""
-            who = ", ".join(_short_who(_who(t)) for t in peers)
-            return f"{who}{of} {'waits' if len(peers) == 1 else 'wait'} for peers that never joined, in {_user_frame(peers[0].where)}"
+            who = ", ".join(short_who(thread_who(t)) for t in peers)
+            return f"{who}{of} {'waits' if len(peers) == 1 else 'wait'} for peers that never joined, in {user_frame(peers[0].where)}"
         if len(mains) == 1 and mains[0].wait:
             return f"the main thread {self._waits_on(mains[0])}"
         if mains and all(t.motion in ("waiting", "still") for t in mains):
-            return f"the main thread is stopped in {_user_frame(mains[0].where)}"
+            return f"the main thread is stopped in {user_frame(mains[0].where)}"
         return "the run is alive and idle"
 
     def _own_kernel_text(self) -> str:
@@ -703,8 +419,8 @@ class _Diagnosis:
     def _waits_on(self, main: StackSummary) -> str:
         """'waits on its DataLoader workers (hf_trainer.py:75)', 'waits on queue get in pack_hidden (hung.py:9)'."""
         if "_get_data" in main.where and any(t.role == "worker" and t.parent == main.pid for t in self.ev.stacks):
-            return f"waits on its DataLoader workers ({_user_frame(main.where).rpartition(' (')[2].rstrip(')')})"
-        return f"waits on {main.wait} in {_user_frame(main.where)}"
+            return f"waits on its DataLoader workers ({user_frame(main.where).rpartition(' (')[2].rstrip(')')})"
+        return f"waits on {main.wait} in {user_frame(main.where)}"
 
     def _log_lines(self) -> list[str]:
         ev = self.ev
@@ -738,9 +454,9 @@ class _Diagnosis:
 
     def _problem_lines(self, lines: list[ProblemLine]) -> list[str]:
         out = []
-        for line in lines[-_QUOTED_LINES:]:
+        for line in lines[-QUOTED_LINES:]:
             age = "" if line.age_s is None else f" ({format_duration(line.age_s)} ago)"
-            out.append(f"{line.kind.value}{age}: {_clip(line.text, _QUOTE_CHARS)}")
+            out.append(f"{line.kind.value}{age}: {clip(line.text, QUOTE_CHARS)}")
         return out
 
     def _stack_lines(self) -> list[str]:
@@ -752,7 +468,7 @@ class _Diagnosis:
         for t in ev.stacks:
             fold = f" ×{t.count}" if t.count > 1 else ""
             what = f"waiting on {t.wait}" if t.wait else ("idle" if t.idle else "running")
-            whose = f"{_who(t)} " if several else ""
+            whose = f"{thread_who(t)} " if several else ""
             out.append(f'{whose}thread "{t.name}"{fold} {what}: {t.where}')
         out += [f"not dumped: {why}" for why in ev.stacks_missing]
         return out
@@ -804,16 +520,16 @@ class _Diagnosis:
                     "oom",
                     f"a Triton kernel asked for more shared memory than the GPU has (OutOfResources); {state}",
                     self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
-                    "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart (R)",
+                    "use smaller autotune configs (block sizes, num_stages) for that kernel, then restart",
                     "restart",
                 )
             step = "warmup" if self.has_warmup else "restart"
-            advice = "warm the GPUs one at a time (w) or lower the batch, then restart (R)"
+            advice = "warm the GPUs one at a time or lower the batch, then restart"
             return Verdict(
                 "oom",
                 f"CUDA out of memory; {state}",
                 self._problem_lines(ooms) + self._process_lines() + self._gpu_lines(),
-                advice if self.has_warmup else "lower the batch or sequence length, then restart (R)",
+                advice if self.has_warmup else "lower the batch or sequence length, then restart",
                 step,
             )
 
@@ -823,12 +539,16 @@ class _Diagnosis:
                 "diverged",
                 "the loss went NaN/Inf",
                 self._problem_lines(nans) + self._process_lines() + self._log_lines(),
-                "read the log around the first NaN (l); lower the learning rate or restore a checkpoint",
+                "read the log around the first NaN; lower the learning rate or restore a checkpoint",
                 "log",
             )
 
         if not self.alive:
             return self._not_alive()
+
+        stopped = [p for p in self.alive if p.state == "T"]
+        if stopped:
+            return self._stopped(stopped)
 
         dead = [t for t in ev.dead_threads if not t.progress_after]
         if dead and (not self.silence.progressing or not self._busy_cpu()):  # a busy run may still log its next step
@@ -886,8 +606,8 @@ class _Diagnosis:
         ev = self.ev
         lines = [f"{family.text} (the run went on)" for family in ev.families]
         others = [p for p in ev.problems if p.kind in RECOVERABLE_KINDS and p.family is None and not self._fatal(p)]
-        for p in others[-_QUOTED_LINES:]:
-            lines.append(f"{p.kind.value}, recovered (progress followed): {_clip(p.text, _QUOTE_CHARS)}")
+        for p in others[-QUOTED_LINES:]:
+            lines.append(f"{p.kind.value}, recovered (progress followed): {clip(p.text, QUOTE_CHARS)}")
         return lines
 
     def _progress_off_log(self, hidden: TerminalOnlyProgress, state: str) -> Verdict:
@@ -911,7 +631,7 @@ class _Diagnosis:
                 "launch_failed",
                 f"{gone} and the log is {what}",
                 self._process_lines() + self._log_lines() + self._problem_lines(list(ev.problems)),
-                "check the launch command, its working directory and the log path, then restart (R)",
+                "check the launch command, its working directory and the log path, then restart",
                 "restart",
             )
         if ev.gpu_contexts_unseen:
@@ -932,8 +652,41 @@ class _Diagnosis:
             + self._problem_lines(list(ev.problems))
             + self._log_lines()
             + self._gpu_lines(),
-            "read the end of the log (l) for the cause, then restart (R)",
+            "read the end of the log for the cause, then restart",
             "log",
+        )
+
+    def _stopped(self, stopped: list[ProcessReading]) -> Verdict:
+        """A process of the run in state T: a stopped process makes no progress, and is not hung. Pulse's own
+        SIGSTOP is a fact it audited (who and when); any other stop (a debugger, Ctrl+Z, a scheduler's suspend)
+        is someone else's, and only its state is known."""
+        sent = {s.pid: s for s in self.ev.signals}
+        ours = [(p, sent[p.pid]) for p in stopped if p.pid in sent and sent[p.pid].signal == "STOP"]
+        pids = ", ".join(f"pid {p.pid}" for p in stopped)
+        evidence = (
+            [f"pid {p.pid} ({p.label or p.role or 'process'}) is in state T: stopped, not scheduled" for p in stopped]
+            + [f"Pulse sent SIGSTOP to pid {p.pid} at {clock_text(s.at)} (audited)" for p, s in ours]
+            + self._log_lines()
+            + self._process_lines()
+            + self._gpu_lines()
+        )
+        if ours:
+            at = clock_text(max(s.at for _, s in ours))
+            others = [p for p in stopped if p.pid not in {q.pid for q, _ in ours}]
+            also = f"; {', '.join(f'pid {p.pid}' for p in others)} stopped (state T) by someone else" if others else ""
+            return Verdict(
+                "stopped",
+                f"{'pid ' + str(ours[0][0].pid) if len(ours) == 1 else f'{len(ours)} processes'} stopped by you at {at} (SIGSTOP){also}",
+                evidence,
+                "send SIGCONT to resume it; stopped, it holds its GPU memory and its peers wait",
+                "continue",
+            )
+        return Verdict(
+            "stopped",
+            f"{pids} stopped (state T), not by Pulse: a debugger, Ctrl+Z or a scheduler's suspend",
+            evidence,
+            "find who stopped it; SIGCONT resumes it once they are done",
+            "continue",
         )
 
     def _nccl_lines(self) -> list[str]:
@@ -953,7 +706,7 @@ class _Diagnosis:
 
     def _dead_thread_lines(self, dead) -> list[str]:
         return [
-            f'thread "{t.name}" died{"" if t.age_s is None else f" {format_duration(t.age_s)} ago"}: {_clip(t.exception, _QUOTE_CHARS)}'
+            f'thread "{t.name}" died{"" if t.age_s is None else f" {format_duration(t.age_s)} ago"}: {clip(t.exception, QUOTE_CHARS)}'
             + (" (the log went on for a while after)" if t.progress_after else "")
             for t in dead
         ]
@@ -966,7 +719,7 @@ class _Diagnosis:
         waiting = [f"the main thread {self._waits_on(mains[0])}"] if len(mains) == 1 and mains[0].wait else []
         return Verdict(
             "hung",
-            f'thread "{first.name}" died of {_exception_type(first.exception)}{others}; the process lives on',
+            f'thread "{first.name}" died of {exception_type(first.exception)}{others}; the process lives on',
             self._dead_thread_lines(dead)
             + ["no progress was logged after it died"]
             + waiting
@@ -975,7 +728,7 @@ class _Diagnosis:
             + self._process_lines()
             + self._gpu_lines()
             + self._stack_lines(),
-            "fix what killed the thread (its traceback is in the log, l), then restart (R): "
+            "fix what killed the thread (its traceback is in the log), then restart: "
             "what waits on that thread will wait forever",
             "restart",
         )
@@ -996,7 +749,7 @@ class _Diagnosis:
             "unknown",
             f"{quiet}: no evidence of progress; {missing}",
             self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
-            f"take its stacks (d); without them it is hung once {self.silence.limit_text()} if still idle",
+            f"take its stacks; without them it is hung once {self.silence.limit_text()} if still idle",
             "dump",
         )
 
@@ -1041,7 +794,7 @@ class _Diagnosis:
             "buffered",
             f"{why}, but its log is {self._quiet_text()}: stdout is block-buffered into a file",
             frames + self._log_lines() + self._stdout_lines() + self._process_lines() + self._gpu_lines(),
-            "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env (R); the lines are in the buffer, not lost",
+            "restart with `python -u` or PYTHONUNBUFFERED=1 in [run] env; the lines are in the buffer, not lost",
             "restart",
         )
 
@@ -1058,7 +811,7 @@ class _Diagnosis:
             first = movers[0]
             how = "sleeps in its own loop and wakes" if first.motion == "paced" else "moves"
             return self._healthy(
-                f"{self._log_state_text()}, but the run works: {_who(first)} {how} in {_user_frame(first.where)}",
+                f"{self._log_state_text()}, but the run works: {thread_who(first)} {how} in {user_frame(first.where)}",
                 self._motion_lines() + self._log_lines() + self._stack_lines(),
             )
         busy = self._busy_in_one_place()
@@ -1068,9 +821,9 @@ class _Diagnosis:
             first = busy[0]
             return Verdict(
                 "unknown",
-                f"{self._log_state_text()}; the run is busy in one place: {_who(first)} in {_user_frame(first.where)}",
+                f"{self._log_state_text()}; the run is busy in one place: {thread_who(first)} in {user_frame(first.where)}",
                 self._motion_lines() + self._log_lines() + self._stack_lines() + self._process_lines() + self._gpu_lines(),
-                "look again (d): a long call (a checkpoint save, a compile) ends and moves; a livelock stays",
+                "look again: a long call (a checkpoint save, a compile) ends and moves; a livelock stays",
                 "dump",
             )
         return self._hung()
@@ -1093,7 +846,7 @@ class _Diagnosis:
             + self._gpu_lines()
             + self._rank_lines()
             + self._stack_lines(),
-            "dump the stacks (p) to see what it is busy with",
+            "dump the stacks to see what it is busy with",
             "dump",
         )
 
@@ -1112,7 +865,7 @@ class _Diagnosis:
             + self._gpu_lines()
             + self._stack_lines()
             + self._problem_lines(list(ev.problems)),
-            "dump the stacks (p): a thread waits on something that will not come (a dead producer, a collective, a peer)",
+            "dump the stacks: a thread waits on something that will not come (a dead producer, a collective, a peer)",
             "dump",
         )
 
@@ -1126,9 +879,9 @@ class _Diagnosis:
         world = env.get("WORLD_SIZE", "")
         seen = sorted({t.rank for t in self._program_threads() if t.rank is not None})
         where = f" at {env['MASTER_ADDR']}:{env.get('MASTER_PORT', '?')}" if env.get("MASTER_ADDR") else ""
-        ranks = ", ".join(_short_who(_who(t)) for t in waiting)
+        ranks = ", ".join(short_who(thread_who(t)) for t in waiting)
         line = f"{ranks} {'waits' if len(waiting) == 1 else 'wait'} for {'its' if len(waiting) == 1 else 'their'} peers" \
-            f" in {_user_frame(waiting[0].where)}{where}"
+            f" in {user_frame(waiting[0].where)}{where}"
         if world.isdigit():
             line += f" (WORLD_SIZE {world}); ranks in view: {', '.join(map(str, seen)) or 'none'}"
             missing = [str(r) for r in range(int(world)) if r not in seen]
@@ -1137,45 +890,6 @@ class _Diagnosis:
         return [line]
 
 
-def _exception_type(line: str) -> str:
-    """'torch.OutOfMemoryError' from a traceback's last line (the whole line is evidence)."""
-    return _clip(line.split(":", 1)[0].strip() or line, 80)
-
-
-def _user_frame(where: str) -> str:
-    """The run's own frame of a 'call ← frame' where, e.g. 'read_batch (ddp_allreduce.py:32)'."""
-    return where.rpartition(" ← ")[2]
-
-
-def _call_text(collective: str | None) -> str:
-    """'all_reduce', 'a CUDA synchronize', or 'a collective' when the stack does not say which."""
-    if collective == "synchronize":
-        return "a CUDA synchronize"
-    return collective or "a collective"
-
-
-def _who(thread: StackSummary) -> str:
-    """'rank 1 (pid 1165)', 'main (pid 711)', or 'pid 711' for a process without a label."""
-    name = thread.label.split(" · ", 1)[0]
-    return f"{name} (pid {thread.pid})" if name else f"pid {thread.pid}"
-
-
-def _short_who(who: str) -> str:
-    """'rank 1 (pid 1165)' → 'rank 1'; a bare 'pid 711' stays."""
-    return who.split(" (pid ", 1)[0]
-
-
-def _lifetime_cpu_pct(process: ProcessReading) -> float | None:
-    """CPU% averaged over the process's whole life: what `ps` shows, and why it cannot tell a hang."""
-    if process.cpu_s is None or process.elapsed_s <= 0:
-        return None
-    return process.cpu_s / process.elapsed_s * 100.0
-
-
 def _is_regular_file(stdout: str | None) -> bool:
     """readlink of fd 1 names a file path (not a pipe, socket, tty or /dev/null)."""
-    return bool(stdout) and stdout.startswith("/") and not stdout.startswith("/dev/")
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return stdout is not None and stdout.startswith("/") and not stdout.startswith("/dev/")
