@@ -537,6 +537,11 @@ class _Timing:
     launch_timeout_s: float
 
 
+#: What a cancel after a step leaves (StepEvent.data "left", and "resume": the next step that continues it).
+UNTOUCHED_LEFT = {"left": "nothing was signalled: the run is as it was"}
+STOPPED_LEFT = {"left": "the run is stopped and was not relaunched", "resume": "restart", "resume_does": "launch"}
+
+
 async def _alive(target: Target, plan: RestartPlan) -> dict[int, str]:
     """Planned PIDs that still are the planned process → their state (Z included)."""
     info = await read_processes(target, [p.pid for p in plan.processes])
@@ -556,7 +561,7 @@ async def _wait_gone(target: Target, plan: RestartPlan, seconds: float, poll_s: 
 async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator[StepEvent, None]:
     step = "stop"
     if not plan.processes:
-        yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop")
+        yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop", {**STOPPED_LEFT})
         return
     yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + " ".join(s.dest for s in plan.signals))
     said = await send_signal(target, "TERM", plan.signals)
@@ -589,7 +594,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
     if stuck:
         yield StepEvent(step, StepStatus.FAILED, f"{detail}; still running: {' '.join(map(str, stuck))}")
     else:
-        yield StepEvent(step, StepStatus.OK, detail, {"sigkill": killed})
+        yield StepEvent(step, StepStatus.OK, detail, {"sigkill": killed, **STOPPED_LEFT})
 
 
 def _holding(sample: Sample, pids: set[int]) -> list[str]:
@@ -796,9 +801,9 @@ async def _restart(
     try:
         if lock.previous is not None:
             yield StepEvent(step, StepStatus.WARNING, f"taken over from {describe_lock_owner(lock.previous)}, whose"
-                            f" holder is gone ({path})", {"lock": path})
+                            f" holder is gone ({path})", {"lock": path, **UNTOUCHED_LEFT})
         else:
-            yield StepEvent(step, StepStatus.OK, f"held ({path})", {"lock": path})
+            yield StepEvent(step, StepStatus.OK, f"held ({path})", {"lock": path, **UNTOUCHED_LEFT})
         async for event in _locked_restart(target, config, plan, t, force, lock):
             yield event
     finally:
@@ -855,8 +860,9 @@ async def _locked_restart(
         yield await _after_unknown_launch(target, config, plan)
         return
     pid = launched.ref.pid
-    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", {"pid": pid, "log": plan.log,
-                                                                            "pidfile": plan.pidfile})
+    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}",
+                    {"pid": pid, "log": plan.log, "pidfile": plan.pidfile,
+                     "left": f"the new run PID {pid} was launched and not verified"})
     if launched.pidfile_error:
         yield StepEvent("launch", StepStatus.WARNING, f"pidfile not written: {launched.pidfile_error}",
                         {"pidfile": plan.pidfile})
