@@ -65,8 +65,12 @@ def own_pids(sample: Sample) -> frozenset[int]:
 
 
 def step_eta_s(state: RunState, now: float) -> float | None:
-    """Seconds until total_steps: the live bar's own estimate, else the step rate of the last
-    ETA_WINDOW_S from the lines held."""
+    """Seconds until total_steps: the live bar's own estimate, else the step rate over the write
+    times of the last ETA_WINDOW_S of lines held; None until two writes give a rate.
+
+    Lines dated alike were one write (a backlog read at start-up is dated by the log's mtime): the
+    step of a write is its last line's, so a backlog's hundreds of steps are not taken as written
+    in the seconds since. A step that goes back (a relaunch) ends the window: before it, another run."""
     if state.step is None or not state.total_steps or state.step >= state.total_steps:
         return None
     bar = state.progress
@@ -75,15 +79,17 @@ def step_eta_s(state: RunState, now: float) -> float | None:
     newest: tuple[float, int] | None = None
     oldest: tuple[float, int] | None = None
     for scanned, line in enumerate(reversed(state.lines)):
+        step = line.info.step
         if scanned >= ETA_LINES_SCANNED:
             break
-        if line.info.step is None:
+        if step is None:
             continue
-        if newest is None:
-            newest = (line.time, line.info.step)
-        elif newest[0] - line.time > ETA_WINDOW_S:
+        if newest is None or oldest is None:
+            newest = oldest = (line.time, step)
+        elif newest[0] - line.time > ETA_WINDOW_S or step > oldest[1]:
             break
-        oldest = (line.time, line.info.step)
+        elif line.time != oldest[0]:
+            oldest = (line.time, step)
     if newest is None or oldest is None or newest[0] <= oldest[0] or newest[1] <= oldest[1]:
         return None
     steps_per_s = (newest[1] - oldest[1]) / (newest[0] - oldest[0])
