@@ -111,6 +111,7 @@ from console.observe.remote_process import (
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize, visible
 from console.remote.target import Target, TargetError
+from console.units import format_gib, format_indices, spread
 
 @dataclass(frozen=True, slots=True)
 class PlannedProcess:
@@ -123,7 +124,18 @@ class PlannedProcess:
     state: str
     cmdline: str
     gpu_mib: int | None
-    """GPU memory the driver lists for this PID (None when it lists none)."""
+    """GPU memory the driver lists for this PID, all its GPUs together (None when it lists none)."""
+    gpu_use: tuple[tuple[int, int | None], ...] = ()
+    """(GPU index, MiB or None when unknown) for each GPU the driver lists this PID on."""
+
+    def describe_gpu(self) -> str:
+        """Its GPU memory as a person reads it: `GPU 0–7: 79.6 GiB each`, `GPU 2: 12.0 GiB`."""
+        if not self.gpu_use:
+            return "no GPU memory listed" if self.gpu_mib is None else f"{format_gib(self.gpu_mib)} GPU"
+        known = [mib / 1024 for _, mib in self.gpu_use if mib is not None]
+        gib = f"{spread(known, '{:.1f}')} GiB" if known else "? GiB"
+        each = " each" if len(self.gpu_use) > 1 else ""
+        return f"GPU {format_indices([index for index, _ in self.gpu_use])}: {gib}{each}"
 
     @property
     def ref(self) -> ProcessRef:
@@ -212,9 +224,8 @@ class RestartPlan:
         if self.processes:
             lines.append(f"stop {len(self.processes)} process(es): SIGTERM, SIGKILL after {self.grace_s:g} s")
             for p in self.processes:
-                gpu = f"{p.gpu_mib} MiB GPU" if p.gpu_mib is not None else "no GPU memory listed"
-                lines.append(f"  {p.pid:>8}  pgid {p.pgid:<8} {p.state}  {gpu:<20} {p.cmdline}")
-            lines.append("  signals to: " + " ".join(s.dest for s in self.signals))
+                lines.append(f"  {p.pid:>8}  pgid {p.pgid:<8} {p.state}  {p.describe_gpu():<24} {p.cmdline}")
+            lines.append("  signals to: " + ", ".join(s.describe() for s in self.signals))
         else:
             lines.append("stop: no run process found; nothing to stop")
         if self.trees:
@@ -466,7 +477,10 @@ async def plan_restart(
         why = protected_reason(facts, own_pids)
         if why:
             refusals.append(f"{facts.label()} is {why}")
-        processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
+        use = tuple((gpu.index, held.used_mib) for gpu in sample.gpus for held in gpu.processes if held.pid == p.pid)
+        processes.append(
+            PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid), use)
+        )
     refusals += pidfile_refusals(run.pidfile, probe, own_pids, notes)
 
     run_gpus, unseen, outside, shared = gpu_holders(sample, processes, probe, left_alone)
@@ -563,7 +577,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
     if not plan.processes:
         yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop", {**STOPPED_LEFT})
         return
-    yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + " ".join(s.dest for s in plan.signals))
+    yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + ", ".join(s.describe() for s in plan.signals))
     said = await send_signal(target, "TERM", plan.signals)
     for pid, what in said.items():
         if what == "reused":

@@ -110,6 +110,7 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> Thro
     """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA."""
     base = dict(
         losses=tuple(state.values("loss", newest=SPARK_POINTS)),
+        nonfinite_loss=state.nonfinite_loss,
         step=state.step,
         total_steps=state.total_steps,
         eta_s=step_eta_s(state, now),
