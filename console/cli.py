@@ -72,6 +72,12 @@ def completes_files(action: argparse.Action) -> argparse.Action:
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish", "powershell")
 
 
+def sentence(text: str) -> str:
+    """`text` as a sentence: its first letter raised, the rest as written (GPU, JSON keep their case),
+    and a program's name (py-spy) as its own."""
+    return (text if text.startswith("py-spy") else text[:1].upper() + text[1:]) + "."
+
+
 def pulse_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -183,7 +189,7 @@ def add_console_flags(parser: argparse.ArgumentParser) -> None:
 def build_command_parser(command: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"pulse {command}",
-        description=COMMANDS[command].capitalize() + ".",
+        description=sentence(COMMANDS[command]),
         epilog="examples:\n" + "\n".join(f"  {line}" for line in COMMAND_EXAMPLES[command]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -56,6 +56,8 @@ class LineInfo:
     continues: bool = False
     """The line continues the block of the line before it in its stream (a traceback's frame, an
     error's next message line, a C++ stack): set by LineReader, never by classify_line alone."""
+    nonfinite_loss: float | None = None
+    """The loss as written when it is nan or inf (`loss` is then None: the series hold finite values)."""
 
     def as_json(self) -> dict:
         return {

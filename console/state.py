@@ -84,6 +84,8 @@ class RunState:
         self.log_first_line = 1
         """Number of the current log's first line: lines before it are an earlier launch's."""
         self.last_line_at: float | None = None
+        self.nonfinite_loss: float | None = None
+        """The loss as the latest line with a loss wrote it, when that was nan or inf."""
         self.last_rate_at: float | None = None
         self.write_times: deque[float] = deque(maxlen=RHYTHM_WRITES + 1)
         """Arrival times of the log's writes (lines arriving together are one): its rhythm."""
@@ -167,6 +169,8 @@ class RunState:
             value = getattr(info, name)
             if value is not None:
                 self.series[name].append(Point(written, value))
+        if info.loss is not None or info.nonfinite_loss is not None:
+            self.nonfinite_loss = info.nonfinite_loss
         if info.step is not None:
             self.terminal_only_progress = None  # progress reaches the log after all
 
@@ -203,7 +207,7 @@ class RunState:
         for points in self.series.values():
             points.clear()
         self.step = self.total_steps = None
-        self.last_rate_at = None
+        self.last_rate_at = self.nonfinite_loss = None
         self.write_times.clear()
         self.log_mtimes.clear()
         self.read_bytes = self.read_writes = 0

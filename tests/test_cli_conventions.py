@@ -180,3 +180,28 @@ def test_a_local_run_uses_the_py_spy_installed_with_pulse_when_none_is_on_path(t
     assert load_from_args(argparse.Namespace(config=None)).target.py_spy == str(installed)
     remote = argparse.Namespace(config=None, host="gpu-box")
     assert load_from_args(remote).target.py_spy == "py-spy"  # the target's own, looked up there
+
+
+def test_each_commands_description_keeps_the_case_of_its_names():
+    """Issue 33: `str.capitalize` wrote "no gpu", "one json object", "Py-spy dump"."""
+    described = {command: build_command_parser(command).description for command in COMMANDS}
+    assert described["demo"] == "The whole console on a simulated run (no GPU, no remote host needed)."
+    assert "one JSON object" in described["classify"]
+    assert described["dump"].startswith("py-spy dump")
+    assert "SIGTERM" in described["watch"] and "no UI" in described["watch"]
+
+
+def test_dump_with_a_py_spy_path_that_is_not_there_names_the_path(tmp_path):
+    missing = tmp_path / "no-py-spy"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        result = subprocess.run(
+            [str(Path(sys.executable).with_name("pulse")), "dump", "--py-spy", str(missing), "--pid", str(sleeper.pid)],
+            capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert result.returncode == 1
+    assert f"{missing} was not found on the target" in result.stderr, result.stderr
+    assert "pip install" not in result.stderr

@@ -99,3 +99,41 @@ async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_th
         assert app.screen is app.screen_stack[0]
         assert app.run_screen.log_pane.current_line == first.data["line"]
         assert not app.run_screen.log_pane.following
+
+
+async def test_the_history_reads_in_clock_time_with_one_memory_line_per_gpu(tmp_path):
+    """Issue 33, item 8: an x axis of "-0.0233 … 0.0000" with no unit, and sixteen GPU-memory
+    high-water lines burying the verdicts."""
+    from textual.widgets import OptionList
+
+    import re
+
+    from console.journal.report import clock_text
+    from console.ui.dialogs.timeline_screen import TimelinePlot, TimelineScreen
+
+    app, seen = hung_run_console(tmp_path / "run.sqlite3")
+    async with app.run_test(size=SIZE) as pilot:
+        app.state.add_lines(seen.lines)
+        app.run_watch.observe()
+        journal = app.run_watch.journal
+        now = journal.clock()
+        for n in range(8):  # two GPUs' memory climbing
+            for gpu in (0, 1):
+                journal.add("gpu_memory", f"GPU {gpu} memory high-water {40 + n} GiB",
+                            {"gpu": gpu, "used_mib": (40 + n) * 1024}, at=now - 600 + n * 60)
+        journal.flush()
+        await pilot.press("h")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen)
+        shown = [str(option.prompt) for option in screen.query_one(OptionList).options]
+        memory = [text for text in shown if "gpu_memory" in text]
+        assert len(memory) == 2 and any("GPU 0 memory high-water 47 GiB" in t for t in memory), memory
+        drawn = screen.query_one(TimelinePlot).plt.build()
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", drawn)
+        axis = next(row for row in plain.splitlines() if re.search(r"\d\d:\d\d", row))
+        assert len(re.findall(r"\b\d\d:\d\d\b", axis)) >= 3, plain  # clock-time ticks, not hours before now
+        assert clock_text(screen.window.end)[11:13] in axis or clock_text(screen.window.start)[11:13] in axis
+        assert "UTC" in plain and "-0.0" not in plain
+        assert not re.search(r"\d\.\d{4,}", plain), plain  # rounded axes: no five decimals of noise

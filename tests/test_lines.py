@@ -66,7 +66,9 @@ def test_h200_nan_anomaly() -> None:
     assert found[5] == "traceback"
     assert found[-1] == "nan"  # RuntimeError: Function 'DivBackward0' returned nan values ...
     assert set(found[6:-1]) == {"normal"}
-    assert classify_line("step 7 | loss nan") == LineInfo(LineKind.NAN, step=7)
+    nan_step = classify_line("step 7 | loss nan")
+    assert nan_step == LineInfo(LineKind.NAN, step=7, nonfinite_loss=nan_step.nonfinite_loss)
+    assert str(nan_step.nonfinite_loss) == "nan"  # the pane's loss figure says nan, not the last finite loss
 
 
 def test_h200_device_assert() -> None:

@@ -82,12 +82,20 @@ async def test_vanished_pid_is_no_such_process(target):
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("py_spy", ["/nonexistent/py-spy", "py-spy-not-installed"])
-async def test_missing_py_spy_says_how_to_install_it(target, py_spy):
+async def test_missing_py_spy_says_how_to_install_it(target):
     with pytest.raises(DumpError) as caught:
-        await dump(target, 1, py_spy=py_spy)
+        await dump(target, 1, py_spy="py-spy-not-installed")
     assert caught.value.code == "not_found"
     assert "pip install py-spy" in str(caught.value)
+
+
+async def test_a_py_spy_path_that_is_not_there_is_named_not_blamed_on_an_install(target):
+    """Issue 33: `dump --py-spy /nonexistent` blamed a missing install."""
+    with pytest.raises(DumpError) as caught:
+        await dump(target, 1, py_spy="/nonexistent/py-spy")
+    assert caught.value.code == "not_found"
+    assert "/nonexistent/py-spy was not found on the target" in str(caught.value)
+    assert "pip install" not in str(caught.value)
 
 
 async def test_timeout_kills_the_py_spy_it_started(procs, tmp_path, target):

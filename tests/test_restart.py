@@ -246,6 +246,7 @@ async def test_sigterm_ignoring_run_is_killed_after_grace_and_pidfile_rewritten(
     plan = await plan_restart(target, config)
     assert {p.pid for p in plan.processes} == {run.pid, worker}
     assert [s.dest for s in plan.signals] == [f"-{run.pid}"]  # one signal for the whole group
+    assert f"  signals to: process group {run.pid}" in plan.describe()
 
     events = await run_restart(target, config, plan)
 
@@ -369,7 +370,8 @@ async def test_plan_shows_gpu_memory_and_launch_waits_for_its_release(procs, tmp
     [planned] = plan.processes
     assert planned.pid == run.pid and planned.gpu_mib == 2 * (20000 - 9)  # less the driver's own 9 MiB a GPU
     assert plan.held_gpu_pids == (run.pid,)
-    assert any(f"{planned.gpu_mib} MiB GPU" in line for line in plan.describe())
+    # Per GPU in GiB, as the GPU pane writes it, not the MiB of both GPUs summed (issue 33).
+    assert any("GPU 0, 1: 19.5 GiB each" in line for line in plan.describe()), plan.describe()
 
     events = await run_restart(target, config, plan)
     procs.adopt(final(events, "launch").data["pid"])

@@ -360,3 +360,12 @@ async def test_inside_a_container_over_ssh_host_gpu_pids_are_unseen(spawn, tmp_p
     assert [p.pid for p in sample.gpus[0].processes] == [host_pid]
     assert gpu_processes_unseen(sample)
     assert run.poll() is None
+
+
+def test_an_error_said_by_two_readings_is_said_once():
+    """Issue 33: "nvidia-smi not found (…); NVML: …; nvidia-smi not found (…)" in one line."""
+    from console.observe.sampler import joined_errors
+
+    smi = "nvidia-smi not found (no NVIDIA driver tools on this PATH?)"
+    assert joined_errors(f"{smi}; NVML: NVML Shared Library Not Found", smi) == f"{smi}; NVML: NVML Shared Library Not Found"
+    assert joined_errors(None, None) is None

@@ -278,3 +278,34 @@ def test_aes_gcm_is_preferred_unless_the_ssh_config_chose_the_ciphers():
     assert preferred[:2] == ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com"]
     assert sorted(preferred) == sorted(name.decode() for name in get_default_encryption_algs())
     assert _ciphers([b"chacha20-poly1305@openssh.com", b"aes256-ctr"]) == ["chacha20-poly1305@openssh.com", "aes256-ctr"]
+
+
+async def test_an_ssh_failure_suggests_the_ssh_command_as_the_target_was_given(targets) -> None:
+    """Issue 33: the hint for root@10.1.2.6 said `ssh 10.1.2.6`. A server that speaks no SSH-2 (a
+    real socket on 127.0.0.1 sending an SSH-1 banner) fails the handshake; the hint keeps user and port."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            with client:
+                client.sendall(b"SSH-1.5-not-ssh2\r\n")
+                client.recv(1024)
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        target = targets(TargetConfig(host="root@127.0.0.1", port=port, known_hosts="/dev/null"))
+        with pytest.raises(TargetError) as caught:
+            await target.run("true", 10)
+    finally:
+        server.close()
+    assert f"try `ssh root@127.0.0.1 -p {port}` by hand" in str(caught.value), caught.value

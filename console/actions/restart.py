@@ -111,6 +111,7 @@ from console.observe.remote_process import (
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize, visible
 from console.remote.target import Target, TargetError
+from console.units import format_gib, format_indices, spread
 
 @dataclass(frozen=True, slots=True)
 class PlannedProcess:
@@ -123,7 +124,18 @@ class PlannedProcess:
     state: str
     cmdline: str
     gpu_mib: int | None
-    """GPU memory the driver lists for this PID (None when it lists none)."""
+    """GPU memory the driver lists for this PID, all its GPUs together (None when it lists none)."""
+    gpu_use: tuple[tuple[int, int | None], ...] = ()
+    """(GPU index, MiB or None when unknown) for each GPU the driver lists this PID on."""
+
+    def describe_gpu(self) -> str:
+        """Its GPU memory as a person reads it: `GPU 0–7: 79.6 GiB each`, `GPU 2: 12.0 GiB`."""
+        if not self.gpu_use:
+            return "no GPU memory listed" if self.gpu_mib is None else f"{format_gib(self.gpu_mib)} GPU"
+        known = [mib / 1024 for _, mib in self.gpu_use if mib is not None]
+        gib = f"{spread(known, '{:.1f}')} GiB" if known else "? GiB"
+        each = " each" if len(self.gpu_use) > 1 else ""
+        return f"GPU {format_indices([index for index, _ in self.gpu_use])}: {gib}{each}"
 
     @property
     def ref(self) -> ProcessRef:
@@ -212,9 +224,8 @@ class RestartPlan:
         if self.processes:
             lines.append(f"stop {len(self.processes)} process(es): SIGTERM, SIGKILL after {self.grace_s:g} s")
             for p in self.processes:
-                gpu = f"{p.gpu_mib} MiB GPU" if p.gpu_mib is not None else "no GPU memory listed"
-                lines.append(f"  {p.pid:>8}  pgid {p.pgid:<8} {p.state}  {gpu:<20} {p.cmdline}")
-            lines.append("  signals to: " + " ".join(s.dest for s in self.signals))
+                lines.append(f"  {p.pid:>8}  pgid {p.pgid:<8} {p.state}  {p.describe_gpu():<24} {p.cmdline}")
+            lines.append("  signals to: " + ", ".join(s.describe() for s in self.signals))
         else:
             lines.append("stop: no run process found; nothing to stop")
         if self.trees:
@@ -467,7 +478,10 @@ async def plan_restart(
         why = protected_reason(facts, pulse_pids)
         if why:
             refusals.append(f"{facts.label()} is {why}")
-        processes.append(PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid)))
+        use = tuple((gpu.index, held.used_mib) for gpu in sample.gpus for held in gpu.processes if held.pid == p.pid)
+        processes.append(
+            PlannedProcess(p.pid, facts.pgid, facts.start_ticks, facts.state, p.cmdline, gpu_mib.get(p.pid), use)
+        )
     refusals += pidfile_refusals(run.pidfile, probe, pulse_pids, notes)
 
     run_gpus, unseen, outside, shared = gpu_holders(sample, processes, probe, left_alone)
@@ -538,6 +552,11 @@ class _Timing:
     launch_timeout_s: float
 
 
+#: What a cancel after a step leaves (StepEvent.data "left", and "resume": the next step that continues it).
+UNTOUCHED_LEFT = {"left": "nothing was signalled: the run is as it was"}
+STOPPED_LEFT = {"left": "the run is stopped and was not relaunched", "resume": "restart", "resume_does": "launch"}
+
+
 async def _alive(target: Target, plan: RestartPlan) -> dict[int, str]:
     """Planned PIDs that still are the planned process → their state (Z included)."""
     info = await read_processes(target, [p.pid for p in plan.processes])
@@ -557,9 +576,9 @@ async def _wait_gone(target: Target, plan: RestartPlan, seconds: float, poll_s: 
 async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator[StepEvent, None]:
     step = "stop"
     if not plan.processes:
-        yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop")
+        yield StepEvent(step, StepStatus.SKIPPED, "no run process found; nothing to stop", {**STOPPED_LEFT})
         return
-    yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + " ".join(s.dest for s in plan.signals))
+    yield StepEvent(step, StepStatus.RUNNING, "SIGTERM to " + ", ".join(s.describe() for s in plan.signals))
     said = await send_signal(target, "TERM", plan.signals)
     for pid, what in said.items():
         if what == "reused":
@@ -590,7 +609,7 @@ async def _stop(target: Target, plan: RestartPlan, t: _Timing) -> AsyncGenerator
     if stuck:
         yield StepEvent(step, StepStatus.FAILED, f"{detail}; still running: {' '.join(map(str, stuck))}")
     else:
-        yield StepEvent(step, StepStatus.OK, detail, {"sigkill": killed})
+        yield StepEvent(step, StepStatus.OK, detail, {"sigkill": killed, **STOPPED_LEFT})
 
 
 def _holding(sample: Sample, pids: set[int]) -> list[str]:
@@ -797,9 +816,9 @@ async def _restart(
     try:
         if lock.previous is not None:
             yield StepEvent(step, StepStatus.WARNING, f"taken over from {describe_lock_owner(lock.previous)}, whose"
-                            f" holder is gone ({path})", {"lock": path})
+                            f" holder is gone ({path})", {"lock": path, **UNTOUCHED_LEFT})
         else:
-            yield StepEvent(step, StepStatus.OK, f"held ({path})", {"lock": path})
+            yield StepEvent(step, StepStatus.OK, f"held ({path})", {"lock": path, **UNTOUCHED_LEFT})
         async for event in _locked_restart(target, config, plan, t, force, lock):
             yield event
     finally:
@@ -856,8 +875,9 @@ async def _locked_restart(
         yield await _after_unknown_launch(target, config, plan)
         return
     pid = launched.ref.pid
-    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}", {"pid": pid, "log": plan.log,
-                                                                            "pidfile": plan.pidfile})
+    yield StepEvent("launch", StepStatus.OK, f"PID {pid}, log {plan.log}",
+                    {"pid": pid, "log": plan.log, "pidfile": plan.pidfile,
+                     "left": f"the new run PID {pid} was launched and not verified"})
     if launched.pidfile_error:
         yield StepEvent("launch", StepStatus.WARNING, f"pidfile not written: {launched.pidfile_error}",
                         {"pidfile": plan.pidfile})

@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -104,7 +105,8 @@ class DemoRun:
                 launch=shlex.join(self.trainer_argv("healthy")),
                 cwd=str(PACKAGE_ROOT),
                 log=str(self.log),
-                match=r"-m console\.demo\.trainer\b",
+                # This demo's trainers only: they write into its own folder (another demo's are not its run).
+                match=rf"-m console\.demo\.trainer\b.* --log {re.escape(str(self.log))}(?: |$)",
                 pidfile=str(self.pidfile),
                 env={"PYTHONPATH": str(PACKAGE_ROOT)},
                 grace_s=5.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import time
@@ -249,6 +250,19 @@ class TimelineView:
     """(verdict, from, to) in hours, problem verdicts only."""
     restarts: tuple[float, ...]
     problems: tuple[float, ...]
+    ticks: tuple[tuple[float, str], ...] = ()
+    """(hours, UTC clock time HH:MM) for the x axis: the plot's axis in clock time, not hours before now."""
+
+
+def round_ticks(low: float, high: float, count: int = 4) -> tuple[float, ...]:
+    """About `count` round values (1, 2 or 5 times a power of ten apart) from `low` to `high`."""
+    if not (high > low):
+        return (round(low, 3),)
+    raw = (high - low) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(low / step) * step
+    return tuple(round(first + n * step, 10) for n in range(int((high - first) / step + 1e-9) + 1))
 
 
 def timeline_view(window: Window) -> TimelineView:
@@ -260,12 +274,13 @@ def timeline_view(window: Window) -> TimelineView:
         rows = [m for m in window.minutes if m.metric == name]
         return tuple(hours(m.minute * 60 + 30) for m in rows), tuple(m.median for m in rows)
 
-    return TimelineView(
-        rate_metric=metric,
-        rate=series(metric),
-        loss=series("loss"),
-        bands=tuple((name, hours(start), hours(end)) for name, start, end in verdict_spans(window) if name != "healthy"),
-        restarts=tuple(hours(e.time) for e in window.of("action")
-                       if e.data.get("action") in ("restart", "fleet restart") and e.data.get("record", "finished") == "finished"),
-        problems=tuple(hours(e.time) for e in window.of("problem")),
-    )
+    rate, loss = series(metric), series("loss")
+    bands = tuple((name, hours(start), hours(end)) for name, start, end in verdict_spans(window) if name != "healthy")
+    restarts = tuple(hours(e.time) for e in window.of("action")
+                     if e.data.get("action") in ("restart", "fleet restart") and e.data.get("record", "finished") == "finished")
+    problems = tuple(hours(e.time) for e in window.of("problem"))
+    # The axis spans what is drawn (plotext shows no tick outside it), in clock time.
+    drawn = [*rate[0], *loss[0], *(at for _, start, end in bands for at in (start, end)), *restarts, *problems]
+    low, high = (min(drawn), max(drawn)) if drawn else (hours(window.start), 0.0)
+    ticks = tuple((h, clock_text(window.end + h * 3600)[11:16]) for h in round_ticks(low, high))
+    return TimelineView(metric, rate, loss, bands, restarts, problems, ticks)

@@ -406,7 +406,8 @@ def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo
     """The kind of one sanitized log line and the metrics it states.
 
     Non-finite values (a NaN loss) are not returned as metrics: the line's kind
-    (`nan`) says it, and the series stay comparable.
+    (`nan`) says it, and the series stay comparable; a non-finite loss is kept apart
+    (LineInfo.nonfinite_loss), for the figure that shows the loss now.
     """
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
@@ -458,8 +459,10 @@ def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict
             _bare_samples(low, found)
     if bits & _G_LOSS:
         loss = _loss(low)
-        if loss is not None:
+        if loss is not None and math.isfinite(loss):
             found["loss"] = loss
+        elif loss is not None:
+            found["nonfinite_loss"] = loss
     if bits & _G_LR:
         lr = _lr(low)
         if lr is not None:
@@ -486,9 +489,12 @@ def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict
             if seconds and math.isfinite(seconds):
                 found["it_per_s"] = 1.0 / seconds
                 _bare_samples(low, found)
+    nonfinite_loss = found.pop("nonfinite_loss", None)
     total = sum(found.values())
     if total - total != 0:  # inf: `1e999 tok/s`, a number too large to be a reading
         found = {name: value for name, value in found.items() if math.isfinite(value)}
+    if nonfinite_loss is not None:
+        found["nonfinite_loss"] = nonfinite_loss
     return found or None
 
 
@@ -711,7 +717,7 @@ def _loss(low: str) -> float | None:
     else the first training-qualified one (`train_loss=2.31`, `lm loss: 2.3E+00`, `loss/train/total`,
     `avr_loss`); else the line's only loss of another name (caffe's `mbox_loss = 4.75`), never a
     validation loss (`val_loss:4.37`, `eval_loss`: HF's eval dict, modded-nanogpt's validation lines).
-    A non-finite value of the deciding key gives none: the line's kind says it."""
+    The deciding key's value as written, non-finite included (`loss nan`: the pane says nan)."""
     first = at = low.find("loss")
     for _ in range(4 * _MAX_TRIES):  # a plain `loss` key, after a line's many `loss_cls:`-like ones
         if at < 0:
@@ -724,7 +730,7 @@ def _loss(low: str) -> float | None:
                 return plain
             value, word = _loss_value(low, end)
             if value is not None and word is None:
-                return value if math.isfinite(value) else None
+                return value
         at = low.find("loss", end)
     at = first
     qualified = None
@@ -756,7 +762,7 @@ def _loss(low: str) -> float | None:
             if before.isalpha():
                 words.add(before)
         if not words:
-            return value if math.isfinite(value) else None
+            return value
         if words <= _TRAIN_LOSS_WORDS:
             if qualified is None:
                 qualified = value
@@ -767,13 +773,12 @@ def _loss(low: str) -> float | None:
         elif words - _EVAL_LOSS_WORDS <= _TRAIN_LOSS_WORDS:
             evals.setdefault(token, value)  # the loss only where the line states no other
     if qualified is not None:
-        return qualified if math.isfinite(qualified) else None
+        return qualified
     if len(names) == 1:
         value = next(iter(names.values()))
-        return value if math.isfinite(value) else None
+        return value
     if not names and len(evals) == 1:  # a validation line's only loss (`step:125/1480 val_loss:4.3719`)
-        value = next(iter(evals.values()))
-        return value if math.isfinite(value) else None
+        return next(iter(evals.values()))
     return None
 
 
@@ -1188,7 +1193,7 @@ class LineReader:
 def _with(info: LineInfo, kind: LineKind) -> LineInfo:
     return LineInfo(
         kind, info.tokens_per_s, info.samples_per_s, info.it_per_s, info.loss, info.step, info.total_steps,
-        info.lr, info.grad_norm, info.mfu, True,
+        info.lr, info.grad_norm, info.mfu, True, info.nonfinite_loss,
     )
 
 

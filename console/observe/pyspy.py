@@ -444,16 +444,17 @@ _ERROR_RULES = (
 )
 
 
-def classify_error(stderr: str, exit_status: int) -> tuple[str, str]:
-    """A failed py-spy run as (code, one line of advice).
+def classify_error(stderr: str, exit_status: int, program: str = "py-spy") -> tuple[str, str]:
+    """A failed py-spy run (`program`: the py-spy it ran) as (code, one line of advice).
 
     Codes: no_such_process, permission_denied, not_found, unsupported_python, timeout, unknown.
+    A path that is not there is named (it was given, so no install is missing).
     """
-    if exit_status == 127:
-        return "not_found", _ADVICE["not_found"]
-    for code, rule in _ERROR_RULES:
-        if rule.search(stderr):
-            return code, _ADVICE[code]
+    code = "not_found" if exit_status == 127 else next((c for c, rule in _ERROR_RULES if rule.search(stderr)), None)
+    if code == "not_found" and "/" in program:
+        return code, f"{program} was not found on the target: give the path py-spy is installed at (--py-spy, target.py_spy)"
+    if code is not None:
+        return code, _ADVICE[code]
     if exit_status in (124, 137) and "Error" not in stderr:
         return "timeout", _ADVICE["timeout"]
     return "unknown", f"py-spy failed (exit {exit_status}): {_first_error_line(stderr)}"

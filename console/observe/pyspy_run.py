@@ -124,7 +124,7 @@ async def _spy(target: Target, argv: list[str], pid: int, timeout: float) -> str
                 await asyncio.shield(_kill(target, spy))
             await spy.aclose()
     if status != 0:
-        code, advice = classify_error(spy.stderr, 137 if status is None else status)
+        code, advice = classify_error(spy.stderr, 137 if status is None else status, argv[0])
         raise DumpError(code, f"py-spy on pid {pid}: {_clean(advice)}")
     return output.decode("utf-8", "replace")
 

@@ -80,6 +80,10 @@ class SignalTarget:
         """As `kill` takes it: `-PGID` for a group, `PID` for one process."""
         return f"-{self.ref.pid}" if self.group else str(self.ref.pid)
 
+    def describe(self) -> str:
+        """As a person reads it: `process group 2572`, `PID 2572`."""
+        return f"process group {self.ref.pid}" if self.group else f"PID {self.ref.pid}"
+
     def word(self) -> str:
         return f"{self.ref.pid}:{self.ref.start_ticks}" + (":group" if self.group else "")
 

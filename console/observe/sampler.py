@@ -229,6 +229,17 @@ def _log(raw: object) -> LogStatus | None:
     )
 
 
+def joined_errors(*errors: str | None) -> str | None:
+    """Errors in one line, each said once: reading the GPUs and their processes' use can fail alike
+    ("nvidia-smi not found" twice in one line)."""
+    said: list[str] = []
+    for error in errors:
+        for part in (error or "").split("; "):
+            if part and part not in said:
+                said.append(part)
+    return "; ".join(said) or None
+
+
 def parse_sample(obj: dict) -> Sample:
     """A Sample from one decoded agent line; SampleError when its shape is wrong."""
     obj = _dict(obj, "the line")
@@ -240,7 +251,7 @@ def parse_sample(obj: dict) -> Sample:
     nvml_gpus, smi_gpu_csv, smi_apps_csv = line("gpus"), line("smi_gpu_csv"), line("smi_apps_csv")
     if source == "nvidia-smi":
         gpus, parse_error = _smi_gpus(_optional_str(smi_gpu_csv, "smi_gpu_csv"), _optional_str(smi_apps_csv, "smi_apps_csv"))
-        gpu_error = "; ".join(e for e in (gpu_error, parse_error) if e) or None
+        gpu_error = joined_errors(gpu_error, parse_error)
     elif source in ("nvml", "none"):
         gpus = tuple(_nvml_gpu(g) for g in _list(nvml_gpus, "gpus"))
     else:
@@ -248,7 +259,7 @@ def parse_sample(obj: dict) -> Sample:
     processes = tuple(_process(p) for p in _list(line("processes"), "processes"))
     gpus, use_error = _with_process_use(gpus, obj)
     if use_error:
-        gpu_error = "; ".join(e for e in (gpu_error, use_error) if e)
+        gpu_error = joined_errors(gpu_error, use_error)
     return Sample(
         time=time,
         gpus=gpus,

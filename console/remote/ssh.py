@@ -261,7 +261,8 @@ class _Connection:
                 # The config again, for the ProxyJump hops: asyncssh reads it afresh for each.
                 conn = await asyncssh.connect(self.host, options=options, config=self._config_paths)
             except Exception as exc:  # every failure becomes one line for the operator
-                raise _describe(exc, where, options, host_keys) from None
+                by_hand = f"ssh {self.label}" + (f" -p {self.cfg.port}" if self.cfg.port else "")
+                raise _describe(exc, where, options, host_keys, by_hand) from None
         except _Permanent as exc:
             self._set_state(ConnectionStatus.FAILED, str(exc))
             raise
@@ -414,9 +415,11 @@ def _ciphers(chosen: Sequence[bytes]) -> list[str]:
 
 
 def _describe(
-    exc: BaseException, where: str, options: asyncssh.SSHClientConnectionOptions, host_keys: _HostKeys
+    exc: BaseException, where: str, options: asyncssh.SSHClientConnectionOptions, host_keys: _HostKeys,
+    by_hand: str,
 ) -> TargetError:
-    """One line saying what went wrong connecting to `where` and what to do about it."""
+    """One line saying what went wrong connecting to `where` and what to do about it (`by_hand`: the
+    ssh command that reaches the target as it was given, user and port included)."""
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         refusal = host_keys.refusal or _reason(exc)
         return _Permanent(f"{where}: {refusal}")
@@ -436,7 +439,7 @@ def _describe(
     if isinstance(exc, OSError):
         return TargetError(f"{where}: {exc.strerror or exc}; check the network path to the host")
     if isinstance(exc, asyncssh.Error):
-        return TargetError(f"{where}: SSH failed ({_reason(exc)}); try `ssh {options.host}` by hand to see more")
+        return TargetError(f"{where}: SSH failed ({_reason(exc)}); try `{by_hand}` by hand to see more")
     return TargetError(f"{where}: cannot connect ({type(exc).__name__}: {_reason(exc)})")
 
 

@@ -74,6 +74,8 @@ class ThroughputView:
     minimum: float | None = None
     baseline: float | None = None
     losses: tuple[float, ...] = ()
+    nonfinite_loss: float | None = None
+    """The latest loss written, when it is nan or inf: shown instead of the last finite one."""
     step: int | None = None
     total_steps: int | None = None
     eta_s: float | None = None
@@ -207,8 +209,12 @@ def status_view(config: Config, state: RunState, verdict: Verdict | None, *, rea
 
 
 def step_eta_s(state: RunState, now: float) -> float | None:
-    """Seconds until total_steps: the live bar's own estimate, else the step rate of the last
-    ETA_WINDOW_S from the lines held."""
+    """Seconds until total_steps: the live bar's own estimate, else the step rate over the write
+    times of the last ETA_WINDOW_S of lines held; None until two writes give a rate.
+
+    Lines dated alike were one write (a backlog read at start-up is dated by the log's mtime): the
+    step of a write is its last line's, so a backlog's hundreds of steps are not taken as written
+    in the seconds since. A step that goes back (a relaunch) ends the window: before it, another run."""
     if state.step is None or not state.total_steps or state.step >= state.total_steps:
         return None
     bar = state.progress
@@ -217,15 +223,17 @@ def step_eta_s(state: RunState, now: float) -> float | None:
     newest: tuple[float, int] | None = None
     oldest: tuple[float, int] | None = None
     for scanned, line in enumerate(reversed(state.lines)):
+        step = line.info.step
         if scanned >= ETA_LINES_SCANNED:
             break
-        if line.info.step is None:
+        if step is None:
             continue
-        if newest is None:
-            newest = (line.time, line.info.step)
-        elif newest[0] - line.time > ETA_WINDOW_S:
+        if newest is None or oldest is None:
+            newest = oldest = (line.time, step)
+        elif newest[0] - line.time > ETA_WINDOW_S or step > oldest[1]:
             break
-        oldest = (line.time, line.info.step)
+        elif line.time != oldest[0]:
+            oldest = (line.time, step)
     if newest is None or oldest is None or newest[0] <= oldest[0] or newest[1] <= oldest[1]:
         return None
     steps_per_s = (newest[1] - oldest[1]) / (newest[0] - oldest[0])
@@ -258,6 +266,7 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> Thro
         baseline=metrics.baseline(metric) if metric else metrics.baseline_tokens_per_s,
         stale_s=rate_stale_s(state, now) if metric else None,
         losses=tuple(state.values("loss", newest=SPARK_POINTS)),
+        nonfinite_loss=state.nonfinite_loss,
         step=state.step,
         total_steps=state.total_steps,
         eta_s=step_eta_s(state, now),

@@ -139,8 +139,8 @@ def test_pulse_in_the_runs_group_signals_pids_not_its_own_group(tmp_path):
     seen = in_namespace(scene_pulse_in_the_runs_group, folder=str(tmp_path))
     assert seen["rc"] == 0, seen  # not 143: Pulse did not signal itself
     lines = seen["out"].splitlines()
-    assert f"    signals to: {seen['run']}" in lines  # the PID, not the group -PGID that holds Pulse
-    assert f"[....] stop: SIGTERM to {seen['run']}" in lines
+    assert f"    signals to: PID {seen['run']}" in lines  # the PID, not the group that holds Pulse
+    assert f"[....] stop: SIGTERM to PID {seen['run']}" in lines
     assert not seen["run_alive"] and len(seen["runs"]) == 1
     assert [e["record"] for e in seen["audit"]] == ["started", "finished"]
     assert seen["audit"][-1]["outcome"].startswith("ok")

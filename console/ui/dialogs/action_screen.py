@@ -18,9 +18,10 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Log, Static
 
-from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus
+from console.actions.audit import FINAL_STATUSES, OutputLine, StepEvent, StepStatus, outcome_of
 from console.observe.textsafe import visible
 from console.ui.dialogs.modal import FramedModal
+from console.ui.keymap import STEP_KEYS
 from console.units import format_duration
 
 STATUS_MARKS = {
@@ -71,6 +72,7 @@ class ActionScreen(FramedModal[bool]):
         self.action_title = title
         self.events = events
         self.steps: dict[str, StepEvent] = {}
+        self.events_seen: list[StepEvent] = []
         self.cancel_requested = False
         self.done = False
         self.ok = False
@@ -118,6 +120,7 @@ class ActionScreen(FramedModal[bool]):
             self._output.append(visible(f"{event.step}: {event.text}"))
             return
         self.steps[event.step] = event
+        self.events_seen.append(event)
         self._render_steps()
         total, index, eta = event.data.get("total"), event.data.get("index"), event.data.get("eta_s")
         if event.status is StepStatus.RUNNING:
@@ -142,17 +145,26 @@ class ActionScreen(FramedModal[bool]):
     def _ended(self, message: Ended) -> None:
         self._flush_output()
         self.done = True
-        self.ok = not message.cancelled and message.error is None and all(
-            event.status in (StepStatus.OK, StepStatus.WARNING) for event in self.steps.values()
-        )
+        failed = any(event.status is StepStatus.FAILED for event in self.events_seen)
+        self.ok = not message.cancelled and message.error is None and not failed
         if message.error:
             outcome = f"stopped: {message.error}"
-        elif message.cancelled:
-            outcome = "cancelled"
+        elif message.cancelled and not failed:
+            outcome = self._left_by_cancel()
         else:
-            outcome = "done" if self.ok else "failed"
-        self.query_one("#progress", Static).update(Text(outcome))
+            # The audit log's own judgement of the steps, so the screen and the record agree.
+            outcome = outcome_of(self.events_seen, finished=True)
+        self.query_one("#progress", Static).update(Text(visible(outcome)))
         self.query_one(Vertical).border_subtitle = "Esc closes"
+
+    def _left_by_cancel(self) -> str:
+        """What the cancel left, as the last ended step says (StepEvent.data "left"), and the key that continues."""
+        ended = [event for event in self.events_seen if event.status in FINAL_STATUSES]
+        left = next((event.data for event in reversed(ended) if "left" in event.data), None)
+        if left is None:
+            return f"cancelled after {ended[-1].step}" if ended else "cancelled before the first step"
+        key = STEP_KEYS.get(left.get("resume", ""))
+        return f"{left['left']}: {key} to {left['resume_does']}" if key else str(left["left"])
 
     def action_cancel(self) -> None:
         if self.done:

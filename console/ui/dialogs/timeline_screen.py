@@ -15,10 +15,11 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 from textual_plotext import PlotextPlot
 
-from console.journal.report import TimelineView, Window, clock_text, timeline_view
+from console.journal.report import TimelineView, Window, clock_text, round_ticks, timeline_view
 from console.state import RATE_UNITS
-from console.verdicts import level as verdict_level
 from console.ui.dialogs.modal import FramedModal
+from console.units import si
+from console.verdicts import level as verdict_level
 
 #: Colours of the plot's marks (plotext colour names).
 BAND_COLOURS = {"warn": "orange", "crit": "red"}
@@ -35,18 +36,33 @@ class TimelinePlot(PlotextPlot):
         plt.clear_figure()
         unit = RATE_UNITS.get(view.rate_metric or "", "rate")
         top = max(view.rate[1], default=1.0) * 1.05
+        labelled: set[str] = set()
         for name, start, end in view.bands:
-            plt.plot([start, end], [top, top], fillx=True, color=BAND_COLOURS[verdict_level(name)], marker="braille")
+            # Each verdict named once in the legend: a band is that verdict's stretch.
+            label = None if name in labelled else f"{name} (band)"
+            labelled.add(name)
+            plt.plot([start, end], [top, top], fillx=True, color=BAND_COLOURS[verdict_level(name)], marker="braille",
+                     label=label)
         for at in view.restarts:
             plt.vline(at, RESTART_COLOUR)
         for at in view.problems:
             plt.vline(at, PROBLEM_COLOUR)
         if view.rate[0]:
             plt.plot(*view.rate, color=RATE_COLOUR, marker="braille", label=unit)
+            plt.yticks(*_round_axis(view.rate[1], top), yside="left")  # type: ignore[arg-type]  # textual-plotext types yside as a number; plotext takes "left"/"right"
         if view.loss[0]:
             plt.plot(*view.loss, color=LOSS_COLOUR, marker="braille", label="loss", yside="right")
-        plt.xlabel("hours (0 = now)   bands: problem verdicts · green: restarts · red: problem lines")
+            plt.yticks(*_round_axis(view.loss[1]), yside="right")  # type: ignore[arg-type]  # as above
+        if view.ticks:
+            plt.xticks([at for at, _ in view.ticks], [label for _, label in view.ticks])
+        plt.xlabel("UTC   green: restarts · red: problem lines")
         self.refresh()
+
+
+def _round_axis(values: tuple[float, ...], top: float | None = None) -> tuple[list[float], list[str]]:
+    """Round ticks over `values` (up to `top`) and their labels: 14K, 2.4, not 2.39871."""
+    ticks = round_ticks(min(values), max(values) if top is None else top)
+    return list(ticks), [f"{tick:.3g}" if abs(tick) < 1000 else si(tick) for tick in ticks]
 
 
 class TimelineScreen(FramedModal[int | None]):
@@ -79,7 +95,12 @@ class TimelineScreen(FramedModal[int | None]):
 
     def _options(self) -> list[Option]:
         options = []
+        # A GPU's memory high-water is one line, its latest: a climb of sixteen buried the verdicts.
+        latest_high = {entry.data.get("gpu"): index for index, entry in enumerate(self.window.entries)
+                       if entry.kind == "gpu_memory"}
         for index, entry in enumerate(self.window.entries):
+            if entry.kind == "gpu_memory" and latest_high.get(entry.data.get("gpu")) != index:
+                continue
             line = self._line_of(entry)
             text = Text(f"{clock_text(entry.time)[5:16]} ")
             text.append(f"{entry.kind:<10} ", KIND_STYLES.get(entry.kind, "dim"))
@@ -99,7 +120,7 @@ class TimelineScreen(FramedModal[int | None]):
         events = self.query_one(OptionList)
         events.focus()
         if self.window.entries:
-            events.highlighted = len(self.window.entries) - 1
+            events.highlighted = events.option_count - 1
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         assert event.option.id is not None  # each option's id is its entry's index

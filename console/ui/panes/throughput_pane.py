@@ -54,28 +54,46 @@ def bucket_peaks(values: Sequence[float], width: int) -> list[float]:
 
 #: A sparkline's cell: its character, and its bar's height between the lowest and highest value (None: blank).
 SparkCell = tuple[str, float | None]
+#: The least span a steady line is drawn over, as a fraction of its size: noise of a few percent
+#: stays a few percent of the height, around the middle.
+STEADY_SPAN = 0.5
 
 
-def sparkline_rows(values: Sequence[float], width: int, height: int) -> list[list[SparkCell]]:
+def steady_scale(values: Sequence[float]) -> tuple[float, float]:
+    """The range a sparkline's heights are drawn over: the data's, widened about its middle to at
+    least STEADY_SPAN of its size, so a steady rate is a flat line at mid height, not a floor that
+    reads as zero, and 14.0-14.6K of noise is no wild swing; all zeros draw the floor."""
+    low, high = min(values, default=0.0), max(values, default=0.0)
+    middle = (low + high) / 2
+    half = max((high - low) / 2, abs(middle) * STEADY_SPAN / 2)
+    if half == 0:
+        return 0.0, 1.0
+    return middle - half, middle + half  # values >= 0 keep a bottom >= 0: half is at most their middle
+
+
+def sparkline_rows(
+    values: Sequence[float], width: int, height: int, scale: tuple[float, float] | None = None
+) -> list[list[SparkCell]]:
     """A sparkline `height` rows tall, top row first: each cell's character and where its slice's
-    peak stands between the smallest and largest value (0 to 1: its colour), None for a blank.
-    Fewer slices than cells are stretched across the width, as Textual's Sparkline draws them."""
+    peak stands between the scale's ends (0 to 1: its colour), None for a blank. The scale is the
+    data's smallest and largest value unless given (steady_scale). Fewer slices than cells are
+    stretched across the width, as Textual's Sparkline draws them."""
     if width <= 0:
         return [[] for _ in range(height)]  # not laid out yet
     if not values:
         blank: SparkCell = (" ", None)
         floor: SparkCell = ("▁", 0.0)
         return [[blank] * width for _ in range(height - 1)] + [[floor] * width]
-    if len(values) == 1:
+    if len(values) == 1 and scale is None:
         return [[("█", 1.0)] * width for _ in range(height)]
     peaks = bucket_peaks(values, width)
-    low = min(values)
-    extent = max(values) - low or 1
+    low, high = scale if scale is not None else (min(values), max(values))
+    extent = high - low or 1
     levels = len(BARS) * height - 1
     cells = []
     position, step = 0.0, len(peaks) / width
     for _ in range(width):
-        ratio = (peaks[int(position)] - low) / extent
+        ratio = min(1.0, max(0.0, (peaks[int(position)] - low) / extent))
         cells.append((int(ratio * levels), ratio))
         position += step  # added up, not multiplied: the same cells as Textual's own for the same data
     rows: list[list[SparkCell]] = []
@@ -102,11 +120,14 @@ def bar_style(base: Style, rgb: tuple[int, int, int]) -> Style:
     return base + Style(color=Color.from_rgb(*rgb))
 
 
-def sparkline_strips(values: Sequence[float], width: int, height: int, base: Style, low: Color, high: Color) -> list[Strip]:
-    """A sparkline's rows as strips: each bar coloured between `low` and `high` by its height."""
+def sparkline_strips(
+    values: Sequence[float], width: int, height: int, base: Style, low: Color, high: Color,
+    scale: tuple[float, float] | None = None,
+) -> list[Strip]:
+    """A sparkline's rows as strips (`scale` as sparkline_rows'): each bar coloured between `low` and `high` by its height."""
     styles: dict[float | None, Style] = {None: base}
     strips = []
-    for row in sparkline_rows(values, width, height):
+    for row in sparkline_rows(values, width, height, scale):
         segments = []
         for char, ratio in row:
             style = styles.get(ratio)
@@ -132,8 +153,8 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
     one widget, not one a row, because each widget that repaints costs Textual two messages
     and its own pass through the compositor, every sample.
 
-    A sparkline's bar height comes from its slice's maximum scaled between the data's minimum
-    and maximum: when those are unchanged for this width, so is every cell. Drawn here, not by
+    A sparkline's bar height comes from its slice's maximum over steady_scale of the data's
+    minimum and maximum: when those are unchanged for this width, so is every cell. Drawn here, not by
     Textual's Sparkline renderable, which took ~0.3 ms a frame for two rows of 40 cells."""
 
     COMPONENT_CLASSES = {
@@ -208,7 +229,9 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
                 self._set_flags(slow=False)
         self.show_sparkline("rate-spark", view.rates)
 
-        if view.losses:
+        if view.nonfinite_loss is not None:
+            line = Text.assemble("loss ", (f"{view.nonfinite_loss}", "bold red"))
+        elif view.losses:
             line = Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold"))
         else:
             line = Text("no loss in the log yet", style="dim")
@@ -290,7 +313,8 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
         key = (values, width, height, base, low, high)
         kept = self._strips.get(name)
         if kept is None or kept[0] != key:
-            kept = self._strips[name] = (key, sparkline_strips(values, width, height, base, low, high))
+            strips = sparkline_strips(values, width, height, base, low, high, steady_scale(values) if values else None)
+            kept = self._strips[name] = (key, strips)
         return kept[1]
 
     def _colour(self, component: str) -> Color:
