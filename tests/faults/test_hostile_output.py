@@ -348,11 +348,14 @@ async def test_a_streamed_line_past_its_bound_is_refused_not_dropped(target) -> 
 
 
 async def test_a_line_that_never_ends_or_never_starts_times_out_with_one_line(target) -> None:
-    for script, said in ((TRICKLE, r"sent \d+ bytes without a line end in 0.5 s"), ("sleep 30", r"sent no line for 0.5 s")):
+    # The trickle's first bytes must have come within the timeout: over ssh the command's start alone
+    # can take half a second on a loaded machine, so it gets 3 s; a silent command 0.5 s.
+    for script, timeout, said in ((TRICKLE, 3.0, r"sent \d+ bytes without a line end in 3 s"),
+                                  ("sleep 30", 0.5, r"sent no line for 0.5 s")):
         channel = await target.open(script)
         try:
             with pytest.raises(TargetError) as caught:
-                await LineReader(channel, f"{target.label}: the command", 1 << 20).line(timeout=0.5)
+                await LineReader(channel, f"{target.label}: the command", 1 << 20).line(timeout=timeout)
             assert re.fullmatch(rf"{re.escape(target.label)}: the command {said}", str(caught.value))
         finally:
             channel.close()
