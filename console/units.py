@@ -66,3 +66,8 @@ def si(value: float) -> str:
         if abs(value) >= factor:
             return f"{value / factor:.3g}{suffix}"
     return f"{value:.3g}"
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 thread`, `3 threads`: a count with its noun, singular for one."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -457,3 +457,9 @@ def test_a_rank_stopped_on_its_own_data_holds_up_a_rank_that_still_spins():
     assert verdict.name == "hung"
     assert verdict.summary.startswith("rank 1 waits on I/O in read_batch (train.py:13); rank 0 cannot finish its step")
     assert "rank 1 is the straggler" in verdict.evidence
+
+
+def test_a_process_of_one_thread_is_said_in_the_singular():
+    one = replace(HEALTHY, processes=(replace(proc(), threads=1),))
+    said = "\n".join(diagnose(one, CONFIG).evidence)
+    assert "1 thread: python3 -u hung.py" in said and "1 threads" not in said

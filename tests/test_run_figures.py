@@ -67,6 +67,8 @@ def test_log_titles_say_the_filter_search_following_and_problems():
     assert following.subtitle == f"following · {problems} problem{'s' if problems > 1 else ''} · n/N jump · lines come every 1s"
     paused = log_titles(state, None, LogReading(filter_text="loss", line_count=12, search_text="nan", following=False, unseen=3))
     assert paused.subtitle.startswith("filter “loss”: 12 lines · search “nan” · n/N · paused · 3 new lines · f to follow")
+    one = log_titles(state, None, LogReading(following=False, unseen=1))
+    assert "paused · 1 new line · f to follow" in one.subtitle
     assert paused.subtitle.endswith("[/] jump") and paused.level == "warn"
     state.log_path = "/runs/\x1b[31mred"
     assert "\x1b" not in log_titles(state, None, LogReading()).title  # the target's text is never a sequence

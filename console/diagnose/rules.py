@@ -71,7 +71,7 @@ from console.observe.roles import fold_helpers
 from console.state import RATE_UNITS
 from console.stall import Silence, is_stalled
 from console.slowness import Baseline, Slowdown, from_log, name_cause, no_history_text, slowdown
-from console.units import format_duration, format_indices, spread
+from console.units import counted, format_duration, format_indices, spread
 from console.verdicts import kind
 
 #: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
@@ -251,7 +251,7 @@ class _Diagnosis:
                 cpu += f" (ps would say {lifetime:.1f}%: lifetime average)"
             state = "zombie" if p.state == "Z" else f"state {p.state}"
             role = f" [{p.label}]" if p.label else ""
-            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {p.threads} threads: {clip(p.cmdline, 80)}")
+            lines.append(f"pid {p.pid}{role} {cpu}, {state}, {counted(p.threads, 'thread')}: {clip(p.cmdline, 80)}")
             busy = [t for t in p.thread_cpu if t.cpu_pct is not None and t.cpu_pct > self.stall.cpu_idle_pct]
             if busy:
                 busy.sort(key=lambda t: -(t.cpu_pct or 0.0))

@@ -17,7 +17,7 @@ from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
 from console.state import RATE_UNITS, RunState
 from console.stall import Silence, is_stalled
-from console.units import format_duration
+from console.units import counted, format_duration
 from console.verdicts import level as verdict_level
 
 #: The window of "current / average / min" throughput figures.
@@ -177,7 +177,7 @@ def log_titles(state: RunState, configured_log: str | None, reading: LogReading,
     if reading.following:
         parts.append("following")
     else:
-        parts.append(f"paused · {reading.unseen} new lines · f to follow" if reading.unseen else "paused · f to follow")
+        parts.append(f"paused · {counted(reading.unseen, 'new line')} · f to follow" if reading.unseen else "paused · f to follow")
     problems = len(state.spans.problems)
     if problems:
         parts.append(f"{problems} problem{'s' if problems != 1 else ''} · {'[/]' if reading.search_text else 'n/N'} jump")
