@@ -41,18 +41,23 @@ def running(pid: int) -> bool:
         return False
 
 
+def demo_record(tmp_path: Path, deadline: float) -> dict:
+    """The record a demo started under TMPDIR=tmp_path writes (its PIDs and folder), once it is there."""
+    records: list[Path] = []
+    while not records:
+        assert time.monotonic() < deadline, "the demo never wrote its record"
+        records = list(tmp_path.glob(f"pulse-demo-*/{RECORD_NAME}"))
+        time.sleep(0.1)
+    return json.loads(records[0].read_text())
+
+
 def test_pulse_demo_shows_the_run_and_q_leaves_no_process(tmp_path):
     if not PULSE.exists():
         pytest.skip("pulse is not installed in .venv (.venv/bin/pip install -e .)")
     command = f"cd {PACKAGE_ROOT} && TMPDIR={tmp_path} TEXTUAL_ANIMATIONS=none {PULSE} demo"
     with TmuxSession(f"pulse-demo-smoke-{tmp_path.name}", command, (120, 40)) as terminal:
         deadline = time.monotonic() + WAIT_S
-        records: list[Path] = []
-        while not records:
-            assert time.monotonic() < deadline, "the demo never wrote its record"
-            records = list(tmp_path.glob(f"pulse-demo-*/{RECORD_NAME}"))
-            time.sleep(0.1)
-        record = json.loads(records[0].read_text())
+        record = demo_record(tmp_path, deadline)
         terminal.wait_for(
             lambda rows: all(any(word in row for row in rows) for word in ("H200", "target", "step ", "loss")),
             deadline - time.monotonic(),
@@ -84,12 +89,7 @@ def test_a_closed_terminal_sighup_ends_the_demo_without_a_crash_file(tmp_path):
     command = f"cd {PACKAGE_ROOT} && XDG_STATE_HOME={state} TMPDIR={tmp_path} TEXTUAL_ANIMATIONS=none {PULSE} demo"
     with TmuxSession(f"pulse-demo-hup-{tmp_path.name}", command, (120, 40)) as terminal:
         deadline = time.monotonic() + WAIT_S
-        records: list[Path] = []
-        while not records:
-            assert time.monotonic() < deadline, "the demo never wrote its record"
-            records = list(tmp_path.glob(f"pulse-demo-*/{RECORD_NAME}"))
-            time.sleep(0.1)
-        record = json.loads(records[0].read_text())
+        record = demo_record(tmp_path, deadline)
         terminal.wait_for(lambda rows: any("loss" in row for row in rows), WAIT_S, "the demo never showed its run")
         started = {record["pid"], record["trainer_pid"], *descendants(record["pid"])}
     # The terminal closed (tmux's server gone): its pty hangs up and the demo gets SIGHUP.
