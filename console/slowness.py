@@ -36,6 +36,8 @@ JOURNAL_WINDOW_S = 3600.0
 #: A journal window needs this many minutes with a rate; a log this many values beside the current ones.
 MIN_JOURNAL_MINUTES = 10
 MIN_LOG_VALUES = 2 * LOG_WINDOW_VALUES
+#: A window's median is read from at most about this many of its values (evenly spread).
+MEDIAN_OF = 200
 
 #: Shares of a thread's samples that decide a cause.
 INPUT_WAIT_SHARE = 0.4
@@ -103,13 +105,14 @@ def clock_span(start: float, end: float, now: float) -> str:
 
 
 def best_sustained(values: Sequence[float], window: int) -> tuple[float, int] | None:
-    """The highest median of `window` consecutive values, and where that window starts (windows a
-    twentieth of `window` apart: a long log is read in a few dozen medians, not one per value)."""
+    """The highest median of `window` consecutive values, and where that window starts. Windows a
+    twentieth of `window` apart, each's median read from at most MEDIAN_OF values spread evenly over
+    it: a long log costs a few dozen short medians (the cheap diagnosis runs this every few seconds)."""
     if window < 1 or len(values) < window:
         return None
-    step = max(1, window // 20)
+    step, stride = max(1, window // 20), max(1, window // MEDIAN_OF)
     starts = range(0, len(values) - window + 1, step)
-    return max((statistics.median(values[i : i + window]), i) for i in starts)
+    return max((statistics.median(values[i : i + window : stride]), i) for i in starts)
 
 
 def from_log(values: Sequence[float]) -> Baseline | None:
