@@ -34,6 +34,7 @@ from console.diagnose import (
     StackSummary,
     Verdict,
     diagnose,
+    slow_look_due,
     slowdown_of,
     wants_slow_look,
     wants_stacks,
@@ -269,10 +270,11 @@ class RunLook:
         evidence = replace(evidence, rate_history=self.rate_histories.get(evidence.rate_metric or ""))
         due = self.target is not None and self.looks.due(evidence, self.config)
         held = self._with_slow_look(self.looks.apply(evidence))
-        due = due or (self.target is not None and wants_slow_look(held, self.config))
+        verdict = diagnose(held, self.config)
+        due = due or (self.target is not None and slow_look_due(held, verdict))
         silence = Silence(evidence.log_silent_s, evidence.log_write_interval_s, override_s=self.config.stall.log_silent_s)
         self.quiet = self.target is not None and not silence.progressing and not held.stacks and not due
-        return diagnose(held, self.config), due
+        return verdict, due
 
     async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
         """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""

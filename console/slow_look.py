@@ -99,12 +99,14 @@ def _sched(facts: dict) -> dict[int, dict[int, tuple[int, int]]]:
 
 
 async def read_facts(target: Target, pids: list[int]) -> dict:
+    """FACTS_SCRIPT's reading of `pids` under the target's Python; {} when it cannot be run or says too much."""
     argv = " ".join(str(int(pid)) for pid in pids)
+    script = f"{quote(target.python)} -c {quote(FACTS_SCRIPT)} {argv}"
     try:
-        result = await target.run(f"python3 -c {quote(FACTS_SCRIPT)} {argv}", FACTS_TIMEOUT_S, login=False)
-    except TargetError:
+        result = await target.run(script, FACTS_TIMEOUT_S, login=False, limit=FACTS_MAX_BYTES)
+    except TargetError:  # OutputTooLong too: a reply past its bound is no reading
         return {}
-    return parse_facts(result.stdout[-FACTS_MAX_BYTES:])
+    return parse_facts(result.stdout)
 
 
 async def read_slow_look(
@@ -151,7 +153,7 @@ async def read_slow_look(
     if "gpu_error" in after:
         unread.append(f"GPU clocks and throttle reasons: {after['gpu_error']}")
     if not before:
-        unread.append("/proc on the target: the facts script printed nothing (no python3 there?)")
+        unread.append(f"/proc on the target: the facts script printed nothing (no {target.python} there?)")
     swapped = after.get("pswpin") - before["pswpin"] if after.get("pswpin") is not None and before.get("pswpin") is not None else None
     host = HostLook(after.get("load1"), after.get("cpus"), swapped, after.get("mem_available_share"))
     return SlowLook(window, looks, gpu_looks, host, recompile_lines, tuple(unread))

@@ -117,3 +117,9 @@ def test_the_slowdown_is_seen_against_the_runs_own_log(job):
     found = slowness.slowdown(values, baseline, Config().metrics.slow_fraction)
     assert found is not None, (values[-10:], baseline)
     assert "below its best sustained" in found.text("tokens/s", now)
+
+
+def test_every_cause_has_its_next_step():
+    from console.diagnose.rules import SLOW_STEPS
+
+    assert sorted(SLOW_STEPS) == sorted(slowness.CAUSES)

@@ -13,6 +13,7 @@ from console.diagnose.rules import (
     RECOVERABLE_KINDS,
     baseline_of,
     diagnose,
+    slow_look_due,
     slowdown_of,
     wants_slow_look,
     wants_stacks,
@@ -21,6 +22,6 @@ from console.diagnose.stacks import StackGroup, group_sentence, group_stacks, in
 
 __all__ = [
     "BUFFER_BYTES", "RECOVERABLE_KINDS", "DeadThread", "Evidence", "ProblemLine", "RecoveredFamily", "StackGroup",
-    "StackSummary", "Verdict", "baseline_of", "diagnose", "group_sentence", "group_stacks", "in_collective", "slowdown_of",
+    "StackSummary", "Verdict", "baseline_of", "diagnose", "group_sentence", "group_stacks", "in_collective", "slow_look_due", "slowdown_of",
     "stragglers", "wants_slow_look", "wants_stacks",
 ]

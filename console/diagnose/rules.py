@@ -112,10 +112,15 @@ def slowdown_of(ev: Evidence, fraction: float) -> Slowdown | None:
     return slowdown(ev.rate_values, baseline_of(ev), fraction) if ev.rate_values else None
 
 
+def slow_look_due(evidence: Evidence, verdict: Verdict) -> bool:
+    """`verdict` on `evidence` is slow and the cause has not been looked at yet."""
+    return (verdict.name == "slow" and evidence.slow_look is None
+            and any(p.state not in ("Z", "X") for p in evidence.processes))
+
+
 def wants_slow_look(evidence: Evidence, config: Config) -> bool:
     """The run is slow and the cause has not been looked at yet."""
-    return (evidence.slow_look is None and any(p.state not in ("Z", "X") for p in evidence.processes)
-            and diagnose(evidence, config).name == "slow")
+    return slow_look_due(evidence, diagnose(evidence, config))
 
 
 def wants_stacks(evidence: Evidence, config: Config) -> bool:
