@@ -54,22 +54,19 @@ def test_pulse_check_names_an_input_bound_run_against_its_own_log(procs, tmp_pat
     assert "ruled out: not recompiling" in said
 
 
-def test_pulse_check_measures_against_the_runs_journal_when_it_has_one(procs, tmp_path):
+def test_pulse_check_measures_against_the_runs_journal_when_it_has_one(procs, tmp_path, monkeypatch):
     run = Run(procs, tmp_path, "slow_input.py", "--slow-at", str(SLOW_AT_S))
-    env = {**os.environ, "PATH": f"{TESTS_BIN}:{os.environ['PATH']}", "XDG_STATE_HOME": str(tmp_path / "state")}
-    os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
-    try:
-        # What a watch journaled yesterday: two hours at 60K tokens/s, then a worse hour at 40K.
-        config = Config(run=RunConfig(log=str(run.log), match=f"--tag {run.tag}"))
-        yesterday = time.time() - 86400
-        journal = Journal(journal_path(config)).start()
-        journal.add_values("tokens_per_s", [(yesterday + m * 60, 60_000.0) for m in range(120)]
-                           + [(yesterday + (120 + m) * 60, 40_000.0) for m in range(60)])
-        journal.close()
-        assert read_rate_histories(config)["tokens_per_s"].rate == 60_000.0
-        slowed(run)
-        report = check(tmp_path, run, env)
-    finally:
-        del os.environ["XDG_STATE_HOME"]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # this test's journal, and the check's
+    env = {**os.environ, "PATH": f"{TESTS_BIN}:{os.environ['PATH']}"}
+    # What a watch journaled yesterday: two hours at 60K tokens/s, then a worse hour at 40K.
+    config = Config(run=RunConfig(log=str(run.log), match=f"--tag {run.tag}"))
+    yesterday = time.time() - 86400
+    journal = Journal(journal_path(config)).start()
+    journal.add_values("tokens_per_s", [(yesterday + m * 60, 60_000.0) for m in range(120)]
+                       + [(yesterday + (120 + m) * 60, 40_000.0) for m in range(60)])
+    journal.close()
+    assert read_rate_histories(config)["tokens_per_s"].rate == 60_000.0
+    slowed(run)
+    report = check(tmp_path, run, env)
     assert report["verdict"] == "slow", report["summary"]
     assert "below its best sustained 60K (yesterday " in report["summary"], report["summary"]

@@ -375,9 +375,9 @@ class Journal:
         """Committed entries from `since` (Unix time) on, oldest first."""
         return read_entries(self._conn, since, kinds, self._db_lock)
 
-    def minutes(self, since: float | None = None) -> list[Minute]:
-        """Committed minutes from `since` on, oldest first."""
-        return read_minutes(self._conn, since, self._db_lock)
+    def minutes(self, since: float | None = None, metrics: Iterable[str] | None = None) -> list[Minute]:
+        """Committed minutes from `since` on, oldest first (only `metrics`' when given)."""
+        return read_minutes(self._conn, since, self._db_lock, metrics)
 
     def window(self, start: float) -> tuple[list[Entry], list[Minute]]:
         """What `read_window` reads, from this journal's committed rows."""
@@ -410,11 +410,15 @@ def read_entries(conn: sqlite3.Connection, since: float | None = None, kinds: It
     return [Entry(t, kind, text, json.loads(data)) for t, kind, text, data in rows]
 
 
-def read_minutes(conn: sqlite3.Connection, since: float | None = None, lock: threading.Lock | None = None) -> list[Minute]:
+def read_minutes(conn: sqlite3.Connection, since: float | None = None, lock: threading.Lock | None = None,
+                 metrics: Iterable[str] | None = None) -> list[Minute]:
+    """Minutes from `since` on, oldest first: every metric's, or only those of `metrics`."""
+    chosen = None if metrics is None else tuple(metrics)
+    where = "" if chosen is None else f" AND metric IN ({', '.join('?' * len(chosen))})"
     with lock or threading.Lock():
         rows = conn.execute(
-            "SELECT minute, metric, count, min, median, max FROM minutes WHERE minute >= ? ORDER BY minute, metric",
-            (int((since or 0.0) // 60),),
+            f"SELECT minute, metric, count, min, median, max FROM minutes WHERE minute >= ?{where} ORDER BY minute, metric",
+            (int((since or 0.0) // 60), *(chosen or ())),
         ).fetchall()
     return [Minute(*row) for row in rows]
 
@@ -438,7 +442,7 @@ def read_rate_histories(config: Config, since_s: float = HISTORY_S) -> dict[str,
     except JournalError:
         return {}
     try:
-        return rate_histories(read_minutes(conn, time.time() - since_s))
+        return rate_histories(read_minutes(conn, time.time() - since_s, metrics=RATE_METRICS))
     except sqlite3.Error:
         return {}
     finally:

@@ -10,6 +10,8 @@ once.
 
 from __future__ import annotations
 
+import asyncio
+
 import time
 from collections.abc import Callable
 
@@ -20,7 +22,7 @@ from console.diagnose import Verdict
 from console.evidence import RunLook
 from console.journal.recorder import JournalRecorder, restore
 from console.journal.store import HISTORY_S, Journal, journal_path, rate_histories
-from console.state import RunState
+from console.state import RATE_METRICS, RunState
 
 #: How often the cheap diagnosis (from the state alone, no command on the target) runs.
 CHEAP_DIAGNOSIS_S = 5.0
@@ -60,7 +62,7 @@ class RunWatch:
     async def judge(self, look: RunLook) -> Verdict | None:
         """The run's verdict now (looking at its stacks when one is due), journaled and alerted on;
         None before two samples."""
-        self._learn_baseline(look)
+        await self._learn_baseline(look)
         verdict, due = look.cheap()
         if due:
             verdict, _ = await look.full()
@@ -68,12 +70,14 @@ class RunWatch:
             self.verdict(verdict)
         return verdict
 
-    def _learn_baseline(self, look: RunLook) -> None:
-        """The run's best sustained rates from its journal, read again at most every HISTORY_EVERY_S."""
+    async def _learn_baseline(self, look: RunLook) -> None:
+        """The run's best sustained rates from its journal, read again at most every HISTORY_EVERY_S
+        (a week of rate minutes, read off the event loop: the console's frames never wait on the disk)."""
         now = self.wall()
         if self._history_read_at is None or now - self._history_read_at >= HISTORY_EVERY_S:
             self._history_read_at = now
-            look.rate_histories = rate_histories(self.journal.minutes(now - HISTORY_S))
+            minutes = await asyncio.to_thread(self.journal.minutes, now - HISTORY_S, RATE_METRICS)
+            look.rate_histories = rate_histories(minutes)
 
     def verdict(self, verdict: Verdict) -> None:
         """A verdict from any diagnosis (the cheap one, or a full one on a key press)."""
