@@ -73,6 +73,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
@@ -898,10 +899,11 @@ def execute_restart(
     poll_s: float = 0.25,
     launch_timeout_s: float = 30.0,
     audit: bool = True,
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Lock the run, stop, wait for GPU memory, check nothing of the run is left, launch once, verify:
     step events as they happen; audited ("started" before the first signal) unless `audit` is False
-    (--no-audit). Every caller (the CLI, the console's R) goes through here, so through the lock.
+    (--no-audit), each record also told to `on_record`. Every caller (the CLI, the console's R) goes through here, so through the lock.
 
     `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
     processes' GPU memory remains, or processes stuck in D state. Stop iterating to cancel
@@ -920,7 +922,7 @@ def execute_restart(
     )
     return audited(
         _restart(target, config, plan, timing, force),
-        log=AuditLog(config.audit_log) if audit else None,
+        log=AuditLog(config.audit_log, on_record=on_record) if audit else None,
         action="restart",
         target=target,
         plan=plan.as_json(),

@@ -24,6 +24,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
@@ -169,10 +170,11 @@ async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEv
 
 
 def execute_warmup(
-    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True, confirmed: Collection[str] = ()
+    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True, confirmed: Collection[str] = (),
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Run the plan's steps one after another; stop at the first failure; audited unless `audit`
-    is False (--no-audit).
+    is False (--no-audit), each record also told to `on_record`.
 
     Iterate to run it; stop iterating (or cancel the task) to cancel: the step that is
     running is stopped by its own process group and nothing else is touched.
@@ -184,7 +186,7 @@ def execute_warmup(
     refuse_unconfirmed(plan.hidden, confirmed)
     return audited(
         _run_warmup(target, plan),
-        log=AuditLog(config.audit_log) if audit else None,
+        log=AuditLog(config.audit_log, on_record=on_record) if audit else None,
         action="warmup",
         target=target,
         plan=plan.as_json(),

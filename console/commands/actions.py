@@ -31,6 +31,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audit_refusal,
@@ -232,11 +233,12 @@ def _ask(
 
 async def restart_run(
     config: Config, args: argparse.Namespace, *, judged_pids: Collection[int] | None = None,
-    report: ActionReport | None = None,
+    report: ActionReport | None = None, on_record: RecordListener | None = None,
 ) -> int:
     """`pulse restart` on the machine `config` names, to its exit code (see `restart`), its steps and any
     refusal also in `report`. `judged_pids`: restart only these processes (the ones a verdict was earned
-    on): a plan that would stop any other is refused, nothing done (the run was restarted meanwhile)."""
+    on): a plan that would stop any other is refused, nothing done (the run was restarted meanwhile).
+    `on_record` is told of each audit record (the watch's journal)."""
 
     async def plan_and_run(target: Target) -> int:
         if getattr(args, "grace", None) is not None:
@@ -253,7 +255,8 @@ async def restart_run(
                 report.said = unconfirmed_escaped(args, plan.hidden) or "restart: not confirmed"
             return refused
         events = execute_restart(
-            target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force), audit=not _no_audit(args)
+            target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force), audit=not _no_audit(args),
+            on_record=on_record,
         )
         steps = await _print_events(events, sys.stdout, report.steps if report is not None else [])
         verified = [e for e in steps if e.step == "verify" and e.status is StepStatus.OK]

@@ -15,7 +15,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from console.actions import audit
 from console.alerts import Alerter, sinks_for
 from console.config import Config
 from console.diagnose import Verdict
@@ -47,7 +46,6 @@ class RunWatch:
         self.alerter = Alerter(config, sinks, journal, clock=wall)
         self.wall = wall
         self._history_read_at: float | None = None
-        audit.AUDIT_LISTENERS.append(self.record_action)
 
     @classmethod
     def open(cls, config: Config, state: RunState, *, terminal_write: Callable[[str], None] | None) -> RunWatch:
@@ -85,7 +83,8 @@ class RunWatch:
         self.alerter.observe(verdict, speak=self.journal.leader)
 
     def record_action(self, entry: dict) -> None:
-        """Journal a finished action from its audit log entry (AUDIT_LISTENERS calls this)."""
+        """Journal an action from its audit log entry: the `on_record` of the audit log of each action
+        taken beside this watch (the console's keys, the restart policy)."""
         record = entry.get("record", "finished")  # "started" is written before the action acts
         self.journal.add(
             "action",
@@ -96,7 +95,5 @@ class RunWatch:
 
     async def close(self, *, drain_s: float = 5.0) -> None:
         """Let running deliveries finish (bounded), then commit and close the journal."""
-        if self.record_action in audit.AUDIT_LISTENERS:
-            audit.AUDIT_LISTENERS.remove(self.record_action)
         await self.alerter.drain(drain_s)
         self.journal.close()

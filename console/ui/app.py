@@ -208,6 +208,11 @@ class PulseApp(ThemedApp):
             self.run_watch.observe()
             await self.run_watch.close()
 
+    def journal_action(self, entry: dict) -> None:
+        """An audit record of an action taken from this console, copied into the run's journal (if it keeps one)."""
+        if self.run_watch is not None:
+            self.run_watch.record_action(entry)
+
     def terminal_write(self, text: str) -> None:
         """Write escape sequences (alert notifications) to the terminal, as App.bell does."""
         render.terminal_write(self, text)
@@ -348,7 +353,7 @@ class PulseApp(ThemedApp):
                 return PlanReady(
                     f"Send SIG{signal}",
                     plan.describe(),
-                    lambda: execute_signal(self.target, self.config, plan),
+                    lambda: execute_signal(self.target, self.config, plan, on_record=self.journal_action),
                     dangerous=signal in ("KILL", "TERM", "STOP"),
                 )
 
@@ -420,7 +425,7 @@ class PulseApp(ThemedApp):
 
         async def make_plan():
             plan = await plan_restart(self.target, self.config, read_only=self.read_only)
-            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan),
+            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan, on_record=self.journal_action),
                              dangerous=True, hidden=plan.hidden)
 
         self.prepare_action(make_plan)
@@ -432,7 +437,9 @@ class PulseApp(ThemedApp):
             plan = plan_warmup(self.config, read_only=self.read_only)
             confirmed = [hidden.escaped for hidden in plan.hidden]  # run only after the dialog that shows them
             return PlanReady("Sequential warmup", plan.describe(),
-                             lambda: execute_warmup(self.target, self.config, plan, confirmed=confirmed), hidden=plan.hidden)
+                             lambda: execute_warmup(self.target, self.config, plan, confirmed=confirmed,
+                                                    on_record=self.journal_action),
+                             hidden=plan.hidden)
 
         self.prepare_action(make_plan)
 
@@ -455,7 +462,7 @@ class PulseApp(ThemedApp):
             return PlanReady(
                 custom.name,
                 plan.describe(),
-                lambda: execute_custom(self.target, self.config, plan, confirmed=confirmed),
+                lambda: execute_custom(self.target, self.config, plan, confirmed=confirmed, on_record=self.journal_action),
                 confirm=custom.confirm,
                 dangerous=custom.dangerous,
                 hidden=plan.hidden,
