@@ -41,7 +41,7 @@ class RunWatch:
         self.state = state
         self.journal = journal
         self.restored = restore(state, journal, since_s=RESTORE_S, wall=wall)
-        """The last verdict journaled before this watch opened (its data), or None."""
+        """The last verdict journaled before this watch opened, or None."""
         self.recorder = JournalRecorder(journal, state, wall=wall)
         self.alerter = Alerter(config, sinks, journal, clock=wall)
         self.wall = wall

@@ -32,7 +32,7 @@ from console.ui import render
 from console.ui.dialogs.action_screen import ActionScreen
 from console.ui.dialogs.confirm_screen import ConfirmScreen
 from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
-from console.ui.keymap import ACTIONS, STEP_KEYS, ActionSpec, bindings, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.palette import PulseCommands
 from console.verdicts import level as verdict_level
 from console.ui.screens.run_screen import RunScreen
@@ -160,20 +160,15 @@ class PulseApp(ThemedApp):
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._patterns_said = 0
-        self.verdict: Verdict | None = None
-        """The latest Verdict, shown in the status line until the state changes."""
+        self.verdict: Verdict | None = self.run_watch.restored if self.run_watch is not None else None
+        """The latest Verdict, shown in the status line until the state changes; at first the journal's
+        last word (a reopened console is not blank until its first diagnosis)."""
         self.look = RunLook(target, config, state)
         """The verdicts on the run: from the state, and from its stacks once per quiet stretch."""
         self._judged = False
         """A verdict on what the console itself read has been shown (until then each tick tries one)."""
         self._looking = False
         """A full look (two samples, maybe the stacks) is under way."""
-        if self.run_watch is not None and self.run_watch.restored is not None:
-            # The journal's last word until the first diagnosis: a reopened console is not blank.
-            restored = self.run_watch.restored
-            # A journal written before verdicts named their step kept its console key.
-            step = restored.get("step", {key: step for step, key in STEP_KEYS.items()}.get(restored.get("key")))
-            self.verdict = Verdict(restored["verdict"], restored["summary"], restored["evidence"], restored["next_step"], step)
         self.run_screen = RunScreen(
             config,
             state,
