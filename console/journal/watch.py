@@ -18,6 +18,7 @@ from collections.abc import Callable
 from console.alerts import Alerter, sinks_for
 from console.config import Config
 from console.diagnose import Verdict
+from console.diagnose.steady import SteadyVerdict
 from console.evidence import RunLook
 from console.journal.recorder import JournalRecorder, restore
 from console.journal.store import HISTORY_S, Journal, journal_path, rate_histories
@@ -46,6 +47,8 @@ class RunWatch:
         self.alerter = Alerter(config, sinks, journal, clock=wall)
         self.wall = wall
         self._history_read_at: float | None = None
+        self.steady = SteadyVerdict()
+        """What `pulse watch` says and journals: a better verdict once it holds (the console holds its own)."""
 
     @classmethod
     def open(cls, config: Config, state: RunState, *, terminal_write: Callable[[str], None] | None) -> RunWatch:
@@ -58,15 +61,17 @@ class RunWatch:
         self.recorder.observe()
 
     async def judge(self, look: RunLook) -> Verdict | None:
-        """The run's verdict now (looking at its stacks when one is due), journaled and alerted on;
-        None before two samples."""
+        """The run's verdict now (looking at its stacks when one is due), held steady (console.diagnose.steady),
+        journaled and alerted on; None before two samples."""
         await self._learn_baseline(look)
-        verdict, due = look.cheap()
+        verdict, due, _ = look.cheap()
         if due:
             verdict, _ = await look.full()
-        if verdict is not None:
-            self.verdict(verdict)
-        return verdict
+        if verdict is None:
+            return None
+        shown = self.steady.observe(verdict, self.wall())
+        self.verdict(shown)
+        return shown
 
     async def _learn_baseline(self, look: RunLook) -> None:
         """The run's best sustained rates from its journal, read again at most every HISTORY_EVERY_S

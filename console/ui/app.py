@@ -23,9 +23,10 @@ from textual.widgets import Input
 
 from console.config import Config
 from console.actions.audit import OutputLine, StepEvent
-from console.diagnose import Evidence, Verdict
+from console.diagnose import Evidence, SteadyVerdict, Verdict
 from console.evidence import RunLook
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
+from console.model import LogLine
 from console.monitor import Monitor
 from console.state import RunState
 from console.ui import render
@@ -35,6 +36,7 @@ from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.palette import PulseCommands
 from console.verdicts import level as verdict_level
+from console.verdicts import worse
 from console.ui.screens.run_screen import RunScreen
 from console.ui.start import Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
@@ -163,12 +165,17 @@ class PulseApp(ThemedApp):
         self.verdict: Verdict | None = self.run_watch.restored if self.run_watch is not None else None
         """The latest Verdict, shown in the status line until the state changes; at first the journal's
         last word (a reopened console is not blank until its first diagnosis)."""
+        self.steady = SteadyVerdict()
+        """What the header says: a better verdict once it has held (the journal and the alerts hear the same).
+        The journal's last word is not in it: the first diagnosis replaces that at once."""
         self.look = RunLook(target, config, state)
         """The verdicts on the run: from the state, and from its stacks once per quiet stretch."""
         self._judged = False
         """A verdict on what the console itself read has been shown (until then each tick tries one)."""
         self._looking = False
         """A full look (two samples, maybe the stacks) is under way."""
+        self._problem_judged: LogLine | None = None
+        """The newest problem line the header has been judged with."""
         self.run_screen = RunScreen(
             config,
             state,
@@ -216,8 +223,11 @@ class PulseApp(ThemedApp):
         if self.run_watch is not None:
             self.run_watch.observe()
         # Judged each second, not every CHEAP_DIAGNOSIS_S, until the first verdict (a console opened on a
-        # run judges it once two samples are in) and while a quiet log nears the floor (its look is due then).
-        if not self._judged or self.look.quiet:
+        # run judges it once two samples are in), while a quiet log nears the floor (its look is due then),
+        # and when a problem line came (a traceback is flagged in the header at once, not seconds later).
+        problem = self.state.problems[-1] if self.state.problems else None
+        if not self._judged or self.look.quiet or problem is not self._problem_judged:
+            self._problem_judged = problem
             self.cheap_diagnosis()
         self._say_disabled_patterns()
 
@@ -294,13 +304,13 @@ class PulseApp(ThemedApp):
     def cheap_diagnosis(self) -> None:
         """Diagnose from the samples and lines already held (no I/O); notify if it got worse. When the
         verdict cannot be earned without the run's stacks, look at them (once per quiet stretch)."""
-        verdict, due = self.look.cheap()
+        verdict, due, proven = self.look.cheap()
         if verdict is None:
             return
         self._judged = True
         if due and self.target is not None and not self._looking:
             self.run_diagnosis(show=False)  # its verdict replaces this one in a few seconds
-            if self.verdict is not None:
+            if self.verdict is not None and not (proven and worse(verdict.name, self.verdict.name)):
                 return
         # The summary changes too ("quiet 12 s"): the header must never keep saying the log progresses.
         if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
@@ -403,11 +413,10 @@ class PulseApp(ThemedApp):
             self.push_screen(DiagnosisScreen(message.verdict, message.evidence))
 
     def set_verdict(self, verdict) -> None:
-        """Show `verdict` in the status line; notify when it is worse than the previous one."""
-        from console.verdicts import worse
-
+        """Show `verdict`, held steady (console.diagnose.steady), in the status line; notify when it is worse
+        than the previous one."""
         previous = self.verdict
-        self.verdict = verdict
+        verdict = self.verdict = self.steady.observe(verdict, self.clock())
         if self.run_watch is not None:
             self.run_watch.verdict(verdict)
         if previous is not None and worse(verdict.name, previous.name):
