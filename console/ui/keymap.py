@@ -147,7 +147,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False,
         fleet_help="Search every action and theme by name",
     ),
-    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View", footer=False),
+    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View"),
     ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View", fleet_help="Leave the console (the job is not touched)"),
     ActionSpec(
         "quit", "ctrl+c", "^c", "Quit", "Leave the console, as in htop, nvitop and k9s", "View", footer=False, priority=True,
