@@ -46,7 +46,7 @@ class ActionSpec:
 GROUPS = ("Run", "Log", "Panes", "View")
 
 # The order is the footer's: what a verdict asks for first (d, p, l), the mutating keys, then
-# the log's. A narrow footer cuts from the end.
+# the log's. A narrow footer wraps them to more lines (console/ui/panes/key_hints.py).
 ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View", help_keys="? F1",
