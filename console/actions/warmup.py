@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Collection, Iterable
+from collections.abc import AsyncGenerator, Collection, Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -113,7 +113,7 @@ def _holders(gpu: GpuReading, run: frozenset[int]) -> str:
     return f", held by {', '.join(said)}" if said else ""
 
 
-def busy_gpus(sample: Sample, gpus: Iterable[int], steps: dict[int, int]) -> list[str]:
+def busy_gpus(sample: Sample, gpus: Iterable[int], steps: Mapping[int, int]) -> list[str]:
     """A line for each GPU of `gpus` that `sample` shows in use (memory held past the driver's own,
     a process listed on it, or work on it), with its figures and who holds it; `steps`: how many
     warmup steps each GPU gets. When the sample has no GPU readings, one line saying so."""
@@ -135,8 +135,8 @@ def busy_gpus(sample: Sample, gpus: Iterable[int], steps: dict[int, int]) -> lis
                    else format_gib(used) if used is not None else "memory unknown"]
         if busy is not None:
             figures.append(f"{busy:.0f} % busy")
-        lines.append(f"GPU {index} is in use ({', '.join(figures)}{_holders(gpu, run)}): its"
-                     f" {counted(steps[index], 'warmup step')} would share it")
+        lines.append(f"GPU {index} is in use ({', '.join(figures)}{_holders(gpu, run)}):"
+                     f" the warmup's {counted(steps[index], 'step')} there would share it")
     return lines
 
 

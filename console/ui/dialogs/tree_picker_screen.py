@@ -18,6 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from console.actions.guards import ProcessTree, describe_gpu_use
+from console.observe.roles import script_and_args
 from console.observe.textsafe import visible
 from console.ui.dialogs.modal import FramedModal
 from console.units import format_duration
@@ -33,17 +34,29 @@ class RootChoice:
     root: int | None
 
 
+#: How much of what a tree runs its row shows (the highlighted tree's whole command is under the table).
+RUNS_CHARS = 30
+
+
 def tree_row(tree: ProcessTree) -> tuple[Text, ...]:
-    """One table row: root PID, processes, GPU memory, age, what marks it as the run, command."""
-    signs = ", ".join(tree.marks) + ("  ← the run" if tree.the_run else "")
+    """One table row: root PID, age, processes, GPU memory, whether it is the run, what it runs."""
+    runs = visible(script_and_args(tree.command))
+    the_run = "yes ←" if tree.the_run else "maybe" if tree.evidence else "—"
     return (
         Text(str(tree.root), style="bold" if tree.the_run else ""),
+        Text(format_duration(tree.elapsed_s, compact=True), justify="right"),
         Text(str(len(tree.pids)), justify="right"),
         Text(describe_gpu_use(tree.gpu_use) if tree.gpu_use else "—"),
-        Text(format_duration(tree.elapsed_s, compact=True), justify="right"),
-        Text(signs),
-        Text(visible(tree.command)),
+        Text(the_run, style="bold" if tree.the_run else ""),
+        Text(runs if len(runs) <= RUNS_CHARS else runs[: RUNS_CHARS - 1] + "…"),
     )
+
+
+def tree_detail(tree: ProcessTree) -> list[str]:
+    """Under the table, for the highlighted tree: what marks it as the run, and its whole command line."""
+    signs = ", ".join(tree.evidence) or "nothing marks it as the run (no GPU memory, no output into the run's log)"
+    taken = "taken for the run: " if tree.the_run else ""
+    return [f"PID {tree.root}: {taken}{signs}", tree.command]
 
 
 class TreePickerScreen(FramedModal[RootChoice | None]):
@@ -60,10 +73,12 @@ class TreePickerScreen(FramedModal[RootChoice | None]):
 
     DEFAULT_CSS = """
     TreePickerScreen {
-        & > .frame { width: 90%; max-width: 130; height: auto; max-height: 90%; }
+        & > .frame { width: 96%; max-width: 140; height: auto; max-height: 90%; }
         & #question { margin: 0 0 1 0; }
         & #note { color: $warning; margin: 0 0 1 0; }
-        & DataTable { height: auto; max-height: 16; }
+        /* RUNS may run past a narrow frame: the highlighted tree's whole command is under the table. */
+        & DataTable { height: auto; max-height: 16; scrollbar-size-horizontal: 0; }
+        & #command { margin: 1 0 0 0; color: $text-muted; }
     }
     """
 
@@ -81,17 +96,25 @@ class TreePickerScreen(FramedModal[RootChoice | None]):
             yield Static("Which tree is the run? The others are left alone. The plan and a confirmation follow.",
                          id="question")
             yield DataTable(cursor_type="row", zebra_stripes=False)
+            yield Static(id="command")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("ROOT PID", "PROCS", "GPU MEMORY", "AGE", "LOOKS LIKE THE RUN", "COMMAND")
+        table.add_columns("ROOT PID", "AGE", "PROCS", "GPU MEMORY", "THE RUN?", "RUNS")
         for tree in self.trees:
             table.add_row(*tree_row(tree), key=str(tree.root))
         every = sum(len(tree.pids) for tree in self.trees)
-        table.add_row(Text("all", style="bold"), Text(str(every), justify="right"), Text(""), Text(""), Text(""),
-                      Text(f"all roots: stop every tree ({len(self.trees)}), launch one run"), key=ALL_ROOTS)
+        table.add_row(Text("all", style="bold"), Text(""), Text(str(every), justify="right"), Text(""), Text(""),
+                      Text("every tree (all roots)"), key=ALL_ROOTS)
         table.move_cursor(row=next((i for i, tree in enumerate(self.trees) if tree.the_run), 0))
         table.focus()
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """What marks the highlighted tree as the run, and its whole command line (the row shows what it runs)."""
+        tree = next((t for t in self.trees if str(t.root) == event.row_key.value), None)
+        said = tree_detail(tree) if tree is not None else [f"all roots: stop all {len(self.trees)} trees, then launch the run once"]
+        self.query_one("#command", Static).update(Text("\n".join(map(visible, said)), overflow="fold"))
 
     def action_all_roots(self) -> None:
         self.dismiss(RootChoice(None))
