@@ -10,7 +10,7 @@ import pytest
 
 from console.model import LogLine
 from console.observe.lines import classify_line
-from tests.snapshot_apps.scenarios import NOW, diagnosed, make_app
+from tests.snapshot_apps.scenarios import NOW, diagnosed, launched_twice, make_app
 
 LARGE = (120, 40)
 MEDIUM = (100, 30)
@@ -130,3 +130,15 @@ class TestInteractions:
             await pilot.pause()
 
         assert snap_compare(make_app("oom"), run_before=run_before, terminal_size=LARGE)
+
+    @pytest.mark.parametrize("size", [LARGE, SMALL], ids=["120x40", "80x24"])
+    def test_tree_picker(self, snap_compare, size):
+        """R when the match finds two trees: each tree's root, processes, GPU memory, age and what marks
+        the run, then all roots; the cursor on the tree that alone looks like the run."""
+        from console.ui.dialogs.tree_picker_screen import TreePickerScreen
+
+        async def run_before(pilot):
+            await pilot.app.push_screen(TreePickerScreen(launched_twice()))
+            await pilot.pause()
+
+        assert snap_compare(make_app("healthy"), run_before=run_before, terminal_size=size)

@@ -43,6 +43,7 @@ from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 from console.user_patterns import disabled_notices
 
 if TYPE_CHECKING:  # loaded with the actions that need them
+    from console.actions.guards import ProcessTree
     from console.actions.shown import HiddenControls
     from console.journal.report import Window
     from console.observe.pyspy import ProcessDump
@@ -83,6 +84,16 @@ class PlanReady(Message):
         self.dangerous = dangerous
         self.hidden = tuple(hidden)
         """The plan's commands that hold control characters: always asked about (console.actions.shown)."""
+
+
+class TreesToPick(Message):
+    """The restart's match found several unrelated process trees: the operator picks the run's, or all."""
+
+    def __init__(self, trees: tuple[ProcessTree, ...], *, note: str | None = None) -> None:
+        super().__init__()
+        self.trees = trees
+        self.note = note
+        """Why the picker is shown again (the tree picked before is gone); None the first time."""
 
 
 class ActionRefusedMessage(Message):
@@ -425,20 +436,43 @@ class PulseApp(ThemedApp):
         self.run_screen.refresh_panes()
 
     def action_restart(self) -> None:
-        from console.actions.restart import execute_restart, plan_restart
+        self.plan_restart_with(root=None, all_roots=False)
+
+    def plan_restart_with(self, *, root: int | None, all_roots: bool) -> None:
+        """Plan the restart, with the operator's pick among process trees once made (`root`, or
+        `all_roots`): its confirmation, or the picker while the match finds several trees and none is
+        picked. The plan warns when the verdict on screen is healthy."""
+        from console.actions.restart import PlanRefused, execute_restart, plan_restart
 
         async def make_plan():
-            plan = await plan_restart(self.target, self.config, read_only=self.read_only)
+            try:
+                plan = await plan_restart(self.target, self.config, read_only=self.read_only, root=root,
+                                          all_roots=all_roots, verdict=self.verdict)
+            except PlanRefused as refused:
+                if not refused.plan.root_needed:
+                    raise
+                gone = None if root is None else f"PID {root} is no longer the root of a tree the match finds: pick again"
+                return TreesToPick(refused.plan.trees, note=gone)
             return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan, on_record=self.journal_action),
                              dangerous=True, hidden=plan.hidden)
 
         self.prepare_action(make_plan)
 
+    @on(TreesToPick)
+    def _trees_to_pick(self, message: TreesToPick) -> None:
+        from console.ui.dialogs.tree_picker_screen import RootChoice, TreePickerScreen
+
+        def picked(choice: RootChoice | None) -> None:
+            if choice is not None:
+                self.plan_restart_with(root=choice.root, all_roots=choice.root is None)
+
+        self.push_screen(TreePickerScreen(message.trees, note=message.note), callback=picked)
+
     def action_warmup(self) -> None:
         from console.actions.warmup import execute_warmup, plan_warmup
 
         async def make_plan():
-            plan = plan_warmup(self.config, read_only=self.read_only)
+            plan = plan_warmup(self.config, read_only=self.read_only, sample=self.state.latest)  # warns of GPUs in use
             confirmed = [hidden.escaped for hidden in plan.hidden]  # run only after the dialog that shows them
             return PlanReady("Sequential warmup", plan.describe(),
                              lambda: execute_warmup(self.target, self.config, plan, confirmed=confirmed,
