@@ -59,10 +59,14 @@ _KIND_RULES = (
         # each alternative below holds one of these, so the gate skips nothing the regex finds;
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
-         "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory"),
+         "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory", "bad_alloc",
+         "errno 12"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         r"|cuda_error_out_of_memory"
+        # the host's allocator: C++'s `std::bad_alloc` (thrown, or its `what():`), Python's ENOMEM
+        # (`OSError: [Errno 12] Cannot allocate memory`, a DataLoader's fork)
+        r"|\bstd::bad_alloc\b|\[errno 12\] cannot allocate memory"
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
         r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
@@ -80,7 +84,7 @@ _KIND_RULES = (
         ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image",
          "nvidia driver", "hip error"),
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
-        r"|illegal instruction|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
+        r"|illegal instruction (?:was )?encountered|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
         # the driver API's status (CUDA_ERROR_ILLEGAL_ADDRESS), a glog CHECK that a CUDA call failed
         # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
         r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
@@ -130,8 +134,13 @@ _KIND_RULES = (
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
          "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before",
-         ": out of memory", ": terminated"),
-        r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
+         ": out of memory", ": terminated", "sigsegv", "sigabrt", "sigbus", "sigill", "sigfpe", "unix time"),
+        r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|death signal"
+        # a signal that ends a process, by name, or a process reported ended by one (`child terminated by
+        # signal: 6`, gdb's `received signal SIGABRT`)
+        r"|\bSIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE)\b|\b(?:terminated|exited|interrupted) (?:by|on|with) signal\b"
+        # glog's failure-signal handler (TensorFlow, Paddle, caffe) heads its dump with the time it died
+        r"|\*\*\* Aborted at \d+ \(unix time\)"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
         r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled"
@@ -1068,9 +1077,9 @@ _EXCEPTION_LINE = re.compile(
 _WHAT = ("what():", "terminate called")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 # A stack's frame marker (c10's `frame #3: …`, gdb's `#3 0x…`, the flight recorder's `#0 all_reduce
-# from …`, NCCL's return-code trace `NCCL INFO
+# from …`, glog's `@     0x7f79831f6520 (unknown)` and its `PC: @ 0x0`, NCCL's return-code trace `NCCL INFO
 # transport/net.cc:1314 -> 6`) or its heading (`Exception raised from … (most recent call first):`).
-_FRAME = re.compile(r"frame #\d+\b|#\d+ \S|Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
+_FRAME = re.compile(r"frame #\d+\b|#\d+ +\S|(?:PC: )?@ +0x[0-9a-f]+ |Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
 # NCCL's return-code trace of an error (`NCCL INFO proxy.cc:698 -> 3`: a code other than ncclSuccess).
 _NCCL_RETURN = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]")
 _STACK_HEADINGS = ("(most recent call first):", "(most recent call last):")
