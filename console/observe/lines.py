@@ -82,13 +82,16 @@ _KIND_RULES = (
     _KindRule(
         LineKind.CUDA_ERROR,
         ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image",
-         "nvidia driver", "hip error"),
+         "nvidia driver", "hip error", "nvml", "memory access fault", "amdgpu"),
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
         r"|illegal instruction (?:was )?encountered|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
         # the driver API's status (CUDA_ERROR_ILLEGAL_ADDRESS), a glog CHECK that a CUDA call failed
         # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
         r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
         r"|error code \d+: cuda runtime|\bhip error\b"
+        # the driver API's and Triton's wording of a CUDA error (`CUDA driver error: invalid argument`,
+        # `Triton Error [CUDA]: misaligned address`); ROCm's illegal address (`Memory access fault by GPU node-2`)
+        r"|\bcuda driver error\b|\berror \[cuda\]|\bmemory access fault by gpu\b"
         # c10's C10_CUDA_CHECK_WARN: a CUDA call that failed, its error string after it
         r"|\bcuda warning: \S"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
@@ -96,9 +99,12 @@ _KIND_RULES = (
         # no usable GPU: a driver too old, missing or failing to start
         r"|cuda driver (?:version is insufficient|initialization failed)|no cuda gpus are available"
         r"|found no nvidia driver|nvidia driver on your system is too old"
+        r"|failed to initialize nvml|couldn't communicate with the nvidia driver"
         # the driver's kernel log: an adapter that fails to start or stops answering (atomic: only the
         # first "nvrm: " is tried, so a line full of them stays linear)
-        r"|\A(?>.*?\bnvrm: ).{0,120}?(?:\bfail|cannot|not responding)",
+        r"|\A(?>.*?\bnvrm: ).{0,120}?(?:\bfail|cannot|not responding)"
+        # and AMD's: the GPU's page fault that amdgpu logs for a process
+        r"|\bamdgpu\b.{0,60}?\bpage fault\b",
         lower=True,
     ),
     _KindRule(
@@ -138,7 +144,7 @@ _KIND_RULES = (
         r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|death signal"
         # a signal that ends a process, by name, or a process reported ended by one (`child terminated by
         # signal: 6`, gdb's `received signal SIGABRT`)
-        r"|\bSIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE)\b|\b(?:terminated|exited|interrupted) (?:by|on|with) signal\b"
+        r"|\bSIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE)\b|\b(?:terminated|exited|interrupted)(?: abnormally)? (?:by|on|with) signal\b"
         # glog's failure-signal handler (TensorFlow, Paddle, caffe) heads its dump with the time it died
         r"|\*\*\* Aborted at \d+ \(unix time\)"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
@@ -235,9 +241,10 @@ _KEY_FOLLOWS = re.compile(r"['\")]{0,2}\s*[:=：]")
 # What may follow a unit whose value comes before it (`14.2k tok/s |`), not a key's (`tok/s: 14,200`).
 _UNIT_ENDS = frozenset(("", " ", "|", ",", ")", "]", ";"))
 # A key's value, non-finite ones included (a `nan` loss is read, so it is not taken from another key):
-# `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`.
+# `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`, torchtune's
+# `Loss: 2.345:`. The number is taken whole (atomic), so a clock's `12:30` is no value, nor `2.345:` a 2.
 _KEYED_VALUE = re.compile(
-    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>{_NUMBER}|{_NONFINITE})(?![\d:])"
+    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>(?>{_NUMBER}|{_NONFINITE}))(?!\d|:\d)"
 )
 # The characters of a key (`train/loss`, `loss_cls`, `grad-norm`), and of a word (for boundaries).
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./-")
@@ -274,9 +281,10 @@ _SAMPLE_UNITS = (
 # A rate whose key names the prompt (prefill, input) side of a serving engine: the generation rate
 # is the one that counts the work done.
 _PROMPT_SIDE = ("prompt", "prefill", "input")
-# Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`.
+# Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`,
+# old Keras's `83us/sample`.
 _SECONDS_PER_SAMPLE = re.compile(
-    rf"(?P<v>{_NUMBER}) ?(?P<u>ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
+    rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
 )
 _PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
 # A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
@@ -284,8 +292,9 @@ _PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
 # (gate, unit, whether the value is a time per step)
 _STEP_RATES = (
     ("it/s", re.compile(r"(?<![a-z])it/s\b"), False),
-    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b"), True),
-    ("ba", re.compile(r"(?<![a-z])ba/s\b|\bbatch(?:es)?/s\b"), False),  # a bar counting batches: `3.45ba/s`
+    ("s/it", re.compile(r"(?<![a-z])(?:(?P<ms>m)?s|sec)/it\b|s / it\b"), True),
+    # a bar counting batches: `3.45ba/s`, `9.99batch/s`
+    ("ba", re.compile(r"(?<![a-z])ba/s\b|(?<![a-z])batch(?:es)?/s(?:ec)?\b"), False),
 )
 _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "steps/sec", "steps/s", "step/sec",
                    "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
@@ -294,9 +303,9 @@ _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "st
 # `per-step time 0.813s`, `train_step_timing in s: 0.031`) or plain (`time: 0.593`, `iter_time: 1.599s`,
 # `batch_cost: 0.28 s`, `dt: 989.44ms`): of the plain ones the longest is the step, the others its parts.
 _TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|sec)/(?:step|batch|ba|iter)\b")
-_UNIT_AS_KEY = re.compile(r"\b(?:s|sec)/(?:batch|step|iter)\b")
+_UNIT_AS_KEY = re.compile(r"(?<![a-z])(?P<u>ms|s|sec)/(?:batch|step|iter)\b")  # `s/batch 0.63`, `ms/batch 45.67`
 _EXPLICIT_TIME_KEYS = ("step_avg", "time per iteration", "time per step", "per-step time", "step_time",
-                       "step time", "train_step_timing", "time/step", "step_timing", "time_per_step",
+                       "step time", "train_step_timing", "time/step", "time/iter", "step_timing", "time_per_step",
                        "time_per_iteration")
 _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iteration_time", "batch_time",
                     "batch time", "batch (t)", "batch_cost", "avg_batch_cost", "dt", "train_time", "seconds")
@@ -304,7 +313,7 @@ _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iterati
 _TIME_GATE = ("tim", "dt", "cost", "step_avg", "seconds", "/step", "/ba", "/iter", "(t)")
 _TIME_VALUE = re.compile(
     rf"(?P<k>\s*\((?P<ku>ms|us|s|sec)\))?(?: in (?P<ki>ms|s))?['\"]?\s*(?:[:=：]\s*|\s+)['\"]?"
-    rf"(?P<v>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?))(?![\d:])\s?(?P<u>ms|us|sec|s)?(?![a-z])"
+    rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\d)\s?(?P<u>ms|us|sec|s)?(?![a-z])"
 )
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
 # A `|`-separated field that is a duration alone (`| 8060.78ms |`): the time of the step the line counts.
@@ -380,7 +389,8 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_TOKENS
     if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex", "ex/s", "s/ex")):
         bits |= _G_SAMPLES
-    if "it/s" in shape or "s/it" in shape or "s / it" in shape or "ba/s" in shape or "batches/s" in shape:
+    if "it/s" in shape or "s/it" in shape or "s / it" in shape or "sec/it" in shape or "ba/s" in shape \
+            or "batch/s" in shape or "batches/s" in shape:
         bits |= _G_IT_RATE
     if any(word in shape for word in ("ups", "per_second", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
         bits |= _G_STEP_RATE
@@ -620,7 +630,7 @@ def _iterations_per_s(low: str, bits: int) -> float | None:
     `global_step/sec`), then an explicit time per step (`454ms/step`, `step_avg`, `time per
     iteration (ms)`), then the longest plain time of a step (`time:`, `iter_time:`, `batch_cost:`)."""
     for gate, unit, inverse in _STEP_RATES if bits & _G_IT_RATE else ():
-        if gate in low or (gate == "s/it" and "s / it" in low):
+        if gate in low or (gate == "s/it" and ("s / it" in low or "sec/it" in low)):
             for match in islice(unit.finditer(low), _MAX_TRIES):
                 value = _value_before(low, match.start())
                 if value:
@@ -667,11 +677,11 @@ def _explicit_step_time(low: str) -> float | None:
         match = _TIME_PER_UNIT.search(low)
         if match:
             return _number(match["v"]) * _TIME_UNITS[match["u"]]
-        unit = _UNIT_AS_KEY.search(low)  # `s/batch 0.63`
+        unit = _UNIT_AS_KEY.search(low)
         if unit:
             value = _KEYED_VALUE.match(low, unit.end())
             if value:
-                return float(value["v"].replace(",", ""))
+                return float(value["v"].replace(",", "")) * _TIME_UNITS[unit["u"]]
     for key in _EXPLICIT_TIME_KEYS:
         at = low.find(key)
         if at >= 0 and (at == 0 or low[at - 1] not in _WORD_CHARS):
@@ -898,7 +908,7 @@ def _plain_value_after(low: str, end: int) -> float | None:
     rest = low[end : end + _VALUE_REACH]
     value = rest.lstrip(" :='\"：")
     if 0 < len(rest) - len(value) <= 4 and value[:1].isdigit():
-        token = value.partition(" ")[0].rstrip(",;|)]}'\"%")
+        token = value.partition(" ")[0].rstrip(",;:|)]}'\"%")
         if token.isascii() and "_" not in token:  # _plain_float, inlined: three calls a line
             try:
                 return float(token)
