@@ -242,9 +242,10 @@ _KEY_FOLLOWS = re.compile(r"['\")]{0,2}\s*[:=：]")
 _UNIT_ENDS = frozenset(("", " ", "|", ",", ")", "]", ";"))
 # A key's value, non-finite ones included (a `nan` loss is read, so it is not taken from another key):
 # `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`, torchtune's
-# `Loss: 2.345:`. The number is taken whole (atomic), so a clock's `12:30` is no value, nor `2.345:` a 2.
+# `Loss: 2.345:`. The number is taken whole (atomic), so neither a clock's `12:30` nor a code location's
+# `loss_scaler.py:190:` is a value, nor `2.345:` a 2.
 _KEYED_VALUE = re.compile(
-    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>(?>{_NUMBER}|{_NONFINITE}))(?!\d|:\d)"
+    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>(?>{_NUMBER}|{_NONFINITE}))(?!\d|:\S)"
 )
 # The characters of a key (`train/loss`, `loss_cls`, `grad-norm`), and of a word (for boundaries).
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./-")
@@ -313,7 +314,7 @@ _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iterati
 _TIME_GATE = ("tim", "dt", "cost", "step_avg", "seconds", "/step", "/ba", "/iter", "(t)")
 _TIME_VALUE = re.compile(
     rf"(?P<k>\s*\((?P<ku>ms|us|s|sec)\))?(?: in (?P<ki>ms|s))?['\"]?\s*(?:[:=：]\s*|\s+)['\"]?"
-    rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\d)\s?(?P<u>ms|us|sec|s)?(?![a-z])"
+    rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\S)\s?(?P<u>ms|us|sec|s)?(?![a-z])"
 )
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
 # A `|`-separated field that is a duration alone (`| 8060.78ms |`): the time of the step the line counts.
