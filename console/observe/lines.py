@@ -1320,6 +1320,8 @@ def _continues(block: _Block, body: str) -> str | None:
         line = rest
     if line.startswith("Traceback (most recent call last)"):
         return line if block.chain else None  # a traceback of its own, unless chained to this one
+    if line.startswith("- ") and header is None:
+        return line  # a bullet under the block's message (transformers' "- This IS expected if…")
     if block.blank:
         return line if block.mode == _PARAGRAPHS else None
     return line if block.mode != _NO_MESSAGE or (wrapped and header is None) else None
