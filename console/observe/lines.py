@@ -174,6 +174,8 @@ _KIND_RULES = (
         rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
         # torchrun's agent: a worker that exited with an error (a signal is `killed`, above)
         r"|\bfailed \(exitcode: [1-9]\d*\)"
+        # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
+        r"|\bencountered a fatal error\b"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
         # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
         rf"|^[\s>]*(?:[A-Z][a-z]{{2}} +\d+ [\d:]+ +)?{_STREAM_PREFIX}(?:(?:ERROR|CRITICAL) [^\]]{{0,60}}\] )?"
