@@ -1109,7 +1109,7 @@ _NO_MESSAGE, _MESSAGE, _PARAGRAPHS = 0, 1, 2
 
 class _Block:
     __slots__ = ("kind", "head", "indent", "side", "level", "mode", "table", "blank", "lines", "chain", "frames",
-                 "warning")
+                 "warning", "outer")
 
     def __init__(self, kind: LineKind, body: str) -> None:
         self.kind = kind
@@ -1118,6 +1118,7 @@ class _Block:
         self.table = ""  # the delimiter character of the table the block is inside
         self.chain = False  # its last line chains the next traceback to it ("During handling…")
         self.warning = kind is LineKind.WARNING
+        self.outer: _Block | None = None  # an error's block that another thread's record interrupted
         self.indent = len(body) - len(body.lstrip(" \t"))
         line = body[self.indent:]
         self.side = _side(line)
@@ -1186,6 +1187,10 @@ class LineReader:
                     block.blank = True
             return info
         rest = _continues(block, body) if block is not None and block.lines < MAX_BLOCK_LINES else None
+        if rest is None and block is not None and block.outer is not None:
+            rest = _continues(block.outer, body)  # the error's next record, after another thread's
+            if rest is not None:
+                block = self._open[stream] = block.outer
         if rest is None:
             if kind is LineKind.NORMAL:
                 if block is not None:
@@ -1206,10 +1211,16 @@ class LineReader:
         return _with(info, kind)
 
     def _start(self, stream: str, kind: LineKind, body: str) -> None:
-        self._open.pop(stream, None)
+        before = self._open.pop(stream, None)
         if len(self._open) >= MAX_BLOCK_STREAMS:
             del self._open[next(iter(self._open))]
-        self._open[stream] = _Block(kind, body)
+        block = self._open[stream] = _Block(kind, body)
+        if before is not None and before.level in _ERROR_LEVELS and block.head and block.level != before.level \
+                and _KIND_RANK[kind] >= _KIND_RANK[before.kind]:
+            # a lesser record of another level (another thread's warning) inside an error's records:
+            # the error's next record still continues the error (one level kept: memory stays bounded)
+            before.outer = None
+            block.outer = before
 
 
 def _with(info: LineInfo, kind: LineKind) -> LineInfo:
