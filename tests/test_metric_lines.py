@@ -56,3 +56,13 @@ def test_corpus_rate_lines_are_read_right() -> None:
     wrong = {record["line"][:100]: misses(record) for record in records}
     wrong = {line: miss for line, miss in wrong.items() if miss}
     assert 1 - len(wrong) / len(records) >= 0.95, wrong
+
+
+def test_a_compiled_frames_id_in_torchs_log_is_no_step():
+    """torch's logs write "[frame/recompile]" after their glog header: the demo's buffered run showed
+    'step 0/2' from `convert_frame.py:964] [0/2] torch._dynamo hit config.recompile_limit (8)`."""
+    recompile = "W1202 04:21:42.229044 19129 torch/_dynamo/convert_frame.py:964] [0/2] torch._dynamo hit config.recompile_limit (8)"
+    assert (classify_line(recompile).step, classify_line(recompile).total_steps) == (None, None)
+    assert classify_line("[rank0]:V1202 12:00:00.000 123 torch/_inductor/codecache.py:10] [2/3] Output code").step is None
+    glog_train = classify_line("I1202 12:00:00.000 123 train.py:40] [3/300] loss 2.1")
+    assert (glog_train.step, glog_train.total_steps) == (3, 300)  # a training script's own glog line keeps its step

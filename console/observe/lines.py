@@ -354,6 +354,9 @@ _PAIR_KEY_VALUE = re.compile(r"/[a-z_]+['\"]?\s*[:=]\s*['\"]?(?P<s>\d+)/(?P<t>\d
 # A bracketed counter `[ 40/5000000]`, `[1][640/1730]`, `[  50/10009 (  0%)]`: the last one is the step
 # (of the epoch, or the run); one keyed by `epoch` is the epoch.
 _BRACKET = re.compile(r"\[\s*(?P<s>\d+)/(?P<t>\d+)\s*(?:\]|\()")
+#: torch's logs name a compiled frame "[frame/recompile]" right after their glog header's `file.py:LINE]`:
+#: `convert_frame.py:964] [0/8] torch._dynamo hit config.recompile_limit` is no step 0 of 8.
+_COMPILE_ID_BEFORE = re.compile(r"torch/\S*\.py:\d+\]\s*$")
 # A bar's `16/782 [` (tqdm, Keras), Keras's `1079/1079 - 21s` at the start of a line, tqdm's `0it [`.
 _PROGRESS_BAR = re.compile(
     r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
@@ -949,7 +952,8 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
         last = None
         for match in islice(_BRACKET.finditer(low), _MAX_TRIES):
             done, of = int(match["s"]), int(match["t"])
-            if 0 < of and done <= of and not low[: match.start()].rstrip(" :").endswith("epoch"):
+            before = low[: match.start()]
+            if 0 < of and done <= of and not before.rstrip(" :").endswith("epoch") and not _COMPILE_ID_BEFORE.search(before):
                 last = done, of
         if last is not None:
             return last
