@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from console.diagnose import Verdict
-from console.model import GpuProcess, GpuReading, ProcessReading, Sample
+from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample
 from console.stall import Silence
 from console.state import RunState
 from console.ui.run_figures import (
@@ -72,6 +72,20 @@ def test_log_titles_say_the_filter_search_following_and_problems():
     assert paused.subtitle.endswith("[/] jump") and paused.level == "warn"
     state.log_path = "/runs/\x1b[31mred"
     assert "\x1b" not in log_titles(state, None, LogReading()).title  # the target's text is never a sequence
+
+
+def test_a_log_that_does_not_exist_is_said_with_where_the_runs_stdout_goes():
+    """Issue 33: not a blank pane that says "following"; `pulse check` knows where stdout goes, so does the box."""
+    state = RunState(clock=lambda: NOW)
+    to_tty = ProcessReading(pid=7, ppid=1, state="S", elapsed_s=60.0, threads=1, rss_mib=2.0, cpu_pct=0.0,
+                            cmdline="python3 train.py", role="main", stdout="/dev/pts/3")
+    state.add_sample(Sample(time=NOW, processes=(to_tty,), log=LogStatus("/runs/train.log", exists=False)))
+    titles = log_titles(state, "/runs/train.log", LogReading())
+    assert titles.title == "Log · /runs/train.log"
+    assert (titles.subtitle, titles.level) == ("no such file yet: waiting for it; the run's stdout goes to /dev/pts/3", "warn")
+    assert process_titles(state, Silence(None), NOW).subtitle == "no log file"
+    state.add_sample(Sample(time=NOW + 1, processes=(to_tty,), log=LogStatus("/runs/train.log", exists=True, size=10, mtime=NOW)))
+    assert log_titles(state, "/runs/train.log", LogReading()).subtitle == "following"
 
 
 def test_status_view_words_the_verdict_and_rounds_the_sample_age_up():

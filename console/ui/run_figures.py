@@ -155,7 +155,7 @@ def process_titles(state: RunState, silence: Silence, now: float) -> BoxTitles:
     stalled = is_stalled(silence, state.rate_silent_s(now), state.rate_interval_s())
     silent = silence.silent_s
     if silent is None:
-        grew = "log not read yet"
+        grew = "no log file" if sample is not None and sample.log is not None and not sample.log.exists else "log not read yet"
     else:
         # Under 2 s reads "just now": a run writing every second would flip 0s/1s, and each
         # flip repaints the whole box with the table in it. Never past the stall limit, though.
@@ -177,7 +177,10 @@ def log_titles(state: RunState, configured_log: str | None, reading: LogReading,
         parts.append(f"search “{reading.search_text}” · n/N")
     if reading.error:
         parts.append(reading.error)
-    if reading.following:
+    missing = missing_log_note(state)
+    if missing is not None:
+        parts.append(missing)
+    elif reading.following:
         parts.append("following")
     else:
         parts.append(f"paused · {counted(reading.unseen, 'new line')} · f to follow" if reading.unseen else "paused · f to follow")
@@ -186,8 +189,24 @@ def log_titles(state: RunState, configured_log: str | None, reading: LogReading,
         parts.append(f"{problems} problem{'s' if problems != 1 else ''} · {'[/]' if reading.search_text else 'n/N'} jump")
     if extra:
         parts.append(extra)
-    level = "warn" if not reading.following and reading.unseen > 0 else "ok"
+    level = "warn" if missing is not None or (not reading.following and reading.unseen > 0) else "ok"
     return BoxTitles(f"Log · {path}", " · ".join(parts), level)
+
+
+def missing_log_note(state: RunState) -> str | None:
+    """What the log box says while the latest sample finds no log file: that it is awaited, and where the
+    run's stdout goes instead (what the agent read of its fd 1); None while the file is there or unknown."""
+    sample = state.latest
+    if sample is None or sample.log is None or sample.log.exists:
+        return None
+    live = [p for p in sample.processes if p.state not in ("Z", "X")]
+    programs = [p for p in live if p.role in ("main", "rank")] or live
+    outputs = sorted({p.stdout for p in programs if p.stdout})
+    note = "no such file yet: waiting for it"
+    if outputs:
+        where = sanitize(outputs[0], 300)[0]
+        note += f"; the run's stdout goes to {where}" + (f" (and {len(outputs) - 1} more)" if len(outputs) > 1 else "")
+    return note
 
 
 def status_view(config: Config, state: RunState, verdict: Verdict | None, *, read_only: bool, now: float) -> StatusView:
