@@ -78,6 +78,7 @@ from console.remote.target import Target, TargetError
 from console.sent import SentSignal, last_signal, read_records, signals_sent
 from console.state import RunState
 from console.stall import QUIET_FLOOR_S, Silence, interval_from_density, lifetime_write_interval_s
+from console.user_patterns import MetricPatterns
 
 DumpStacks = Literal["auto", "always", "never"]
 
@@ -427,7 +428,7 @@ def tail_lines(tail: str, config: Config, now: float) -> list[LogLine]:
     if raws and not raws[-1]:
         raws.pop()
     out = []
-    reader = LineReader(config.metrics.patterns)  # a block's continuation lines take its kind, as the follower reads them
+    reader = LineReader(MetricPatterns(config.metrics.patterns))  # a block's continuation lines take its kind, as the follower reads them
     for number, raw in enumerate(raws, 1):
         text, cut = sanitize(raw, MAX_LINE_BYTES)
         out.append(LogLine(number, text, reader.read(text), cut, now))

@@ -81,7 +81,7 @@ class Monitor:
             paced: dict[str, Any] = {} if pacing is None else {"poll_s": pacing.read_s, "batch_s": pacing.read_s, "hold_s": pacing.send_s}
             follower = LogFollower(
                 self.target, self.config, self._lines, on_event=self._log_event, on_progress=self._progress,
-                on_read=self.state.note_read, **paced
+                on_read=self.state.note_read, on_pattern_disabled=self.state.disabled_patterns.append, **paced
             )
             self._spawn(follower.run(), "log follower")
 

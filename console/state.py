@@ -109,6 +109,8 @@ class RunState:
         """Set when the log shows a framework starting whose progress display draws only on a
         terminal (so a silent log is not a stall by itself); cleared once progress reaches the log."""
         self._progress_point_at: float | None = None
+        self.disabled_patterns: list[str] = []
+        """A notice for each config pattern the follower disabled (past its time budget), oldest first."""
         self.read_bytes = 0
         self.read_writes = 0
         """Bytes of the current log the follower read, and the writes (line ends, redraws) they hold: the

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from console import user_patterns
 from console.observe.agent import in_pid_namespace
 from tests.sshd import PidNamespace, SshServer, start_sshd
 
@@ -63,14 +62,6 @@ def test_time_limit() -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture(autouse=True)
-def forget_disabled_patterns() -> Iterator[None]:
-    """A config pattern disabled for running past its budget stays disabled for the process (by
-    design: until Pulse restarts); each test is a fresh Pulse, so one test's notice never shows in the next."""
-    yield
-    user_patterns._disabled.clear()
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from console.model import MetricPattern
 from console.model import LineInfo, LineKind
 from console.observe.lines import classify_line, parse_metric_value
-from console.user_patterns import compile_metric_pattern
+from console.user_patterns import NO_PATTERNS, MetricPatterns, compile_metric_pattern
 from console.observe.textsafe import sanitize
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -31,7 +31,7 @@ def kinds(path: Path) -> list[str]:
     return [classify_line(line).kind.value for line in read_lines(path)]
 
 
-def metrics(line: str, patterns=()) -> dict:
+def metrics(line: str, patterns: MetricPatterns = NO_PATTERNS) -> dict:
     return {k: v for k, v in classify_line(line, patterns).as_json().items() if v is not None and k != "kind"}
 
 
@@ -341,11 +341,11 @@ def test_value_before_its_unit(line: str, expected: dict) -> None:
 
 
 def test_config_patterns_apply_after_builtins_and_win() -> None:
-    patterns = (
+    patterns = MetricPatterns((
         MetricPattern("tokens_per_s", r"tgs\): (?P<value>[\d.]+)"),
         MetricPattern("loss", r"objective=(?P<loss>\S+)"),
         MetricPattern("step", r"^\[(?P<value>\d+)\]"),
-    )
+    ))
     line = "[42] step 7 | tokens per gpu per second (tgs): 633.8 | objective=1.25"
     assert metrics(line, patterns) == {"tokens_per_s": 633.8, "loss": 1.25, "step": 42}
     assert metrics("step 7 | loss 3.0", patterns) == {"loss": 3.0, "step": 7}
@@ -359,7 +359,7 @@ def test_bad_config_patterns_are_reported_and_never_break_a_line() -> None:
         compile_metric_pattern(r"(?P<value>\d+)", "speed")
     with pytest.raises(ValueError, match="metric pattern"):
         compile_metric_pattern(r"(?P<value>[", "loss")
-    bad = (MetricPattern("loss", "(?P<value>["), MetricPattern("loss", r"x=(?P<value>\w+)"))
+    bad = MetricPatterns((MetricPattern("loss", "(?P<value>["), MetricPattern("loss", r"x=(?P<value>\w+)")))
     assert classify_line("step 1 loss 2.0 x=abc", bad) == LineInfo(loss=2.0, step=1)
 
 

@@ -17,7 +17,7 @@ from typing import cast
 from console.model import MetricPattern
 from console.observe.lines import LineReader
 from console.observe.textsafe import sanitize, split_lines
-from console.user_patterns import disabled_notices
+from console.user_patterns import MetricPatterns
 
 _CHUNK = 1 << 16
 
@@ -49,7 +49,7 @@ def run_classify(args: argparse.Namespace) -> int:
 
 def _classify_stream(stream: io.BufferedReader, patterns: tuple[MetricPattern, ...]) -> int:
     out = sys.stdout
-    reader = LineReader(patterns)
+    reader = LineReader(MetricPatterns(patterns, on_disabled=_say_disabled))
     rest = b""
     # A reader that goes away (`| head`) ends this with BrokenPipeError, which `pulse` turns into a quiet exit.
     while True:
@@ -66,10 +66,11 @@ def _classify_stream(stream: io.BufferedReader, patterns: tuple[MetricPattern, .
     return 0
 
 
+def _say_disabled(notice: str) -> None:
+    """A config pattern disabled on the way (past its time budget), said on stderr."""
+    print(f"pulse classify: {notice}", file=sys.stderr, flush=True)
+
+
 def _render(lines: list[bytes], reader: LineReader) -> str:
-    """The lines as JSON; a config pattern disabled on the way (past its time budget) is said on stderr."""
-    seen = len(disabled_notices())
-    text = "".join(json.dumps(reader.read(sanitize(raw)[0]).as_json()) + "\n" for raw in lines)
-    for notice in disabled_notices()[seen:]:
-        print(f"pulse classify: {notice}", file=sys.stderr, flush=True)
-    return text
+    """The lines as JSON."""
+    return "".join(json.dumps(reader.read(sanitize(raw)[0]).as_json()) + "\n" for raw in lines)

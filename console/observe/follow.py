@@ -20,6 +20,7 @@ from console.config import Config
 from console.model import Event, LineInfo, LogLine, LogStatus, ProgressLine, file_kind
 from console.observe import follow_agent, progress
 from console.observe.lines import LineReader
+from console.user_patterns import MetricPatterns
 from console.observe.protocol import Hello, ProtocolError, check_hello
 from console.observe.textsafe import sanitize, sanitize_styled, split_lines
 from console.remote.program import open_program, reap
@@ -167,6 +168,7 @@ class LogFollower:
         on_event: EventCallback | None = None,
         on_progress: ProgressCallback | None = None,
         on_read: Callable[[int, int], None] | None = None,
+        on_pattern_disabled: Callable[[str], None] | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         backlog_bytes: int | None = BACKLOG_BYTES,
         poll_s: float = FOLLOW_POLL_S,
@@ -177,7 +179,8 @@ class LogFollower:
         """`backlog_bytes`: start that far before the end of the file (None: from its start);
         `batch_s`, `hold_s`: the agent's least time between two reads, and how long it holds what it
         read to send it in one message (follow_agent.Output); `on_read(bytes, writes)`: each stretch
-        of the log read, with the writes (line ends, redraws) it holds (console.stall's rhythm estimate)."""
+        of the log read, with the writes (line ends, redraws) it holds (console.stall's rhythm estimate);
+        `on_pattern_disabled(notice)`: a config pattern ran past its time budget and is no longer run."""
         if not config.run.log:
             raise ValueError(f"{config.source}: [run] log is not set; name the training log's path")
         self.target = target
@@ -207,7 +210,8 @@ class LogFollower:
         self._partial = bytearray()
         self._skipping = False
         self._number = 0
-        self._reader = LineReader(config.metrics.patterns)
+        self._patterns = MetricPatterns(config.metrics.patterns, on_disabled=on_pattern_disabled)
+        self._reader = LineReader(self._patterns)
         """Reads each line in the block it continues (a traceback's frames take its kind)."""
         self._slice_started = 0.0
         self._requested: tuple[int, int] = (0, 0)
@@ -415,7 +419,7 @@ class LogFollower:
         if not self._skipping and b"\r" in self._partial:
             text = sanitize(bytes(self._partial), self.max_line_bytes)[0]
             if text.strip():
-                redraw = progress.progress_line(text, written, self.config.metrics.patterns)
+                redraw = progress.progress_line(text, written, self._patterns)
         if redraw is not None or self._showing_progress:
             self._showing_progress = redraw is not None
             self.on_progress(redraw)

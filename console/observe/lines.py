@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from itertools import islice
 
-from console.model import LineInfo, LineKind, MetricPattern
-from console.user_patterns import compile_metric_pattern, search_user_pattern
+from console.model import LineInfo, LineKind
+from console.user_patterns import NO_PATTERNS, MetricPatterns, compile_metric_pattern
 
 _NORMAL = LineInfo()
 
@@ -427,7 +427,7 @@ def _gates(low: str) -> tuple[int, tuple[str, ...]]:
     return gates
 
 
-def classify_line(text: str, patterns: Sequence[MetricPattern] = ()) -> LineInfo:
+def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo:
     """The kind of one sanitized log line and the metrics it states.
 
     Non-finite values (a NaN loss) are not returned as metrics: the line's kind
@@ -1026,15 +1026,15 @@ def parse_metric_value(text: str) -> float:
 
 
 def _apply_patterns(
-    text: str, patterns: Sequence[MetricPattern], metrics: dict | None
+    text: str, patterns: MetricPatterns, metrics: dict | None
 ) -> tuple[dict | None, bool]:
     nonfinite = False
-    for pattern in patterns:
+    for pattern in patterns.patterns:
         try:
             rule = compile_metric_pattern(pattern.regex, pattern.name)
         except ValueError:
             continue  # the config loader reports bad patterns; a line must never fail on one
-        match = search_user_pattern(rule, f"[metrics] patterns.{pattern.name}", text)
+        match = patterns.search(rule, f"[metrics] patterns.{pattern.name}", text)
         if not match:
             continue
         raw = match.groupdict().get("value") or match.groupdict().get(pattern.name)
@@ -1152,7 +1152,7 @@ class LineReader:
 
     __slots__ = ("patterns", "_open", "_latest")
 
-    def __init__(self, patterns: Sequence[MetricPattern] = ()) -> None:
+    def __init__(self, patterns: MetricPatterns = NO_PATTERNS) -> None:
         self.patterns = patterns
         self._open: dict[str, _Block] = {}
         self._latest = ""

@@ -9,12 +9,11 @@ carriage return and writes a newline only when it closes or something else is pr
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from console.model import MetricPattern
 from console.model import ProgressLine
 from console.observe.lines import classify_line
+from console.user_patterns import NO_PATTERNS, MetricPatterns
 
 # What a bar's redraw holds and other `\r`-separated text does not: `16/782 [`, ` 2%|`,
 # a rate in it/s or s/it (tqdm's default unit), `2140it [` (no total), `examples/s]`, or rich's `━`.
@@ -115,7 +114,7 @@ def terminal_only_progress(text: str) -> TerminalOnlyProgress | None:
     return None
 
 
-def progress_line(text: str, written: float, patterns: Sequence[MetricPattern] = ()) -> ProgressLine:
+def progress_line(text: str, written: float, patterns: MetricPatterns = NO_PATTERNS) -> ProgressLine:
     """A bar's redraw `text` (sanitized), written at local monotonic time `written`, read whole."""
     fields = bar_fields(text)
     return ProgressLine(

@@ -40,7 +40,6 @@ from console.verdicts import worse
 from console.ui.screens.run_screen import RunScreen
 from console.ui.start import Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
-from console.user_patterns import disabled_notices
 
 if TYPE_CHECKING:  # loaded with the actions that need them
     from console.actions.guards import ProcessTree
@@ -244,7 +243,7 @@ class PulseApp(ThemedApp):
 
     def _say_disabled_patterns(self) -> None:
         """A config pattern that ran past its time budget is disabled (user_patterns): say which, once."""
-        notices = disabled_notices()
+        notices = self.state.disabled_patterns
         for notice in notices[self._patterns_said :]:
             self.notify(notice, title="pattern disabled", severity="warning", timeout=30)
         self._patterns_said = len(notices)

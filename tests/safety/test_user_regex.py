@@ -24,7 +24,7 @@ from console.config import ConfigError, parse_config
 from console.model import MetricPattern
 from console.observe import agent
 from console.observe.lines import classify_line
-from console.user_patterns import USER_PATTERN_CHARS, disabled_notices
+from console.user_patterns import USER_PATTERN_CHARS, MetricPatterns
 from console.monitor import Monitor
 from console.remote.target import LocalTarget
 from console.state import RunState
@@ -72,15 +72,20 @@ def test_classify_finishes_and_a_runaway_pattern_is_named(tmp_path: Path, patter
 def test_a_disabled_pattern_stops_running_and_the_others_go_on() -> None:
     runaway = MetricPattern("step", r"st=(?P<value>(\d|\d\d)+)#")
     kept = MetricPattern("loss", r"myloss:(?P<value>[0-9.]+)")
-    classify_line("st=" + "7" * 60 + " myloss:1.5 #", (runaway, kept))
-    assert any(f"[metrics] patterns.step {runaway.regex!r} took more than" in n for n in disabled_notices())
-    info = classify_line("st=12# myloss:2.5", (runaway, kept))
+    told: list[str] = []
+    patterns = MetricPatterns((runaway, kept), on_disabled=told.append)
+    classify_line("st=" + "7" * 60 + " myloss:1.5 #", patterns)
+    assert [n for n in told if f"[metrics] patterns.step {runaway.regex!r} took more than" in n] == told != []
+    assert list(patterns.disabled.values()) == told
+    info = classify_line("st=12# myloss:2.5", patterns)
     assert info.step is None and info.loss == 2.5
+    assert len(told) == 1  # said once
+    assert classify_line("st=12# myloss:2.5", MetricPatterns((runaway, kept))).step == 12  # another reader's own budget
 
 
 def test_lines_are_capped_before_a_user_pattern_sees_them() -> None:
     # a key the built-ins do not read (they take a line's only `*_loss` key as its loss)
-    pattern = (MetricPattern("loss", r"capped=(?P<value>[0-9.]+)"),)
+    pattern = MetricPatterns((MetricPattern("loss", r"capped=(?P<value>[0-9.]+)"),))
     assert classify_line("capped=1.5 " + "x" * (2 * USER_PATTERN_CHARS), pattern).loss == 1.5
     assert classify_line("x" * USER_PATTERN_CHARS + " capped=1.5", pattern).loss is None
 
