@@ -17,6 +17,7 @@ from console.model import (
     ConnectionState,
     ConnectionStatus,
     Event,
+    GpuReading,
     LineInfo,
     LogLine,
     ProgressLine,
@@ -43,6 +44,9 @@ RHYTHM_MIN_GAPS = 5
 #: one ~10 s older (journal/watch.py, fleet/fleet.py), and the run's history is in its journal.
 #: An hour of them at 1 Hz held ~25 MB that nothing read.
 SAMPLE_WINDOW_S = 60.0
+#: The GPUs' readings held for the GPU pane's graphs: ten minutes at 1 Hz. Only the readings (a few
+#: numbers a GPU), not the samples' processes and threads, which are what made an hour of samples heavy.
+GPU_HISTORY_POINTS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,8 @@ class RunState:
         self.samples: deque[Sample] = deque(maxlen=max_samples)
         """The samples of the last SAMPLE_WINDOW_S (two at least), at most `max_samples`."""
         self.samples_received = 0
+        self.gpu_history: deque[tuple[float, tuple[GpuReading, ...]]] = deque(maxlen=GPU_HISTORY_POINTS)
+        """(target time, GPU readings) of each sample that read the GPUs, oldest first: the GPU pane's graphs."""
         self.lines: deque[LogLine] = deque(maxlen=max_lines)
         self.problems: deque[LogLine] = deque(maxlen=max_problems)
         self.spans = ProblemSpans(max_problems)
@@ -122,6 +128,8 @@ class RunState:
         while len(samples) > 2 and sample.time - samples[0].time > SAMPLE_WINDOW_S:
             samples.popleft()
         self.samples_received += 1
+        if sample.gpus:
+            self.gpu_history.append((sample.time, sample.gpus))
         self.last_sample_at = self.clock()
         self.agent_lost = None
         log = sample.log
