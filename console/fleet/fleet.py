@@ -28,6 +28,7 @@ from console.observe.roles import RUN_ROLES
 from console.remote.connect import make_target
 from console.remote.srun import SrunTarget
 from console.remote.target import Target, split_user
+from console.slowness import against_fastest, slowest_of
 from console.state import RATE_UNITS, RunState
 from console.units import format_duration
 
@@ -96,6 +97,8 @@ class NodeRow:
     verdict: str | None
     summary: str
     connection: str
+    rate_score: float | None = None
+    """Its rate against the fastest node's (1.0 the fastest), when two nodes or more give one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,8 @@ class FleetSummary:
     rate_unit: str | None
     worst: str | None
     job: SlurmJob | None
+    slowest: tuple[str, float] | None = None
+    """The node below metrics.slow_fraction of the fastest node's rate, and its score (console.slowness.slowest_of)."""
 
 
 def control_target(config: Config) -> Target:
@@ -364,22 +369,29 @@ class Fleet:
     def rows(self, now: float) -> list[NodeRow]:
         """One row per node, worst verdict first, then by name."""
         ordered = sorted(self.nodes, key=lambda n: (-_rank(n.verdict), n.name))
-        return [row_of(node, now) for node in ordered]
+        _, rates = self.live_rates()
+        scores = dict(against_fastest(rates)) if len(rates) > 1 else {}
+        return [replace(row_of(node, now), rate_score=scores.get(node.name)) for node in ordered]
+
+    def live_rates(self) -> tuple[str | None, dict[str, float]]:
+        """The unit the first node with a rate gives, and each node's latest rate in it (live_rate)."""
+        unit, rates = None, {}
+        for node in self.nodes:
+            rate, its_unit = live_rate(node)
+            if rate is not None and its_unit is not None and unit in (None, its_unit):
+                unit, rates[node.name] = its_unit, rate
+        return unit, rates
 
     def summary(self) -> FleetSummary:
-        """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict."""
-        rates: dict[str, float] = {}
-        for node in self.nodes:
-            rate, unit = live_rate(node)
-            if rate is not None and unit is not None:
-                rates[unit] = rates.get(unit, 0.0) + rate
-        unit = next(iter(rates), None)
+        """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict, the slowest node."""
+        unit, rates = self.live_rates()
         worst = max((n.verdict for n in self.nodes if n.verdict), key=lambda v: severity(v.name), default=None)
         return FleetSummary(
             nodes=len(self.nodes),
             healthy=sum(1 for n in self.nodes if n.verdict is not None and n.verdict.name == "healthy"),
-            rate=rates.get(unit) if unit else None,
+            rate=sum(rates.values()) if rates else None,
             rate_unit=unit,
             worst=worst.name if worst else None,
             job=self.job,
+            slowest=slowest_of(rates, self.config.metrics.slow_fraction),
         )
