@@ -128,9 +128,11 @@ class TestInteractions:
 
         assert snap_compare(make_app("oom"), run_before=run_before, terminal_size=LARGE)
 
-    def test_gpu_graphs(self, snap_compare):
-        """`g` on a run slowed 160 s ago (input-bound): each GPU's utilisation, memory, power and SM clock
-        over the last 5 min, and the throughput graph with the slowdown's start and its baseline's line."""
+    @pytest.mark.parametrize("size", [LARGE, SMALL], ids=["120x40", "80x24"])
+    def test_gpu_graphs(self, snap_compare, size):
+        """`g` on a run slowed 160 s ago: each GPU's utilisation, memory, power and SM clock over the last
+        5 min (at 80×24 one row per role, the mean of its GPUs, the clock giving way), and the throughput
+        graph with the slowdown's start and its baseline's line."""
 
         async def run_before(pilot):
             diagnosed(pilot.app)
@@ -138,15 +140,4 @@ class TestInteractions:
             await pilot.press("g")
             await pilot.pause()
 
-        assert snap_compare(make_app("slow", gpu_seconds=300), run_before=run_before, terminal_size=LARGE)
-
-    def test_gpu_graphs_by_role_at_80x24(self, snap_compare):
-        """Compact: one graph row per role, the mean of its GPUs."""
-
-        async def run_before(pilot):
-            diagnosed(pilot.app)
-            pilot.app.run_screen.tick()  # the screen's second: the slowdown the verdict found is marked
-            await pilot.press("g")
-            await pilot.pause()
-
-        assert snap_compare(make_app("slow", gpu_seconds=300), run_before=run_before, terminal_size=SMALL)
+        assert snap_compare(make_app("slow", gpu_seconds=300), run_before=run_before, terminal_size=size)

@@ -140,7 +140,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "g",
         "g",
         "GPU graphs",
-        "GPUs as graphs over time (utilisation, memory, power, SM clock) or as bars of the newest reading",
+        "GPUs as graphs over time (utilisation, memory, power, SM clock), or as bars again",
         "Panes",
         footer=False,
         on_screen=True,

@@ -254,16 +254,23 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         else:
             text.append(bar_cells(fraction, width), track + Style(color=style.color))
 
+    def _row_start(self, label: str, role: str, role_width: int, error: str | None) -> SegmentLine:
+        """A row's start: its GPU (or role) in bold, its role in a column `role_width` wide, and its
+        fault when it has one (the row ends there)."""
+        text = SegmentLine()
+        text.append(f"{label} ", BOLD)
+        if role_width:
+            text.append(f"{role:<{role_width}} ", self._style("role"))
+        if error:
+            text.append(f" {error} ", self._style("error"))
+        return text
+
     def gpu_line(self, gpu: GpuReading, width: int) -> SegmentLine:
         """One GPU as a line of columns sized to `width`."""
         t = self.thresholds
         role_width = max((len(role) for role in self.roles.values()), default=0)
-        text = SegmentLine()
-        text.append(f"{gpu.index:>2} ", BOLD)
-        if role_width:
-            text.append(f"{self.roles.get(gpu.index, ''):<{role_width}} ", self._style("role"))
+        text = self._row_start(f"{gpu.index:>2}", self.roles.get(gpu.index, ""), role_width, gpu.error)
         if gpu.error:
-            text.append(f" {gpu.error} ", self._style("error"))
             return text
 
         fixed = text.cell_len + 1 + 15 + 2 + 5 + 2 + 5 + 2 + 5
@@ -325,12 +332,8 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         """One row's figures side by side, each its label, a graph of equal width and its newest value."""
         label_width = max((len(r.label) for r in self.graph_view.rows), default=2)
         role_width = 0 if self.compact else max((len(role) for role in self.roles.values()), default=0)
-        text = SegmentLine()
-        text.append(f"{row.label:>{label_width}} ", BOLD)
-        if role_width:
-            text.append(f"{row.role:<{role_width}} ", self._style("role"))
+        text = self._row_start(f"{row.label:>{label_width}}", row.role, role_width, row.error)
         if row.error:
-            text.append(f" {row.error} ", self._style("error"))
             return text
         # Each figure's newest value as wide as the widest of its column, so the rows' graphs line up.
         values = [max(len(r.graphs[n].latest) for r in self.graph_view.rows if len(r.graphs) > n) for n in range(len(row.graphs))]
