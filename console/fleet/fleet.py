@@ -62,6 +62,11 @@ class FleetError(Exception):
     """The fleet cannot be formed (no nodes, the job is not running, Slurm failed): one line."""
 
 
+#: The GPU readings a node holds for its graphs: a fleet of 256 nodes holding a console's 600 each would
+#: keep ~0.5 GB; 150 are 2.5 min at 1 Hz, 10 min in a fleet paced to a sample every 4 s.
+NODE_GPU_READINGS = 150
+
+
 @dataclass
 class FleetNode:
     """One node of the run: where it is, what is known of it, and what it looks like now."""
@@ -281,7 +286,7 @@ class Fleet:
                 node_cfg = node_config(config, name, i, job, log=logs[i])
                 step = partial(slurm.srun_script, job.job_id, name)
                 target: Target = SrunTarget(control, step, f"{name} (srun {job.job_id})", node_cfg.target.container)
-                nodes.append(FleetNode(name, node_cfg, target, RunState()))
+                nodes.append(FleetNode(name, node_cfg, target, RunState(max_gpu_readings=NODE_GPU_READINGS)))
             else:
                 nodes.append(cls._node(config, name, i, job, logs[i]))
         return cls(config, nodes, job=job, control=control, slurm=slurm)
@@ -289,7 +294,7 @@ class Fleet:
     @staticmethod
     def _node(config: Config, name: str, index: int, job: SlurmJob | None, log: str | None) -> FleetNode:
         node_cfg = node_config(config, name, index, job, log=log)
-        return FleetNode(name, node_cfg, make_target(node_cfg.target), RunState())
+        return FleetNode(name, node_cfg, make_target(node_cfg.target), RunState(max_gpu_readings=NODE_GPU_READINGS))
 
     async def start(self, on_change: Callable[[], None] | None = None) -> None:
         """A Monitor per node: one agent and one log follower each, restarted with backoff when lost."""

@@ -128,7 +128,7 @@ class GpuGraph:
     """One figure of one GPU row over the readings held."""
 
     label: str
-    """`util`, `mem`, `power` or `SM` (GPU_GRAPH_LABELS)."""
+    """`util`, `mem`, `power` or `SM` (GPU_GRAPH_FIGURES)."""
     levels: tuple[float | None, ...]
     """Each reading's value as a share of the figure's scale (0–1), oldest first; None where it was not read."""
     latest: str
@@ -156,29 +156,22 @@ class GpuGraphsView:
     """From the oldest reading held to the newest (target clock)."""
 
 
-#: The graphs of a GPU row, in order: utilisation, memory used, power, and the SM clock where the source reads it.
-GPU_GRAPH_LABELS = ("util", "mem", "power", "SM")
+#: The graphs of a GPU row, in order: (label, the reading's field, its unit); the SM clock only where the source reads it.
+GPU_GRAPH_FIGURES = (("util", "utilization_pct", "%"), ("mem", "memory_pct", "%"), ("power", "power_w", "W"),
+                     ("SM", "sm_clock_mhz", "MHz"))
 
 
-def _graph_levels(gpu: GpuReading, sm_scale: float | None) -> tuple[float | None, ...]:
+def _graph_levels(gpu: GpuReading, figures: Sequence[tuple[str, str, str]], sm_scale: float | None) -> tuple[float | None, ...]:
     """A reading's figures as shares of their scales: 100 %, 100 %, its power limit, the highest SM clock held."""
-    util, mem, power, limit, sm = gpu.utilization_pct, gpu.memory_pct, gpu.power_w, gpu.power_limit_w, gpu.sm_clock_mhz
-    levels = (
-        None if util is None else util / 100,
-        None if mem is None else mem / 100,
-        None if power is None or not limit else power / limit,
-    )
-    return levels if sm_scale is None else (*levels, None if sm is None else sm / sm_scale)
+    scales = {"utilization_pct": 100.0, "memory_pct": 100.0, "power_w": gpu.power_limit_w, "sm_clock_mhz": sm_scale}
+    return tuple(None if (value := getattr(gpu, field)) is None or not scales[field] else value / scales[field]
+                 for _, field, _ in figures)
 
 
-def _latest_text(label: str, gpus: tuple[GpuReading, ...]) -> str:
-    """The newest figure of `gpus` (the mean, for a role) in words."""
-    field = {"util": "utilization_pct", "mem": "memory_pct", "power": "power_w", "SM": "sm_clock_mhz"}[label]
+def _latest_text(field: str, unit: str, gpus: tuple[GpuReading, ...]) -> str:
+    """The newest figure of `gpus` (the mean, for a role) in words: `98%`, `640W`, `1980MHz`, `—` unread."""
     values = [value for gpu in gpus if not gpu.error and (value := getattr(gpu, field)) is not None]
-    if not values:
-        return "—"
-    mean = sum(values) / len(values)
-    return f"{mean:.0f}" + {"util": "%", "mem": "%", "power": "W", "SM": "MHz"}[label]
+    return f"{sum(values) / len(values):.0f}{unit}" if values else "—"
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -199,31 +192,31 @@ def gpu_graphs(history: Sequence[tuple[float, tuple[GpuReading, ...]]], roles: d
             if gpu.sm_clock_mhz:
                 clocks[gpu.index] = max(clocks.get(gpu.index, 0.0), gpu.sm_clock_mhz)
     top_clock = max(clocks.values(), default=None)
-    labels = GPU_GRAPH_LABELS if top_clock is not None else GPU_GRAPH_LABELS[:-1]
+    figures = GPU_GRAPH_FIGURES if top_clock is not None else GPU_GRAPH_FIGURES[:-1]
     # Each reading of each GPU as levels, by GPU index; a reading of a GPU not in the newest sample is left out.
     series: dict[int, list[tuple[float | None, ...]]] = {gpu.index: [] for gpu in newest}
-    blank = (None,) * len(labels)
+    blank = (None,) * len(figures)
     for _, gpus in history:
         read = {gpu.index: gpu for gpu in gpus}
         for index, levels in series.items():
             reading = read.get(index)
-            sm_scale = clocks.get(index, top_clock) if top_clock is not None else None
-            levels.append(blank if reading is None or reading.error else _graph_levels(reading, sm_scale))
+            sm_scale = clocks.get(index, top_clock)
+            levels.append(blank if reading is None or reading.error else _graph_levels(reading, figures, sm_scale))
     if by_role:
         rows = []
         for group in gpus_by_role(newest, roles):
             members = [series[gpu.index] for gpu in group.gpus]
-            means = [tuple(_mean([m[n][k] for m in members]) for k in range(len(labels))) for n in range(len(history))]
-            graphs = tuple(GpuGraph(label, tuple(m[k] for m in means), _latest_text(label, group.readable))
-                           for k, label in enumerate(labels))
+            means = [tuple(_mean([m[n][k] for m in members]) for k in range(len(figures))) for n in range(len(history))]
+            graphs = tuple(GpuGraph(label, tuple(m[k] for m in means), _latest_text(field, unit, group.readable))
+                           for k, (label, field, unit) in enumerate(figures))
             name = f"{group.role or 'GPUs'} {format_indices([gpu.index for gpu in group.gpus])}"
             rows.append(GpuGraphRow(name, group.role, graphs))
     else:
         rows = [
             GpuGraphRow(
                 str(gpu.index), roles.get(gpu.index, ""),
-                tuple(GpuGraph(label, tuple(levels[k] for levels in series[gpu.index]), _latest_text(label, (gpu,)))
-                      for k, label in enumerate(labels)),
+                tuple(GpuGraph(label, tuple(levels[k] for levels in series[gpu.index]), _latest_text(field, unit, (gpu,)))
+                      for k, (label, field, unit) in enumerate(figures)),
                 gpu.error,
             )
             for gpu in newest
