@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from console.config import Config, StallConfig
 from console.diagnose import (
@@ -34,6 +34,7 @@ from console.diagnose import (
     StackSummary,
     Verdict,
     diagnose,
+    log_proves,
     slow_look_due,
     slowdown_of,
     wants_slow_look,
@@ -209,12 +210,18 @@ class StackLooks:
 
     @staticmethod
     def _stage_of(evidence: Evidence, config: Config) -> int:
-        silence = Silence(evidence.log_silent_s, evidence.log_write_interval_s, evidence.log_rhythm_estimated,
-                          config.stall.log_silent_s, grew=evidence.log_growth > 0)
+        silence = Silence(evidence.progress_silent_s, evidence.log_write_interval_s, evidence.log_rhythm_estimated,
+                          config.stall.log_silent_s, grew=evidence.progress_grew)
         return 2 if silence.stalled else 1
 
+    def _stretch_of(self, evidence: Evidence) -> tuple[str | None, int]:
+        """The stretch `evidence` is in: the log's size, unless all it wrote since is warnings (no progress)."""
+        if evidence.log_warnings_only_s is not None and self._stretch is not None and self._stretch[0] == evidence.log_path:
+            return self._stretch
+        return evidence.log_path, evidence.log_size
+
     def _enter(self, evidence: Evidence) -> None:
-        stretch = (evidence.log_path, evidence.log_size)
+        stretch = self._stretch_of(evidence)
         if stretch != self._stretch:
             self._stretch, self._held, self._stage = stretch, None, 0
 
@@ -233,10 +240,21 @@ class StackLooks:
     def apply(self, evidence: Evidence) -> Evidence:
         """`evidence` with the stacks held for its stretch, if any."""
         held = self._held
-        if held is None or (evidence.log_path, evidence.log_size) != self._stretch:
+        if held is None or self._stretch_of(evidence) != self._stretch:
             return evidence
         return replace(evidence, stacks=held.stacks, stack_error=held.stack_error, stacks_missing=held.stacks_missing,
                        flight=held.flight or evidence.flight)
+
+
+class CheapVerdict(NamedTuple):
+    """A verdict from what the follower holds, and whether it waits on a look at the stacks."""
+
+    verdict: Verdict | None
+    """None before two samples."""
+    look_due: bool
+    """A look at the stacks is due (`RunLook.full()` takes it; never without a target)."""
+    proven: bool
+    """The verdict is a problem the log proves already (console.diagnose.log_proves): shown while the look is on its way."""
 
 
 class RunLook:
@@ -260,21 +278,21 @@ class RunLook:
         """The log's usual gap between writes: learned by the follower, else as last estimated."""
         return self.state.write_interval_s() or self._estimated_s
 
-    def cheap(self) -> tuple[Verdict | None, bool]:
-        """The verdict from the state and the stacks held (None before two samples), and whether a
-        look at the stacks is due (`full()` takes it; never without a target)."""
+    def cheap(self) -> CheapVerdict:
+        """The verdict from the state and the stacks held, whether a look at the stacks is due, and
+        whether the log proves it already."""
         evidence = state_evidence(self.state, self.config)
         if evidence is None:
-            return None, False
+            return CheapVerdict(None, False, False)
         self._estimated_s = evidence.log_write_interval_s if evidence.log_rhythm_estimated else None
         evidence = replace(evidence, rate_history=self.rate_histories.get(evidence.rate_metric or ""))
         due = self.target is not None and self.looks.due(evidence, self.config)
         held = self._with_slow_look(self.looks.apply(evidence))
         verdict = diagnose(held, self.config)
         due = due or (self.target is not None and slow_look_due(held, verdict))
-        silence = Silence(evidence.log_silent_s, evidence.log_write_interval_s, override_s=self.config.stall.log_silent_s)
+        silence = Silence(evidence.progress_silent_s, evidence.log_write_interval_s, override_s=self.config.stall.log_silent_s)
         self.quiet = self.target is not None and not silence.progressing and not held.stacks and not due
-        return verdict, due
+        return CheapVerdict(verdict, due, log_proves(verdict, held))
 
     async def full(self, *, launched_at: float | None = None) -> tuple[Verdict, Evidence]:
         """A full look (two samples, and the stacks when the verdict needs them), held for the stretch."""
@@ -536,6 +554,7 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     }
     if timed:
         fields["log_write_interval_s"] = state.write_interval_s()
+        fields["log_warnings_only_s"] = state.warnings_only_s(now)
     if metric is None or not values:
         return fields
     fields.update(rate_metric=metric, rate_now=statistics.median(values), rate_baseline=config.metrics.baseline(metric),

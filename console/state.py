@@ -19,6 +19,7 @@ from console.model import (
     Event,
     GpuReading,
     LineInfo,
+    LineKind,
     LogLine,
     ProgressLine,
     Sample,
@@ -91,6 +92,10 @@ class RunState:
         self.log_first_line = 1
         """Number of the current log's first line: lines before it are an earlier launch's."""
         self.last_line_at: float | None = None
+        self.first_line_at: float | None = None
+        self.last_progress_at: float | None = None
+        """When the log last wrote progress: a line that is no warning and no problem, or a bar's redraw.
+        A run whose stdout is block-buffered may still write its stderr's warnings: those show no progress."""
         self.nonfinite_loss: float | None = None
         """The loss as the latest line with a loss wrote it, when that was nan or inf."""
         self.last_rate_at: float | None = None
@@ -155,6 +160,10 @@ class RunState:
             if info.total_steps is not None:
                 self.total_steps = info.total_steps
             self.last_line_at = line.time
+            if self.first_line_at is None:
+                self.first_line_at = line.time
+            if info.kind is LineKind.NORMAL and not info.continues:
+                self.last_progress_at = line.time
             self._note_write(line.time)
 
     def _note_write(self, written: float) -> None:
@@ -190,6 +199,7 @@ class RunState:
         if progress is None:
             return
         self._note_write(progress.time)  # a bar's redraw is a write of the log, though no line
+        self.last_progress_at = progress.time
         self.terminal_only_progress = None
         if self._progress_point_at is None or abs(progress.time - self._progress_point_at) >= PROGRESS_POINT_S:
             self._progress_point_at = progress.time
@@ -217,6 +227,7 @@ class RunState:
             points.clear()
         self.step = self.total_steps = None
         self.last_rate_at = self.nonfinite_loss = None
+        self.first_line_at = self.last_progress_at = None
         self.write_times.clear()
         self.log_mtimes.clear()
         self.read_bytes = self.read_writes = 0
@@ -295,6 +306,14 @@ class RunState:
         if self.last_line_at is not None:
             return max(0.0, now - self.last_line_at)
         return None
+
+    def warnings_only_s(self, now: float) -> float | None:
+        """Seconds the log has written only warnings and problems, since its last progress (or since the
+        first line read, when none was progress); None while its last line is progress, or before lines."""
+        if self.last_line_at is None or (self.last_progress_at is not None and self.last_progress_at >= self.last_line_at):
+            return None
+        since = self.last_progress_at if self.last_progress_at is not None else self.first_line_at
+        return None if since is None else round(max(0.0, now - since), 1)
 
     def write_interval_s(self) -> float | None:
         """How often the log usually writes (None until learned): the shorter of the median gaps

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +150,17 @@ def score(split: str, corpus: dict[str, list[dict]] | None = None) -> Score:
     return result
 
 
+def train_misses(train: Score) -> str:
+    """Every train-split line read wrong: its kind, a false alarm, or its metrics (never the test split's)."""
+    wrong = "\n".join(f"  {r['line'][:150]!r}: {'; '.join(w)} ({r['source']})" for r, w in train.metric_wrong)
+    return f"kinds read wrong:\n{train.misses()}\nmetrics read wrong:\n{wrong}"
+
+
 if __name__ == "__main__":
+    # `--train-misses` lists the train split's misses; the test split prints totals only, always
     corpus = records()
-    for split in ("train", "test"):
-        print(score(split, corpus).summary())
+    scores = {split: score(split, corpus) for split in ("train", "test")}
+    for figures in scores.values():
+        print(figures.summary())
+    if "--train-misses" in sys.argv[1:]:
+        print(train_misses(scores["train"]))

@@ -14,6 +14,7 @@ from console.diagnose import (
     StackSummary,
     diagnose,
 )
+from console.diagnose.rules import DEATH_IS_NEWS_S
 from console.model import GpuProcess, GpuReading, LineKind, ProcessReading, ThreadCpu
 from console.observe.progress import LIGHTNING_RICH
 from console.verdicts import VERDICTS, severity, worse
@@ -403,11 +404,17 @@ def test_a_dead_thread_in_an_idle_live_process_is_hung_not_oom():
     assert verdict.evidence[0] == f'thread "TargetForwardLoop" died 4s ago: {DIED.exception}'
 
 
-def test_a_dead_thread_does_not_stop_a_busy_run_that_still_logs():
-    busy = replace(HEALTHY, dead_threads=(DIED,))
-    assert diagnose(busy, CONFIG).name == "healthy"
+def test_a_dead_thread_in_a_busy_run_that_still_logs_is_news_then_history():
+    """Issue 33: flagged in the header at once (not "healthy" under its red traceback); a run that goes on
+    without the thread for a minute is healthy again, the death among its evidence."""
+    busy = diagnose(replace(HEALTHY, dead_threads=(DIED,)), CONFIG)
+    assert (busy.name, busy.step) == ("unknown", "log")
+    assert busy.summary.startswith('thread "TargetForwardLoop" died of torch.OutOfMemoryError 4s ago; its log still progresses')
     went_on = replace(HUNG, log_silent_s=4.0, rate_silent_s=4.0, dead_threads=(replace(DIED, progress_after=True),))
-    assert diagnose(went_on, CONFIG).name == "healthy"
+    assert diagnose(went_on, CONFIG).name == "unknown"
+    later = diagnose(replace(went_on, dead_threads=(replace(DIED, age_s=DEATH_IS_NEWS_S, progress_after=True),)), CONFIG)
+    assert later.name == "healthy"
+    assert any('thread "TargetForwardLoop" died 1m' in line and "the log went on" in line for line in later.evidence), later.evidence
 
 
 def test_a_run_in_a_pid_namespace_keeps_its_gpu_use_by_the_device_reading():

@@ -106,6 +106,79 @@ async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_pat
     assert judged_in < 15, f"hung after {judged_in:.1f} s"
 
 
+async def test_a_buffered_run_whose_stderr_warns_is_buffered_and_stays_so(procs, tmp_path, monkeypatch):
+    """Issue 33: the log grows, but only by stderr's warnings while the step lines wait in stdout's buffer:
+    no progress, so the console looks at the stacks and says buffered, and a new warning never flips it
+    back to "healthy: its log progresses" (nor does the journal alternate)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = Run(procs, tmp_path, "buffered_warnings.py")
+    run.wait_for_text("UserWarning")
+    match, log = run.flags[1], run.flags[3]
+    config = Config(target=TargetConfig(py_spy=str(PY_SPY)), run=RunConfig(name=run.tag, match=match, log=log))
+    sources = await start_sources(config)
+
+    def attach(on_change):
+        sources.monitor.on_change = on_change
+        return sources.monitor
+
+    app = PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch)
+    shown: list[str] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        opened = time.monotonic()
+        while (app.verdict is None or app.verdict.name != "buffered") and time.monotonic() - opened < 30:
+            await pilot.pause(0.2)
+        assert app.verdict is not None and app.verdict.name == "buffered", app.verdict
+        assert "stdout is block-buffered into a file" in app.verdict.summary
+        assert any("only warnings since" in line for line in app.verdict.evidence), app.verdict.evidence
+        warned = run.log.read_text().count("UserWarning")
+        watched = time.monotonic()
+        while time.monotonic() - watched < 8:
+            await pilot.pause(0.2)
+            shown.append(app.verdict.name)
+        assert run.log.read_text().count("UserWarning") >= warned + 3  # the log grew meanwhile, by warnings
+        assert set(shown) == {"buffered"}, shown
+        journal = app.run_watch.journal if app.run_watch is not None else None
+        assert journal is not None
+        journal.flush()
+        verdicts = [e.text.split(":")[0] for e in journal.entries(kinds=("verdict",))]
+    await sources.target.close()
+    assert verdicts[verdicts.index("buffered"):] == ["buffered"], verdicts
+
+
+async def test_a_thread_that_dies_is_flagged_in_the_header_at_once_and_its_hang_offers_the_restart(procs, tmp_path, monkeypatch):
+    """Issue 33: not seconds of "healthy" under a red "Exception in thread"; the hang that follows offers R
+    (its stacks are on screen already), and no look in between says healthy again."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = Run(procs, tmp_path, "dying_thread.py", "--die-after", "4", "--then", "3")
+    run.wait_for_text("step 1 ")
+    match, log = run.flags[1], run.flags[3]
+    config = Config(target=TargetConfig(py_spy=str(PY_SPY)), run=RunConfig(name=run.tag, match=match, log=log))
+    sources = await start_sources(config)
+
+    def attach(on_change):
+        sources.monitor.on_change = on_change
+        return sources.monitor
+
+    app = PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch)
+    shown: list[tuple[str, str]] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        while "RuntimeError" not in run.log.read_text():
+            await pilot.pause(0.05)
+        died = time.monotonic()
+        while (app.verdict is None or app.verdict.name == "healthy") and time.monotonic() - died < 10:
+            await pilot.pause(0.1)
+        flagged_in = time.monotonic() - died
+        assert app.verdict is not None and app.verdict.summary.startswith('thread "Producer" died of RuntimeError'), app.verdict
+        while time.monotonic() - died < 25 and not (app.verdict.name == "hung" and "quiet" in app.verdict.summary):
+            shown.append((app.verdict.name, app.verdict.summary))
+            await pilot.pause(0.2)
+        assert (app.verdict.name, app.verdict.step) == ("hung", "restart"), app.verdict
+        assert "then restart" in app.verdict.next_step
+    await sources.target.close()
+    assert flagged_in < 2.5, f"flagged {flagged_in:.1f} s after the traceback"
+    assert "healthy" not in {name for name, _ in shown}, shown
+
+
 def test_a_check_whose_py_spy_is_denied_ptrace_says_so_and_names_the_fix(procs):
     """Run as another user, py-spy may not attach: the verdict is not a guess but "unknown", with why
     and what to change; an idle run quiet past its stall limit would still be hung by its CPU alone."""

@@ -174,7 +174,7 @@ def test_minutes_hold_min_median_max_and_a_reopened_state_gets_them_back(tmp_pat
     state = RunState(clock=lambda: 500.0)
     last = restore(state, reopened, since_s=3600, wall=clock)
     assert [p.value for p in state.series["tokens_per_s"]] == [r.median for r in rows]
-    assert last["verdict"] == "slow"
+    assert last is not None and (last.name, last.step, last.evidence) == ("slow", "dump", ["x"])
     assert [e.kind for e in state.events] == ["verdict"]
     reopened.close()
 

@@ -344,14 +344,17 @@ def _pids_with(tag: str) -> list[int]:
 # -- GPU memory: the demo's stand-in nvidia-smi lists a PID's memory while that PID lives ----------
 
 
-def gpu_config(config: Config, tmp_path: Path, holder_pid: int, held_mib: int = 20000) -> Config:
-    """`config` reading GPUs from the stand-in nvidia-smi, with `holder_pid` holding memory on GPUs 0 and 1."""
+def gpu_config(config: Config, tmp_path: Path, holder_pid: int, held_mib: int = 20000, busy_pct: int = 0) -> Config:
+    """`config` reading GPUs from the stand-in nvidia-smi, with `holder_pid` holding memory on GPUs 0 and 1
+    (and keeping them `busy_pct` % busy)."""
     from console.demo.machine import write_state
     from console.demo.nvidia_smi import idle_gpu
 
     state = tmp_path / "gpus.json"
     now = time.time()
     gpus = [idle_gpu(index, held_mib if index < 2 else 0) for index in range(8)]
+    for gpu in gpus[:2]:
+        gpu["utilization_gpu_pct"] = busy_pct
     write_state(state, {"pid": holder_pid, "updated": now, "busy_until": now + 3600, "gpus": gpus})
     repo = Path(__file__).resolve().parent.parent
     smi = f"env PYTHONPATH={repo} {sys.executable} -m console.demo.nvidia_smi --state {state}"

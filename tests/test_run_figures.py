@@ -98,3 +98,71 @@ def test_throughput_view_before_any_rate_keeps_the_baseline_and_the_step():
 def test_the_figures_load_without_textual():
     code = "import sys, console.ui.run_figures; sys.exit('textual' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_parts_are_dropped_whole_highest_rank_first_and_rank_zero_never():
+    from console.ui.run_figures import kept_parts
+
+    assert kept_parts([10, 5, 5, 5], [0, 1, 2, 1], 25) == (True, True, True, True)
+    assert kept_parts([10, 5, 5, 5], [0, 1, 2, 1], 20) == (True, True, False, True)
+    assert kept_parts([10, 5, 5, 5], [0, 1, 2, 1], 15) == (True, True, False, False)  # among equals, the last first
+    assert kept_parts([10, 5, 5, 5], [0, 1, 2, 1], 3) == (True, False, False, False)
+
+
+def test_a_narrow_process_table_leaves_columns_out_whole_and_elides_the_role_first():
+    from console.ui.run_figures import PROCESS_COLUMNS, elide, process_column_widths
+
+    # mark, PID, role, state, CPU%, RSS, thr, elapsed, command: the widest cells of a table.
+    widths = [1, 4, 18, 7, 5, 8, 3, 7, 40]
+    keys = [key for _, key in PROCESS_COLUMNS]
+    wide = dict(zip(keys, process_column_widths(widths, 120)))
+    assert wide == dict(zip(keys, widths))
+    at_120 = dict(zip(keys, process_column_widths(widths, 72)))  # 120 columns: the pane's 72 cells
+    assert all(at_120[key] == width for key, width in zip(keys[:-1], widths)) and at_120["command"] is None  # 3 cells left
+    at_80 = dict(zip(keys, process_column_widths(widths, 42)))  # 80 columns: 42 cells
+    assert [key for key in keys if at_80[key] is not None] == ["mark", "pid", "role", "state", "cpu"]
+    assert at_80["role"] == 42 - 3 - 6 - 9 - 7 - 2 < 18  # what the figures leave, elided
+    assert elide("worker of pid 4127", at_80["role"]) == "worker of pid…"
+    assert elide("main", 4) == "main" and elide("a long role name", 8) == ""
+
+
+def test_a_role_lists_its_gpus_as_runs():
+    from console.ui.run_figures import role_cell
+
+    assert role_cell("main · GPU 0,1,2,3,4,5,6,7", (0, 1, 2, 3, 4, 5, 6, 7)) == "main · GPU 0–7"
+    assert role_cell("rank 3 · GPU 3", (3,)) == "rank 3 · GPU 3"
+    assert role_cell("worker of pid 4127", ()) == "worker of pid 4127"
+
+
+def test_the_header_elides_the_verdicts_reason_then_shortens_the_link_and_keeps_the_host():
+    from console.model import ConnectionStatus
+    from console.ui.run_figures import StatusView, header_runs
+
+    def header(width: int, **changes) -> str:
+        view = StatusView(host="root@10.1.2.6", container="pct 200", run="dflash-7b", status=ConnectionStatus.CONNECTED,
+                          connection="connected", sample_age_s=1, verdict="hung",
+                          verdict_summary='thread "TargetForwardLoop" died of RuntimeError; the process lives on', verdict_level="crit")
+        import dataclasses
+
+        text = "".join(words for words, _ in header_runs(dataclasses.replace(view, **changes), width))
+        assert len(text) <= width or width < 40, text
+        return text
+
+    where = " │ ● connected │ sample 1 s ago │ dflash-7b on root@10.1.2.6 · pct 200"
+    assert header(200) == ' ◆ hung: thread "TargetForwardLoop" died of RuntimeError; the process lives on' + where
+    assert header(100) == ' ◆ hung: thread "TargetForwar…' + where
+    assert header(80) == " ◆ hung" + where
+    assert header(70, read_only=True) == " ◆ hung │ read-only │ ● │ sample 1 s ago │ root@10.1.2.6 · pct 200"
+    failed = header(100, status=ConnectionStatus.RECONNECTING, connection="reconnecting in 4 s: ssh: connect to host 10.1.2.6 port 22: Connection refused")
+    assert failed == " ◆ hung │ ○ reconnecting in 4 s: ssh: conne… │ sample 1 s ago │ dflash-7b on root@10.1.2.6 · pct 200"
+    assert header(80, verdict=None, verdict_summary="").startswith(" ◆ pulse │ ● connected")
+
+
+def test_key_hints_wrap_whole_to_the_width():
+    from console.ui.run_figures import key_hint_lines
+
+    hints = [("?", "Help"), ("d", "Diagnose"), ("l", "Problem line"), ("q", "Quit"), ("^p", "Palette")]
+    assert key_hint_lines(hints, 80) == [hints]
+    lines = key_hint_lines(hints, 30)
+    assert lines == [hints[:2], hints[2:4], hints[4:]]
+    assert [len(" " + "  ".join(f"{key} {does}" for key, does in line)) for line in lines] == [19, 23, 11]

@@ -14,7 +14,7 @@ from console.config import TargetConfig
 from console.model import ProcessReading, Sample
 from console.remote.target import LocalTarget
 from console.ui.dialogs.dump_screen import DumpScreen, dump_text, save_dump
-from tests.snapshot_apps.scenarios import build_state, make_app, make_config
+from tests.snapshot_apps.scenarios import MAIN_PID, build_state, make_app, make_config
 
 PY_SPY = Path(sys.executable).with_name("py-spy")
 
@@ -114,6 +114,12 @@ async def test_w_shows_the_plan_asks_then_runs_each_step_live(tmp_path):
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
         assert any("echo warmed gpu 1 len 1216" in line for line in app.screen.lines)
+        # The scenario's latest sample: the live run holds both GPUs, at 98 % and 97 % (issue 33, item 9).
+        assert app.screen.lines[:2] == [
+            f"WARNING: GPU {index} is in use ({used} of 140.4 GiB, {busy} % busy, held by the live run (PID {MAIN_PID})):"
+            " the warmup's 2 steps there would share it"
+            for index, used, busy in ((0, "118.5", 98), (1, "119.8", 97))
+        ]
         await pilot.press("y")
         await pilot.pause()
         screen = app.screen

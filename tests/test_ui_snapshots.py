@@ -10,11 +10,13 @@ import pytest
 
 from console.model import LogLine
 from console.observe.lines import classify_line
-from tests.snapshot_apps.scenarios import NOW, diagnosed, make_app
+from tests.snapshot_apps.scenarios import NOW, diagnosed, launched_twice, make_app
 
 LARGE = (120, 40)
 MEDIUM = (100, 30)
 SMALL = (80, 24)
+#: Every scenario a run screen shows (the live progress bar's has a test of its own).
+SCREENED = ["healthy", "hang", "slow", "buffered", "oom", "nan", "dead"]
 
 
 async def with_verdict(pilot):
@@ -26,15 +28,21 @@ async def with_verdict(pilot):
 class TestScenarios:
     """One screen per diagnosed situation, as an operator would first see it."""
 
-    @pytest.mark.parametrize("scenario", ["healthy", "oom", "hang"])
+    @pytest.mark.parametrize("scenario", SCREENED)
     def test_large(self, snap_compare, scenario):
-        """120×40: every pane with room to spare."""
-        assert snap_compare(make_app(scenario), terminal_size=LARGE)
+        """120×40, diagnosed: every GPU on its own line, every process column whole with its unit,
+        the verdict's reason elided before the host, every key in the footer's grid."""
+        assert snap_compare(make_app(scenario), run_before=with_verdict, terminal_size=LARGE)
 
-    @pytest.mark.parametrize("scenario", ["healthy", "oom", "hang"])
+    @pytest.mark.parametrize("scenario", SCREENED)
     def test_small(self, snap_compare, scenario):
-        """80×24, compact: one GPU line per role, the verdict first in the header, the log keeps room."""
+        """80×24, compact: one GPU line per role with every unit, the process columns that fit
+        (each whole), the throughput figures that fit, the footer's keys wrapped, none cut."""
         assert snap_compare(make_app(scenario), run_before=with_verdict, terminal_size=SMALL)
+
+    def test_before_a_verdict(self, snap_compare):
+        """120×40 before the first diagnosis: the header says pulse where the verdict will be."""
+        assert snap_compare(make_app("healthy"), terminal_size=LARGE)
 
     @pytest.mark.parametrize("scenario", ["healthy", "hang"])
     def test_medium(self, snap_compare, scenario):
@@ -47,11 +55,6 @@ class TestScenarios:
 
         app = make_app("hang", read_only=True, target=LocalTarget())
         assert snap_compare(app, run_before=with_verdict, terminal_size=LARGE)
-
-    @pytest.mark.parametrize("scenario", ["slow", "nan", "buffered", "dead"])
-    def test_other_scenarios(self, snap_compare, scenario):
-        """The remaining verdicts' screens at 120×40."""
-        assert snap_compare(make_app(scenario), terminal_size=LARGE)
 
     def test_live_progress_bar(self, snap_compare):
         """A real HF Trainer log: its tqdm bar live under the log, the throughput pane reading it."""
@@ -127,6 +130,18 @@ class TestInteractions:
             await pilot.pause()
 
         assert snap_compare(make_app("oom"), run_before=run_before, terminal_size=LARGE)
+
+    @pytest.mark.parametrize("size", [LARGE, SMALL], ids=["120x40", "80x24"])
+    def test_tree_picker(self, snap_compare, size):
+        """R when the match finds two trees: each tree's root, processes, GPU memory, age and what marks
+        the run, then all roots; the cursor on the tree that alone looks like the run."""
+        from console.ui.dialogs.tree_picker_screen import TreePickerScreen
+
+        async def run_before(pilot):
+            await pilot.app.push_screen(TreePickerScreen(launched_twice()))
+            await pilot.pause()
+
+        assert snap_compare(make_app("healthy"), run_before=run_before, terminal_size=size)
 
     @pytest.mark.parametrize("size", [LARGE, SMALL], ids=["120x40", "80x24"])
     def test_gpu_graphs(self, snap_compare, size):

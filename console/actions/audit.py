@@ -104,15 +104,19 @@ def final_steps(events: Iterable[StepEvent]) -> list[StepEvent]:
     return [event for event in events if event.status in FINAL_STATUSES]
 
 
-#: Called with every entry after it is written (the run journal copies actions from here).
-AUDIT_LISTENERS: list[Callable[[dict], None]] = []
+#: What is told of each entry once it is written: the run journal copies actions (RunWatch.record_action).
+RecordListener = Callable[[dict], None]
 
 
 class AuditLog:
-    """An append-only JSON-lines file of mutating actions (parents created, mode 0600)."""
+    """An append-only JSON-lines file of mutating actions (parents created, mode 0600).
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    `on_record` is told of each entry after it is written; it cannot fail the action.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, on_record: RecordListener | None = None) -> None:
         self.path = Path(os.path.expanduser(os.fspath(path)))
+        self.on_record = on_record
 
     def record(
         self,
@@ -151,11 +155,11 @@ class AuditLog:
                 raise OSError(errno.ENOSPC, f"short write, {written} of {len(line)} bytes; the partial record was removed")
         finally:
             os.close(fd)
-        for listener in AUDIT_LISTENERS:
+        if self.on_record is not None:
             try:
-                listener(entry)
+                self.on_record(entry)
             except Exception:  # noqa: BLE001 - the record is written; a copy elsewhere (the journal) never fails the action
-                continue
+                pass
         return entry
 
     def _open(self, create: bool = True) -> int:

@@ -30,6 +30,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
@@ -281,9 +282,11 @@ async def _run_custom(target: Target, plan: CustomPlan) -> AsyncGenerator[StepEv
 
 
 def execute_custom(
-    target: Target, config: Config, plan: CustomPlan, *, confirmed: Collection[str] = ()
+    target: Target, config: Config, plan: CustomPlan, *, confirmed: Collection[str] = (),
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Run the filled command and stream its output; audited, whether it changes anything or not.
+    """Run the filled command and stream its output; audited, whether it changes anything or not
+    (each record also told to `on_record`).
 
     ActionRefused at once when the command holds control characters and its escaped form is not
     among `confirmed` (what the operator confirmed: console.actions.shown).
@@ -291,7 +294,7 @@ def execute_custom(
     refuse_unconfirmed(plan.hidden, confirmed)
     return audited(
         _run_custom(target, plan),
-        log=AuditLog(config.audit_log),
+        log=AuditLog(config.audit_log, on_record=on_record),
         action=f"custom:{plan.action.name}",
         target=target,
         plan=plan.as_json(),

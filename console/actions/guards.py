@@ -13,6 +13,7 @@ handed to another process after the run ended started later). Otherwise the pidf
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -20,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from console.model import ProcessReading
+from console.model import GpuReading, ProcessReading
 from console.observe.agent import PULSE_PROGRAM_MARK, SHELLS
 from console.observe.textsafe import sanitize
 from console.observe.remote_process import probe as probe_processes
 from console.remote.target import Target, TargetError
+from console.units import format_duration, format_indices, spread
 
 #: Names sshd goes by: the listener, and the per-session processes of newer OpenSSH.
 _SSHD_NAMES = frozenset({"sshd", "sshd-session", "sshd-auth"})
@@ -181,45 +183,117 @@ def process_trees(processes: Iterable[ProcessReading]) -> dict[int, list[Process
     return {r: [by_pid[r]] + [p for p in tree if p.pid != r] for r, tree in trees.items()}
 
 
-def choose_tree(
-    trees: dict[int, list[ProcessReading]], evidence: dict[int, list[str]], root: int | None, all_roots: bool
-) -> tuple[dict[int, list[ProcessReading]], list[str], list[str]]:
-    """Among several process trees: (the trees to stop, a line per tree for the plan, refusals).
+def describe_gpu_use(use: Iterable[tuple[int, int | None]]) -> str:
+    """(GPU index, MiB or None) as a person reads it: `GPU 0–7: 79.6 GiB each`, `GPU 2: 12.0 GiB`."""
+    use = list(use)
+    known = [mib / 1024 for _, mib in use if mib is not None]
+    gib = f"{spread(known, '{:.1f}')} GiB" if known else "? GiB"
+    each = " each" if len(use) > 1 else ""
+    return f"GPU {format_indices([index for index, _ in use])}: {gib}{each}"
 
-    The operator names the run with `root` or says to stop every tree with `all_roots`;
-    otherwise the plan is refused, saying which tree looks like the run when one alone does.
-    """
-    likely = [r for r in trees if evidence[r]]
+
+@dataclass(frozen=True, slots=True)
+class ProcessTree:
+    """One unrelated process tree the match found, as the plan shows it and the console's picker lists it."""
+
+    root: int
+    command: str
+    """The root's command line, made safe for a terminal (cut at TREE_COMMAND_CHARS, then `…`)."""
+    pids: tuple[int, ...]
+    """Every process of the tree, the root first."""
+    elapsed_s: float
+    """How long the root has run."""
+    gpu_use: tuple[tuple[int, int | None], ...]
+    """(GPU index, MiB of the tree's processes there, None when unknown) for each GPU the driver lists them on."""
+    writes_log: bool
+    """A process of it writes its stdout into the run's log."""
+    named_by_pidfile: bool
+    the_run: bool = False
+    """The tree the plan takes for the run: the one --root names, else the only one that looks like it."""
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        """What marks it as the run besides GPU memory: stdout into the run's log, the pidfile's PID."""
+        return (("writes the run's log",) if self.writes_log else ()) + (
+            ("named by the pidfile",) if self.named_by_pidfile else ())
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        """Everything that marks it as the run (none: it does not look like the run)."""
+        return (("holds GPU memory",) if self.gpu_use else ()) + self.marks
+
+    def describe(self) -> str:
+        """One line for the plan: `root PID 41 (python3 train.py): 3 process(es), up 5m 02s; GPU 0: 12.0 GiB; …`."""
+        gpu = f"; {describe_gpu_use(self.gpu_use)}" if self.gpu_use else ""
+        marks = "".join(f"; {mark}" for mark in self.marks)
+        the_run = "  <- the run" if self.the_run else ""
+        return (f"root PID {self.root} ({self.command}): {len(self.pids)} process(es),"
+                f" up {format_duration(self.elapsed_s)}{gpu}{marks}{the_run}")
+
+    def as_json(self) -> dict:
+        return {"root": self.root, "command": self.command, "pids": list(self.pids), "elapsed_s": self.elapsed_s,
+                "gpu_use": [list(pair) for pair in self.gpu_use], "evidence": list(self.evidence),
+                "the_run": self.the_run}
+
+
+#: How much of a tree's command line the plan and the picker show (a longer one ends in `…`).
+TREE_COMMAND_CHARS = 160
+
+
+def tree_facts(tree: list[ProcessReading], gpus: Iterable[GpuReading], stdout_glob: str,
+               pidfile_pid: int | None) -> ProcessTree:
+    """A ProcessTree from its processes (the root first, as process_trees gives them) and the GPUs read with them."""
+    pids = {p.pid for p in tree}
+    use: dict[int, int | None] = {}
+    for gpu in gpus:
+        for held in gpu.processes:
+            if held.pid in pids:
+                before = use.get(gpu.index, 0)
+                use[gpu.index] = None if before is None or held.used_mib is None else before + held.used_mib
+    root = tree[0]
+    command, cut = sanitize(root.cmdline, TREE_COMMAND_CHARS)
+    return ProcessTree(
+        root=root.pid,
+        command=command + "…" if cut else command,
+        pids=tuple(p.pid for p in tree),
+        elapsed_s=root.elapsed_s,
+        gpu_use=tuple(sorted(use.items())),
+        writes_log=bool(stdout_glob) and any(p.stdout and fnmatchcase(p.stdout, stdout_glob) for p in tree),
+        named_by_pidfile=pidfile_pid is not None and pidfile_pid in pids,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TreeChoice:
+    """What the operator's choice among several process trees makes of them."""
+
+    trees: tuple[ProcessTree, ...]
+    """Every tree, the one taken for the run marked."""
+    stop: frozenset[int]
+    """The roots of the trees to stop."""
+    refusal: str | None
+    """Why no tree can be stopped until the operator chooses (with --root, --all-roots or the console's picker)."""
+
+
+def choose_tree(trees: Iterable[ProcessTree], root: int | None, all_roots: bool) -> TreeChoice:
+    """Among several process trees: the operator names the run with `root` or says to stop every
+    tree with `all_roots`; otherwise the choice is refused, saying which tree looks like the run
+    when one alone does."""
+    trees = tuple(trees)
+    likely = [t.root for t in trees if t.evidence]
     run_root = root if root is not None else (likely[0] if len(likely) == 1 else None)
-    lines = []
-    for r, tree in trees.items():
-        marks = "".join(f"; {e}" for e in evidence[r]) + ("  <- the run" if r == run_root else "")
-        lines.append(f"root PID {r} ({tree[0].cmdline[:80]}): {len(tree)} process(es){marks}")
-    roots = " ".join(map(str, trees))
-    if root is not None and root not in trees:
-        return trees, lines, [f"--root {root} is not the root of a tree the match found (roots: {roots})"]
+    marked = tuple(dataclasses.replace(t, the_run=t.root == run_root) for t in trees)
+    roots = " ".join(str(t.root) for t in trees)
+    every = frozenset(t.root for t in trees)
+    if root is not None and root not in every:
+        return TreeChoice(marked, every, f"--root {root} is not the root of a tree the match found (roots: {roots})")
     if root is not None:
-        return {root: trees[root]}, lines, []
+        return TreeChoice(marked, frozenset({root}), None)
     if all_roots:
-        return trees, lines, []
+        return TreeChoice(marked, every, None)
     which = f"PID {run_root} looks like the run" if run_root else "which one is the run cannot be told"
-    return trees, lines, [
-        f"the match found {len(trees)} unrelated process trees (roots {roots}); {which}:"
-        " name it with --root PID, or pass --all-roots to stop every tree"
-    ]
-
-
-def run_evidence(tree: list[ProcessReading], gpu_mib: dict[int, int | None], stdout_glob: str,
-                 pidfile_pid: int | None) -> list[str]:
-    """What marks a tree as the run: GPU memory, stdout into the run's log, the pidfile's PID."""
-    evidence = []
-    if any(p.pid in gpu_mib for p in tree):
-        evidence.append("holds GPU memory")
-    if stdout_glob and any(p.stdout and fnmatchcase(p.stdout, stdout_glob) for p in tree):
-        evidence.append("writes the run's log")
-    if pidfile_pid is not None and any(p.pid == pidfile_pid for p in tree):
-        evidence.append("named by the pidfile")
-    return evidence
+    return TreeChoice(marked, every, f"the match found {len(trees)} unrelated process trees (roots {roots}); {which}:"
+                                     " name it with --root PID, or pass --all-roots to stop every tree")
 
 
 def pidfile_refusals(pidfile: str | None, found: Probe, pulse_pids: set[int], notes: list[str]) -> list[str]:

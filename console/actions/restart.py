@@ -73,6 +73,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
@@ -83,7 +84,9 @@ from console.actions.custom import check_env_names, fill_placeholders, shell_pat
 from console.actions.guards import (
     PROBE_TIMEOUT_S,
     Probe,
+    ProcessTree,
     choose_tree,
+    describe_gpu_use,
     describe_lock_owner,
     log_glob,
     matches_empty,
@@ -92,10 +95,11 @@ from console.actions.guards import (
     probe_target,
     process_trees,
     protected_reason,
-    run_evidence,
+    tree_facts,
 )
 from console.actions.shown import HiddenControls, hidden_controls
 from console.config import Config, RunConfig
+from console.diagnose import Verdict
 from console.model import ProcessReading, Sample
 from console.observe.remote_process import (
     AgentRefused,
@@ -111,7 +115,8 @@ from console.observe.remote_process import (
 from console.observe.sampler import sample_once
 from console.observe.textsafe import sanitize, visible
 from console.remote.target import Target, TargetError
-from console.units import format_gib, format_indices, spread
+from console.units import format_gib
+from console.verdicts import is_problem
 
 @dataclass(frozen=True, slots=True)
 class PlannedProcess:
@@ -132,10 +137,7 @@ class PlannedProcess:
         """Its GPU memory as a person reads it: `GPU 0–7: 79.6 GiB each`, `GPU 2: 12.0 GiB`."""
         if not self.gpu_use:
             return "no GPU memory listed" if self.gpu_mib is None else f"{format_gib(self.gpu_mib)} GPU"
-        known = [mib / 1024 for _, mib in self.gpu_use if mib is not None]
-        gib = f"{spread(known, '{:.1f}')} GiB" if known else "? GiB"
-        each = " each" if len(self.gpu_use) > 1 else ""
-        return f"GPU {format_indices([index for index, _ in self.gpu_use])}: {gib}{each}"
+        return describe_gpu_use(self.gpu_use)
 
     @property
     def ref(self) -> ProcessRef:
@@ -172,8 +174,12 @@ class RestartPlan:
     """False when the target gave no GPU readings: memory release cannot be checked."""
     notes: tuple[str, ...] = ()
     """What the operator should know before confirming (e.g. GPU PIDs are host PIDs)."""
-    trees: tuple[str, ...] = ()
-    """One line per unrelated process tree the match found (when it found more than one)."""
+    trees: tuple[ProcessTree, ...] = ()
+    """The unrelated process trees the match found (when it found more than one, or --root named one)."""
+    root_needed: bool = False
+    """Refused until the operator chooses among `trees`: one root (--root) or every tree (--all-roots)."""
+    warnings: tuple[str, ...] = ()
+    """What the operator should weigh before confirming a plan that may run (e.g. the run is healthy)."""
     left_alone: tuple[int, ...] = ()
     """Matching processes the operator chose not to stop (the other trees when --root names one)."""
     refusals: tuple[str, ...] = ()
@@ -203,7 +209,9 @@ class RestartPlan:
             "grace_s": self.grace_s,
             "gpus_read": self.gpus_read,
             "notes": list(self.notes),
-            "trees": list(self.trees),
+            "trees": [tree.as_json() for tree in self.trees],
+            "root_needed": self.root_needed,
+            "warnings": list(self.warnings),
             "left_alone": list(self.left_alone),
             "refusals": list(self.refusals),
             "run_gpus": None if self.run_gpus is None else list(self.run_gpus),
@@ -220,7 +228,7 @@ class RestartPlan:
     def describe(self) -> list[str]:
         """The plan as lines for a confirmation screen or a terminal; every line as `visible` shows it
         (the launch, command lines and paths from the target escaped), never raw."""
-        lines = []
+        lines = [f"WARNING: {warning}" for warning in self.warnings]
         if self.processes:
             lines.append(f"stop {len(self.processes)} process(es): SIGTERM, SIGKILL after {self.grace_s:g} s")
             for p in self.processes:
@@ -230,7 +238,7 @@ class RestartPlan:
             lines.append("stop: no run process found; nothing to stop")
         if self.trees:
             lines.append(f"the match found {len(self.trees)} unrelated process trees:")
-            lines += [f"  {tree}" for tree in self.trees]
+            lines += [f"  {tree.describe()}" for tree in self.trees]
         if self.left_alone:
             lines.append("left alone (not the run, as chosen): " + " ".join(map(str, self.left_alone)))
         if self.held_gpu_pids:
@@ -250,10 +258,12 @@ class RestartPlan:
 
 
 class PlanRefused(ActionRefused):
-    """A plan the guards refuse: the message gives the reasons, `lines` the plan that shows them."""
+    """A plan the guards refuse: the message gives the reasons, `lines` the plan that shows them, and
+    `plan` the data (its `root_needed` and `trees`: a choice the operator can make to plan again)."""
 
     def __init__(self, plan: RestartPlan) -> None:
         super().__init__("refused: " + "; ".join(plan.refusals) + " (--force does not override this)")
+        self.plan = plan
         self.lines = plan.describe()
 
 
@@ -410,12 +420,15 @@ async def plan_restart(
     window_s: float = 0.2,
     root: int | None = None,
     all_roots: bool = False,
+    verdict: Verdict | None = None,
 ) -> RestartPlan:
     """Find the run (the agent's selection), read groups, start times and GPU memory; build the launch.
 
     `root` names the run when the match found several unrelated process trees (the others
-    are left alone); `all_roots` says to stop every tree. ActionRefused when the restart
-    cannot be planned as configured; PlanRefused when the guards refuse what was found.
+    are left alone); `all_roots` says to stop every tree. `verdict`: the run's verdict now, as
+    the caller judged it (the plan warns when the run is healthy). ActionRefused when the restart
+    cannot be planned as configured; PlanRefused when the guards refuse what was found (its
+    plan's `root_needed` when only a choice among the trees is missing).
     """
     refuse_if_read_only("restart", read_only)
     run = config.run
@@ -462,12 +475,17 @@ async def plan_restart(
     pulse_pids = {p.pid for p in probe.own}
 
     trees = process_trees(found)
-    chosen, tree_lines = trees, list[str]()
+    listed: tuple[ProcessTree, ...] = ()
+    kept = {p.pid for p in found}
+    root_needed = False
     if len(trees) > 1 or root is not None:
-        evidence = {r: run_evidence(tree, gpu_mib, stdout_glob, pidfile_pid) for r, tree in trees.items()}
-        chosen, tree_lines, refused = choose_tree(trees, evidence, root, all_roots)
-        refusals += refused
-    kept = {p.pid for tree in chosen.values() for p in tree}
+        choice = choose_tree((tree_facts(tree, sample.gpus, stdout_glob, pidfile_pid) for tree in trees.values()),
+                             root, all_roots)
+        listed = choice.trees
+        kept = {pid for tree in listed if tree.root in choice.stop for pid in tree.pids}
+        if choice.refusal is not None:
+            refusals.append(choice.refusal)
+            root_needed = True
     left_alone = tuple(sorted(p.pid for p in found if p.pid not in kept))
 
     processes = []
@@ -517,7 +535,9 @@ async def plan_restart(
         grace_s=run.grace_s,
         gpus_read=bool(sample.gpus),
         notes=tuple(notes),
-        trees=tuple(tree_lines),
+        trees=listed,
+        root_needed=root_needed,
+        warnings=tuple(restart_warnings(verdict)),
         left_alone=left_alone,
         refusals=tuple(refusals),
         run_gpus=run_gpus,
@@ -527,6 +547,13 @@ async def plan_restart(
     if refusals:
         raise PlanRefused(plan)
     return plan
+
+
+def restart_warnings(verdict: Verdict | None) -> list[str]:
+    """What the operator should weigh before restarting a run judged `verdict`: a healthy run loses work."""
+    if verdict is None or is_problem(verdict.name):
+        return []
+    return [f"the run is healthy ({verdict.summary}): restarting it loses the progress since its last checkpoint"]
 
 
 def _lock_refusals(lock: str, probe: Probe, notes: list[str]) -> list[str]:
@@ -898,10 +925,11 @@ def execute_restart(
     poll_s: float = 0.25,
     launch_timeout_s: float = 30.0,
     audit: bool = True,
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Lock the run, stop, wait for GPU memory, check nothing of the run is left, launch once, verify:
     step events as they happen; audited ("started" before the first signal) unless `audit` is False
-    (--no-audit). Every caller (the CLI, the console's R) goes through here, so through the lock.
+    (--no-audit), each record also told to `on_record`. Every caller (the CLI, the console's R) goes through here, so through the lock.
 
     `grace_s` defaults to the plan's (config.run.grace_s). `force` launches although old
     processes' GPU memory remains, or processes stuck in D state. Stop iterating to cancel
@@ -920,7 +948,7 @@ def execute_restart(
     )
     return audited(
         _restart(target, config, plan, timing, force),
-        log=AuditLog(config.audit_log) if audit else None,
+        log=AuditLog(config.audit_log, on_record=on_record) if audit else None,
         action="restart",
         target=target,
         plan=plan.as_json(),

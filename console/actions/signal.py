@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from console.actions.audit import ActionRefused, AuditLog, OutputLine, StepEvent, StepStatus, audited, refuse_if_read_only
+from console.actions.audit import (
+    ActionRefused,
+    AuditLog,
+    OutputLine,
+    RecordListener,
+    StepEvent,
+    StepStatus,
+    audited,
+    refuse_if_read_only,
+)
 from console.actions.guards import probe_target, protected_reason
 from console.config import Config
 from console.observe.remote_process import ProcessRef, SignalTarget, send_signal
@@ -76,6 +85,10 @@ async def _signal(target: Target, plan: SignalPlan) -> AsyncGenerator[StepEvent 
         yield StepEvent(step, StepStatus.FAILED, f"pid {plan.pid} {said or 'did not answer'}: not signalled")
 
 
-def execute_signal(target: Target, config: Config, plan: SignalPlan) -> AsyncGenerator[StepEvent | OutputLine, None]:
-    """Send the planned signal (checked against the start time): step events, audited."""
-    return audited(_signal(target, plan), log=AuditLog(config.audit_log), action="signal", target=target, plan=plan.as_json())
+def execute_signal(
+    target: Target, config: Config, plan: SignalPlan, *, on_record: RecordListener | None = None
+) -> AsyncGenerator[StepEvent | OutputLine, None]:
+    """Send the planned signal (checked against the start time): step events, audited (each record
+    also told to `on_record`)."""
+    log = AuditLog(config.audit_log, on_record=on_record)
+    return audited(_signal(target, plan), log=log, action="signal", target=target, plan=plan.as_json())

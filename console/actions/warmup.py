@@ -11,12 +11,17 @@ nothing else per step (no CUDA_VISIBLE_DEVICES), so write `CUDA_VISIBLE_DEVICES=
 or `python3 … --gpu {gpu}` as the script expects. The run's `[run] env` and `cwd` apply.
 Pulse quotes the values itself (a placeholder inside the template's own quotes is a config
 error), and a command holding control characters runs only once its escaped form is confirmed.
+
+Planned with the target's latest sample, the plan warns of each of its GPUs in use now (memory
+held, processes listed, work running: the live run's or another's), so a warmup is not started
+unawares beside a run that holds the same GPUs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Collection
+from collections import Counter
+from collections.abc import AsyncGenerator, Collection, Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -24,6 +29,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
@@ -33,10 +39,12 @@ from console.actions.audit import (
 from console.actions.custom import fill_command, shell_path, stream_grouped, unknown_placeholders
 from console.actions.shown import HiddenControls, hidden_controls, refuse_unconfirmed
 from console.config import Config
-from console.observe.textsafe import visible
+from console.model import GpuReading, Sample, run_pids
+from console.observe.sampler import IDLE_GPU_MEMORY_MIB
+from console.observe.textsafe import sanitize, visible
 from console.placeholders import WARMUP_PLACEHOLDERS, placeholder_refusal
 from console.remote.target import Target
-from console.units import format_duration
+from console.units import counted, format_duration, format_gib, format_indices
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,9 @@ class WarmupPlan:
     step_timeout_s: float
     command: str = ""
     """The configured template the steps were filled from."""
+    warnings: tuple[str, ...] = ()
+    """One line per GPU of the warmup that is in use now (by the live run or another process), or
+    why the GPUs could not be read."""
 
     @property
     def hidden(self) -> tuple[HiddenControls, ...]:
@@ -80,21 +91,60 @@ class WarmupPlan:
             "cwd": self.cwd,
             "env": self.env,
             "step_timeout_s": self.step_timeout_s,
+            "warnings": list(self.warnings),
         }
 
     def describe(self) -> list[str]:
         """The plan as lines for a confirmation screen or a terminal, the commands escaped."""
-        lines = [
-            f"warmup: {len(self.steps)} steps, one at a time, TRITON_CACHE_DIR={self.triton_cache_dir}",
-        ]
+        lines = [f"WARNING: {warning}" for warning in self.warnings]
+        lines.append(f"warmup: {len(self.steps)} steps, one at a time, TRITON_CACHE_DIR={self.triton_cache_dir}")
         if self.cwd:
             lines.append(f"  in {self.cwd}")
         lines += [f"  {s.index:>3}. $ {s.command}" for s in self.steps]
         return [visible(line) for line in lines] + [hidden.plan_line() for hidden in self.hidden]
 
 
-def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
-    """Every (gpu, seq_len) command, GPU-major; ActionRefused when warmup is not configured."""
+def _holders(gpu: GpuReading, run: frozenset[int]) -> str:
+    """Who holds memory on `gpu`: the live run's PIDs, then any other process, as the driver lists them."""
+    ours = [p.pid for p in gpu.processes if p.pid in run]
+    others = [p for p in gpu.processes if p.pid not in run]
+    said = [f"the live run (PID {' '.join(map(str, ours))})"] if ours else []
+    said += [f"PID {p.pid}" + (f" ({sanitize(p.name, 40)[0]})" if p.name else "") for p in others]
+    return f", held by {', '.join(said)}" if said else ""
+
+
+def busy_gpus(sample: Sample, gpus: Iterable[int], steps: Mapping[int, int]) -> list[str]:
+    """A line for each GPU of `gpus` that `sample` shows in use (memory held past the driver's own,
+    a process listed on it, or work on it), with its figures and who holds it; `steps`: how many
+    warmup steps each GPU gets. When the sample has no GPU readings, one line saying so."""
+    if not sample.gpus:
+        why = sample.gpu_error or "the target lists no GPU"
+        return [f"no GPU readings ({why}): whether the warmup's GPUs are in use cannot be told"]
+    by_index = {gpu.index: gpu for gpu in sample.gpus}
+    run = run_pids(sample.processes)
+    lines = []
+    for index in dict.fromkeys(gpus):
+        gpu = by_index.get(index)
+        if gpu is None:
+            lines.append(f"GPU {index} is not among the target's GPUs ({format_indices(list(by_index))})")
+            continue
+        used, total, busy = gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct
+        if (used or 0) < IDLE_GPU_MEMORY_MIB and not gpu.processes and not busy:
+            continue
+        figures = [f"{format_gib(used, unit=False)} of {format_gib(total)}" if used is not None and total
+                   else format_gib(used) if used is not None else "memory unknown"]
+        if busy is not None:
+            figures.append(f"{busy:.0f} % busy")
+        lines.append(f"GPU {index} is in use ({', '.join(figures)}{_holders(gpu, run)}):"
+                     f" the warmup's {counted(steps[index], 'step')} there would share it")
+    return lines
+
+
+def plan_warmup(config: Config, *, read_only: bool = False, sample: Sample | None = None) -> WarmupPlan:
+    """Every (gpu, seq_len) command, GPU-major; ActionRefused when warmup is not configured.
+
+    `sample`: the target's latest sample (GPU readings and the run's processes), when the caller has
+    one: the plan warns about each of its GPUs that is in use (`busy_gpus`). None: not looked at."""
     refuse_if_read_only("warmup", read_only)
     warmup = config.warmup
     if not warmup.command:
@@ -118,6 +168,7 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
             ((gpu, seq_len) for gpu in warmup.gpus for seq_len in warmup.seq_lens), start=1
         )
     )
+    per_gpu = Counter(step.gpu for step in steps)
     return WarmupPlan(
         steps=steps,
         triton_cache_dir=warmup.triton_cache_dir,
@@ -125,6 +176,7 @@ def plan_warmup(config: Config, *, read_only: bool = False) -> WarmupPlan:
         env=dict(config.run.env),
         step_timeout_s=warmup.step_timeout_s,
         command=warmup.command,
+        warnings=() if sample is None else tuple(busy_gpus(sample, warmup.gpus, per_gpu)),
     )
 
 
@@ -169,10 +221,11 @@ async def _run_warmup(target: Target, plan: WarmupPlan) -> AsyncGenerator[StepEv
 
 
 def execute_warmup(
-    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True, confirmed: Collection[str] = ()
+    target: Target, config: Config, plan: WarmupPlan, *, audit: bool = True, confirmed: Collection[str] = (),
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Run the plan's steps one after another; stop at the first failure; audited unless `audit`
-    is False (--no-audit).
+    is False (--no-audit), each record also told to `on_record`.
 
     Iterate to run it; stop iterating (or cancel the task) to cancel: the step that is
     running is stopped by its own process group and nothing else is touched.
@@ -184,7 +237,7 @@ def execute_warmup(
     refuse_unconfirmed(plan.hidden, confirmed)
     return audited(
         _run_warmup(target, plan),
-        log=AuditLog(config.audit_log) if audit else None,
+        log=AuditLog(config.audit_log, on_record=on_record) if audit else None,
         action="warmup",
         target=target,
         plan=plan.as_json(),

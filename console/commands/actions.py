@@ -31,6 +31,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audit_refusal,
@@ -40,6 +41,8 @@ from console.actions.restart import PlanRefused, execute_restart, plan_restart
 from console.actions.shown import HiddenControls, confirm_question, refuse_unconfirmed
 from console.actions.warmup import execute_warmup, plan_warmup
 from console.config import Config
+from console.diagnose import Verdict, diagnose
+from console.evidence import gather
 from console.model import PROBLEM_KINDS
 from console.observe.pyspy import (
     ProcessDump,
@@ -230,19 +233,28 @@ def _ask(
     return None
 
 
+async def cheap_verdict(target: Target, config: Config) -> Verdict:
+    """The run's verdict from one cheap look: two samples and the log's tail, never its stacks."""
+    return diagnose(await gather(target, config, dump_stacks="never"), config)
+
+
 async def restart_run(
     config: Config, args: argparse.Namespace, *, judged_pids: Collection[int] | None = None,
-    report: ActionReport | None = None,
+    report: ActionReport | None = None, on_record: RecordListener | None = None,
 ) -> int:
     """`pulse restart` on the machine `config` names, to its exit code (see `restart`), its steps and any
     refusal also in `report`. `judged_pids`: restart only these processes (the ones a verdict was earned
-    on): a plan that would stop any other is refused, nothing done (the run was restarted meanwhile)."""
+    on): a plan that would stop any other is refused, nothing done (the run was restarted meanwhile).
+    Without them, one cheap look judges the run first, so the plan warns when it is healthy.
+    `on_record` is told of each audit record (the watch's journal)."""
 
     async def plan_and_run(target: Target) -> int:
         if getattr(args, "grace", None) is not None:
             checked_seconds("--grace", args.grace)  # before the plan is shown and confirmed
+        verdict = None if judged_pids is not None else await cheap_verdict(target, config)
         plan = await plan_restart(
-            target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False))
+            target, config, root=getattr(args, "root", None), all_roots=bool(getattr(args, "all_roots", False)),
+            verdict=verdict,
         )
         if judged_pids is not None and (unjudged := [p.pid for p in plan.processes if p.pid not in judged_pids]):
             raise ActionRefused(f"the run changed since it was judged: PID {' '.join(map(str, unjudged))} was not"
@@ -253,7 +265,8 @@ async def restart_run(
                 report.said = unconfirmed_escaped(args, plan.hidden) or "restart: not confirmed"
             return refused
         events = execute_restart(
-            target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force), audit=not _no_audit(args)
+            target, config, plan, grace_s=getattr(args, "grace", None), force=bool(args.force), audit=not _no_audit(args),
+            on_record=on_record,
         )
         steps = await _print_events(events, sys.stdout, report.steps if report is not None else [])
         verified = [e for e in steps if e.step == "verify" and e.status is StepStatus.OK]
@@ -271,7 +284,8 @@ def warmup(config: Config, args: argparse.Namespace) -> int:
     """`pulse warmup`: every (GPU, seq_len) step one at a time; 0 only when every step passed."""
 
     async def plan_and_run(target: Target) -> int:
-        plan = plan_warmup(config)
+        _, sample = await sample_once(target, config, 0.0)  # its GPUs now: the plan warns of those in use
+        plan = plan_warmup(config, sample=sample)
         refused = _ask("warmup", args, f"on {target.label}:", plan.describe(), plan.hidden)
         if refused is not None:
             return refused

@@ -127,7 +127,8 @@ class AutoRestart:
         report = actions.ActionReport()
         try:
             code = await actions.restart_run(self.config, restart_args(),
-                                              judged_pids={p.pid for p in evidence.processes}, report=report)
+                                              judged_pids={p.pid for p in evidence.processes}, report=report,
+                                              on_record=self.watch.record_action)
         except asyncio.CancelledError:
             self._ended(fresh, "interrupted", "pulse watch stopped during the restart; the audit log says where", report)
             raise

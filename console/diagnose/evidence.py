@@ -109,6 +109,9 @@ class Evidence:
     """Bytes the log grew during the window."""
     log_silent_s: float | None = None
     """Seconds since the log last grew (now − its mtime)."""
+    log_warnings_only_s: float | None = None
+    """Seconds the log has written only warnings and problems since it last wrote progress, when the
+    lines' times are known (a follower): a block-buffered stdout's stderr still reaches the log."""
     log_written_since_launch: bool | None = None
     """None when no launch is known."""
     rate_metric: str | None = None
@@ -150,6 +153,19 @@ class Evidence:
     """The log showed a framework starting whose progress draws only on a terminal, and no progress since."""
     signals: tuple[SentSignal, ...] = ()
     """For each stopped process (state T), the last signal Pulse sent it since it started, as audited."""
+
+
+    @property
+    def progress_silent_s(self) -> float | None:
+        """Seconds since the log last showed progress: its silence, or longer while it writes only warnings."""
+        if self.log_warnings_only_s is None:
+            return self.log_silent_s
+        return max(self.log_silent_s or 0.0, self.log_warnings_only_s)
+
+    @property
+    def progress_grew(self) -> bool:
+        """The log grew during the window with more than warnings."""
+        return self.log_growth > 0 and self.log_warnings_only_s is None
 
 
 @dataclass(frozen=True)

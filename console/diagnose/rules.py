@@ -33,13 +33,14 @@ the recording saw waiting or still, is never busy, even at 100 % CPU):
 | hung                | alive, a thread died ("Exception in thread …") with no progress logged after, and the run idle or quiet | restart        |
 | healthy             | busy, not yet recorded, and its progress drawn only on a terminal (the framework, the setting that logs it) | —              |
 | (no log progress)   | quiet past the floor, or stalled, or no log: judged by the stacks below          |                |
-| buffered            | the recorded stacks move (or it is busy), stdout a regular file without -u, the log only whole buffers | restart        |
+| buffered            | the recorded stacks move (or it is busy), stdout a regular file without -u, the log only whole buffers (or only stderr's warnings since its last progress) | restart        |
 | healthy             | the recorded stacks move: "quiet N s, but the run works: X moves in F"           | —              |
 | unknown             | recorded busy in one place (a long call): another look tells                      | dump           |
-| hung                | recorded, nothing moves: every thread waits (the collective and the ranks not in it, the straggler, a rank alone at init_process_group and who never joined, the DataLoader workers, a kernel that does not end) | dump |
+| hung                | recorded, nothing moves: every thread waits (the collective and the ranks not in it, the straggler, a rank alone at init_process_group and who never joined, the DataLoader workers, a kernel that does not end) | dump (restart when a thread died) |
 | hung / buffered     | not recorded (py-spy refused), stalled: idle (hung) or busy into a buffered file  | dump/restart   |
 | unknown             | not recorded, quiet past the floor but not stalled: what is missing, what would tell | dump      |
 | slow                | the last rates < `metrics.slow_fraction` × the run's best (console.slowness)     | dump           |
+| unknown             | a thread died under DEATH_IS_NEWS_S ago and the log still progresses: news, not yet a hang | log   |
 | healthy             | the log progresses within its rhythm (said "quiet" past a few of its intervals), with the problems it went on past | — |
 
 Each verdict's severity, display level and usual step are in the one table, console.verdicts.
@@ -76,6 +77,10 @@ from console.verdicts import kind
 
 #: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
 RECOVERABLE_KINDS = (LineKind.OOM, LineKind.CUDA_ERROR, LineKind.NCCL_TIMEOUT)
+#: A thread's death is news this long (a follower's seconds): the header says so while the log still progresses.
+DEATH_IS_NEWS_S = 60.0
+#: What to do once a thread died and the run waits on it.
+THREAD_DIED_STEP = "fix what killed the thread (its traceback is in the log), then restart: what waits on that thread will wait forever"
 #: Python's buffer for a file is its block size (st_blksize, 4 KiB or a multiple): a block-buffered
 #: stdout writes its log in whole multiples of this.
 BUFFER_BYTES = 4096
@@ -130,6 +135,17 @@ def wants_stacks(evidence: Evidence, config: Config) -> bool:
     return evidence.terminal_only_progress is not None or kind(diagnose(evidence, config).name).stacks_decide
 
 
+def log_proves(verdict: Verdict, evidence: Evidence) -> bool:
+    """`verdict` is a problem the log itself proves, whatever the stacks will add: one the stacks never
+    decide (a crash, an OOM, a NaN), or a hang on a thread that died with no progress after it. Shown at
+    once, while a look at the stacks is still on its way."""
+    if verdict.name == "healthy":
+        return False
+    return not kind(verdict.name).stacks_decide or (
+        verdict.name == "hung" and any(not t.progress_after for t in evidence.dead_threads)
+    )
+
+
 class _Diagnosis:
     def __init__(self, ev: Evidence, config: Config) -> None:
         self.ev = ev
@@ -137,8 +153,8 @@ class _Diagnosis:
         self.slow_fraction = config.metrics.slow_fraction
         self.has_warmup = config.warmup.command is not None
         self.alive = tuple(p for p in ev.processes if p.state not in ("Z", "X"))
-        self.silence = Silence(ev.log_silent_s, ev.log_write_interval_s, ev.log_rhythm_estimated, self.stall.log_silent_s,
-                               grew=ev.log_growth > 0)
+        self.silence = Silence(ev.progress_silent_s, ev.log_write_interval_s, ev.log_rhythm_estimated, self.stall.log_silent_s,
+                               grew=ev.progress_grew)
 
     # -- observations --------------------------------------------------------
 
@@ -437,7 +453,10 @@ class _Diagnosis:
             return [f"log {ev.log_path} is a {ev.log_kind}, not a file: its size and age say nothing of the run"]
         lines = [f"log {ev.log_path}: {ev.log_size} bytes, grew {ev.log_growth} bytes in {ev.window_s:g} s"]
         silence = self.silence
-        if ev.log_silent_s is not None and ev.log_growth == 0:
+        if ev.log_warnings_only_s is not None:
+            lines.append(f"no progress in the log for {format_duration(ev.log_warnings_only_s)}: only warnings since"
+                         f" (stderr reaches it; stdout may be block-buffered), {silence.rhythm_text()} ({silence.limit_text()})")
+        elif ev.log_silent_s is not None and ev.log_growth == 0:
             lines.append(f"log silent {format_duration(ev.log_silent_s)}, {silence.rhythm_text()} ({silence.limit_text()})")
         elif ev.log_write_interval_s is not None:
             lines.append(f"log {silence.rhythm_text()}")
@@ -571,6 +590,9 @@ class _Diagnosis:
 
         if hidden is not None:
             return self._progress_off_log(hidden, f"the run is alive but not busy; {self._quiet_text()}")
+        lately = [t for t in ev.dead_threads if t.age_s is not None and t.age_s < DEATH_IS_NEWS_S]
+        if lately:
+            return self._thread_died_lately(lately)
         if self.silence.progressing:
             summary = "the run is alive and its log progresses"
         else:
@@ -582,7 +604,8 @@ class _Diagnosis:
         return Verdict(
             "healthy",
             summary,
-            evidence + self._recovered_lines() + self._throughput_line() + self._process_lines() + self._gpu_lines(),
+            evidence + self._dead_thread_lines(list(self.ev.dead_threads)) + self._recovered_lines() + self._throughput_line()
+            + self._process_lines() + self._gpu_lines(),
             "nothing to do",
             None,
         )
@@ -733,9 +756,20 @@ class _Diagnosis:
             + self._process_lines()
             + self._gpu_lines()
             + self._stack_lines(),
-            "fix what killed the thread (its traceback is in the log), then restart: "
-            "what waits on that thread will wait forever",
+            THREAD_DIED_STEP,
             "restart",
+        )
+
+    def _thread_died_lately(self, dead: list[DeadThread]) -> Verdict:
+        """A thread died moments ago and the log still progresses: news, not yet a hang (nor healthy)."""
+        first = dead[-1]
+        return Verdict(
+            "unknown",
+            f'thread "{first.name}" died of {exception_type(first.exception)} {format_duration(first.age_s or 0.0)} ago;'
+            " its log still progresses: if the run waits on that thread, it will stop",
+            self._dead_thread_lines(dead) + self._log_lines() + self._process_lines() + self._gpu_lines(),
+            "read the thread's traceback in the log; the next minute tells whether the run goes on without it",
+            "log",
         )
 
     def _without_log_progress(self) -> Verdict:
@@ -762,7 +796,7 @@ class _Diagnosis:
         """'quiet 5m 12s', or what keeps the log from telling."""
         ev = self.ev
         if ev.log_exists and ev.log_silent_s is not None:
-            return f"quiet {format_duration(ev.log_silent_s)}"
+            return f"quiet {format_duration(ev.progress_silent_s or 0.0)}"
         return self._log_state_text()
 
     def _log_tells(self) -> bool:
@@ -784,8 +818,9 @@ class _Diagnosis:
         """Processes (of `pids`, else the run's) whose stdout is block-buffered into a regular file, while
         the log holds only whole buffers: empty, or a multiple of BUFFER_BYTES, all a buffered stdout
         writes. A log of any other size had writes that were no buffer's (a flush of the run's own,
-        stderr): its silence is the run's, not a buffer's."""
-        if self.ev.log_size % BUFFER_BYTES:
+        stderr): its silence is the run's, not a buffer's; unless all it wrote since its last progress is
+        warnings (stderr is unbuffered: its lines reach the log while stdout's wait in the buffer)."""
+        if self.ev.log_size % BUFFER_BYTES and self.ev.log_warnings_only_s is None:
             return []
         waiting = self._waiting_pids()
         return [
@@ -870,9 +905,15 @@ class _Diagnosis:
             + self._gpu_lines()
             + self._stack_lines()
             + self._problem_lines(list(ev.problems)),
-            "dump the stacks: a thread waits on something that will not come (a dead producer, a collective, a peer)",
-            "dump",
+            *self._hung_step(),
         )
+
+    def _hung_step(self) -> tuple[str, str]:
+        """(next step, its action) for a hang: a restart when a thread died (its stacks, shown, say what waits on
+        it; a dump would show them again), else the stacks of every rank."""
+        if self.ev.dead_threads:
+            return THREAD_DIED_STEP, "restart"
+        return "dump the stacks: a thread waits on something that will not come (a dead producer, a collective, a peer)", "dump"
 
     def _startup_lines(self) -> list[str]:
         """Ranks waiting for their peers before any collective: 'rank 0 of 2 waits in init_process_group …;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from console.diagnose import Verdict
 from console.journal.store import Journal
 from console.model import ConnectionStatus, Event, LineKind, LogLine, Sample
 from console.observe.problems import GRAVITY
@@ -38,7 +39,11 @@ def gpu_metric(index: int, figure: str) -> str:
     return f"gpu{index}.{figure}"
 
 
-def verdict_data(verdict) -> dict:
+#: A journal written before verdicts named their step kept the console key of it; the keys of that format.
+KEY_STEPS = {"p": "dump", "R": "restart", "l": "log", "w": "warmup"}
+
+
+def verdict_data(verdict: Verdict) -> dict:
     """A Verdict as a journal entry's data (and an alert's fields)."""
     return {
         "verdict": verdict.name,
@@ -47,6 +52,12 @@ def verdict_data(verdict) -> dict:
         "next_step": verdict.next_step,
         "step": verdict.step,
     }
+
+
+def verdict_of(data: dict) -> Verdict:
+    """The Verdict a journal entry's data holds (`verdict_data`'s inverse), from either format."""
+    step = data.get("step", KEY_STEPS.get(data.get("key", "")))
+    return Verdict(data["verdict"], data["summary"], list(data["evidence"]), data["next_step"], step)
 
 
 class JournalRecorder:
@@ -195,9 +206,9 @@ class JournalRecorder:
                     self.journal.add_values(gpu_metric(gpu.index, figure), ((at, float(value)),))
 
 
-def restore(state: RunState, journal: Journal, *, since_s: float, wall: Callable[[], float] = time.time):
+def restore(state: RunState, journal: Journal, *, since_s: float, wall: Callable[[], float] = time.time) -> Verdict | None:
     """Fill a new console's state from the journal: the series' per-minute medians and the
-    verdict changes of the last `since_s` (as events). Returns the last journaled verdict's data, or None."""
+    verdict changes of the last `since_s` (as events). Returns the last journaled verdict, or None."""
     now_wall, now = wall(), state.clock()
     since = now_wall - since_s
     for minute in journal.minutes(since):
@@ -208,4 +219,4 @@ def restore(state: RunState, journal: Journal, *, since_s: float, wall: Callable
     for entry in journal.entries(since, kinds=("verdict",)):
         state.events.append(Event(now - (now_wall - entry.time), "verdict", entry.text, {"from_journal": True}))
         last = entry.data
-    return last
+    return verdict_of(last) if last is not None else None

@@ -15,10 +15,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from console.actions import audit
 from console.alerts import Alerter, sinks_for
 from console.config import Config
 from console.diagnose import Verdict
+from console.diagnose.steady import SteadyVerdict
 from console.evidence import RunLook
 from console.journal.recorder import JournalRecorder, restore
 from console.journal.store import HISTORY_S, Journal, journal_path, rate_histories
@@ -42,12 +42,13 @@ class RunWatch:
         self.state = state
         self.journal = journal
         self.restored = restore(state, journal, since_s=RESTORE_S, wall=wall)
-        """The last verdict journaled before this watch opened (its data), or None."""
+        """The last verdict journaled before this watch opened, or None."""
         self.recorder = JournalRecorder(journal, state, wall=wall)
         self.alerter = Alerter(config, sinks, journal, clock=wall)
         self.wall = wall
         self._history_read_at: float | None = None
-        audit.AUDIT_LISTENERS.append(self.record_action)
+        self.steady = SteadyVerdict()
+        """What `pulse watch` says and journals: a better verdict once it holds (the console holds its own)."""
 
     @classmethod
     def open(cls, config: Config, state: RunState, *, terminal_write: Callable[[str], None] | None) -> RunWatch:
@@ -60,15 +61,17 @@ class RunWatch:
         self.recorder.observe()
 
     async def judge(self, look: RunLook) -> Verdict | None:
-        """The run's verdict now (looking at its stacks when one is due), journaled and alerted on;
-        None before two samples."""
+        """The run's verdict now (looking at its stacks when one is due), held steady (console.diagnose.steady),
+        journaled and alerted on; None before two samples."""
         await self._learn_baseline(look)
-        verdict, due = look.cheap()
+        verdict, due, _ = look.cheap()
         if due:
             verdict, _ = await look.full()
-        if verdict is not None:
-            self.verdict(verdict)
-        return verdict
+        if verdict is None:
+            return None
+        shown = self.steady.observe(verdict, self.wall())
+        self.verdict(shown)
+        return shown
 
     async def _learn_baseline(self, look: RunLook) -> None:
         """The run's best sustained rates from its journal, read again at most every HISTORY_EVERY_S
@@ -85,7 +88,8 @@ class RunWatch:
         self.alerter.observe(verdict, speak=self.journal.leader)
 
     def record_action(self, entry: dict) -> None:
-        """Journal a finished action from its audit log entry (AUDIT_LISTENERS calls this)."""
+        """Journal an action from its audit log entry: the `on_record` of the audit log of each action
+        taken beside this watch (the console's keys, the restart policy)."""
         record = entry.get("record", "finished")  # "started" is written before the action acts
         self.journal.add(
             "action",
@@ -96,7 +100,5 @@ class RunWatch:
 
     async def close(self, *, drain_s: float = 5.0) -> None:
         """Let running deliveries finish (bounded), then commit and close the journal."""
-        if self.record_action in audit.AUDIT_LISTENERS:
-            audit.AUDIT_LISTENERS.remove(self.record_action)
         await self.alerter.drain(drain_s)
         self.journal.close()

@@ -59,10 +59,14 @@ _KIND_RULES = (
         # each alternative below holds one of these, so the gate skips nothing the regex finds;
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
-         "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory"),
+         "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory", "bad_alloc",
+         "errno 12"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         r"|cuda_error_out_of_memory"
+        # the host's allocator: C++'s `std::bad_alloc` (thrown, or its `what():`), Python's ENOMEM
+        # (`OSError: [Errno 12] Cannot allocate memory`, a DataLoader's fork)
+        r"|\bstd::bad_alloc\b|\[errno 12\] cannot allocate memory"
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
         r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
@@ -78,13 +82,16 @@ _KIND_RULES = (
     _KindRule(
         LineKind.CUDA_ERROR,
         ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image",
-         "nvidia driver", "hip error"),
+         "nvidia driver", "hip error", "nvml", "memory access fault", "amdgpu"),
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
-        r"|illegal instruction|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
+        r"|illegal instruction (?:was )?encountered|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
         # the driver API's status (CUDA_ERROR_ILLEGAL_ADDRESS), a glog CHECK that a CUDA call failed
         # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
         r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
         r"|error code \d+: cuda runtime|\bhip error\b"
+        # the driver API's and Triton's wording of a CUDA error (`CUDA driver error: invalid argument`,
+        # `Triton Error [CUDA]: misaligned address`); ROCm's illegal address (`Memory access fault by GPU node-2`)
+        r"|\bcuda driver error\b|\berror \[cuda\]|\bmemory access fault by gpu\b"
         # c10's C10_CUDA_CHECK_WARN: a CUDA call that failed, its error string after it
         r"|\bcuda warning: \S"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
@@ -92,9 +99,12 @@ _KIND_RULES = (
         # no usable GPU: a driver too old, missing or failing to start
         r"|cuda driver (?:version is insufficient|initialization failed)|no cuda gpus are available"
         r"|found no nvidia driver|nvidia driver on your system is too old"
+        r"|failed to initialize nvml|couldn't communicate with the nvidia driver"
         # the driver's kernel log: an adapter that fails to start or stops answering (atomic: only the
         # first "nvrm: " is tried, so a line full of them stays linear)
-        r"|\A(?>.*?\bnvrm: ).{0,120}?(?:\bfail|cannot|not responding)",
+        r"|\A(?>.*?\bnvrm: ).{0,120}?(?:\bfail|cannot|not responding)"
+        # and AMD's: the GPU's page fault that amdgpu logs for a process
+        r"|\bamdgpu\b.{0,60}?\bpage fault\b",
         lower=True,
     ),
     _KindRule(
@@ -130,8 +140,13 @@ _KIND_RULES = (
         LineKind.KILLED,
         ("kill", "exitcode", "exit code", "return code", "signal", "segmentation fault", "bus error", "core dumped",
          "aborted", "oom_reaper", "sh: ", "已杀死", "cancelled at", "bad termination", "cancelled before",
-         ": out of memory", ": terminated"),
-        r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|\bSIGKILL\b|\bSIGSEGV\b|death signal"
+         ": out of memory", ": terminated", "sigsegv", "sigabrt", "sigbus", "sigill", "sigfpe", "unix time"),
+        r"\bKilled\b|\b(?:was|been|got|be) killed\b|killed by signal|death signal"
+        # a signal that ends a process, by name, or a process reported ended by one (`child terminated by
+        # signal: 6`, gdb's `received signal SIGABRT`)
+        r"|\bSIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE)\b|\b(?:terminated|exited|interrupted)(?: abnormally)? (?:by|on|with) signal\b"
+        # glog's failure-signal handler (TensorFlow, Paddle, caffe) heads its dump with the time it died
+        r"|\*\*\* Aborted at \d+ \(unix time\)"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
         r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled"
@@ -159,6 +174,8 @@ _KIND_RULES = (
         rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
         # torchrun's agent: a worker that exited with an error (a signal is `killed`, above)
         r"|\bfailed \(exitcode: [1-9]\d*\)"
+        # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
+        r"|\bencountered a fatal error\b"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
         # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
         rf"|^[\s>]*(?:[A-Z][a-z]{{2}} +\d+ [\d:]+ +)?{_STREAM_PREFIX}(?:(?:ERROR|CRITICAL) [^\]]{{0,60}}\] )?"
@@ -226,9 +243,11 @@ _KEY_FOLLOWS = re.compile(r"['\")]{0,2}\s*[:=：]")
 # What may follow a unit whose value comes before it (`14.2k tok/s |`), not a key's (`tok/s: 14,200`).
 _UNIT_ENDS = frozenset(("", " ", "|", ",", ")", "]", ";"))
 # A key's value, non-finite ones included (a `nan` loss is read, so it is not taken from another key):
-# `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`.
+# `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`, torchtune's
+# `Loss: 2.345:`. The number is taken whole (atomic), so neither a clock's `12:30` nor a code location's
+# `loss_scaler.py:190:` is a value, nor `2.345:` a 2.
 _KEYED_VALUE = re.compile(
-    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>{_NUMBER}|{_NONFINITE})(?![\d:])"
+    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>(?>{_NUMBER}|{_NONFINITE}))(?!\d|:\S)"
 )
 # The characters of a key (`train/loss`, `loss_cls`, `grad-norm`), and of a word (for boundaries).
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./-")
@@ -265,9 +284,10 @@ _SAMPLE_UNITS = (
 # A rate whose key names the prompt (prefill, input) side of a serving engine: the generation rate
 # is the one that counts the work done.
 _PROMPT_SIDE = ("prompt", "prefill", "input")
-# Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`.
+# Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`,
+# old Keras's `83us/sample`.
 _SECONDS_PER_SAMPLE = re.compile(
-    rf"(?P<v>{_NUMBER}) ?(?P<u>ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
+    rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
 )
 _PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
 # A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
@@ -275,8 +295,9 @@ _PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
 # (gate, unit, whether the value is a time per step)
 _STEP_RATES = (
     ("it/s", re.compile(r"(?<![a-z])it/s\b"), False),
-    ("s/it", re.compile(r"(?<![a-z])(?P<ms>m)?s/it\b|s / it\b"), True),
-    ("ba", re.compile(r"(?<![a-z])ba/s\b|\bbatch(?:es)?/s\b"), False),  # a bar counting batches: `3.45ba/s`
+    ("s/it", re.compile(r"(?<![a-z])(?:(?P<ms>m)?s|sec)/it\b|s / it\b"), True),
+    # a bar counting batches: `3.45ba/s`, `9.99batch/s`
+    ("ba", re.compile(r"(?<![a-z])ba/s\b|(?<![a-z])batch(?:es)?/s(?:ec)?\b"), False),
 )
 _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "steps/sec", "steps/s", "step/sec",
                    "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
@@ -285,9 +306,9 @@ _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "st
 # `per-step time 0.813s`, `train_step_timing in s: 0.031`) or plain (`time: 0.593`, `iter_time: 1.599s`,
 # `batch_cost: 0.28 s`, `dt: 989.44ms`): of the plain ones the longest is the step, the others its parts.
 _TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|sec)/(?:step|batch|ba|iter)\b")
-_UNIT_AS_KEY = re.compile(r"\b(?:s|sec)/(?:batch|step|iter)\b")
+_UNIT_AS_KEY = re.compile(r"(?<![a-z])(?P<u>ms|s|sec)/(?:batch|step|iter)\b")  # `s/batch 0.63`, `ms/batch 45.67`
 _EXPLICIT_TIME_KEYS = ("step_avg", "time per iteration", "time per step", "per-step time", "step_time",
-                       "step time", "train_step_timing", "time/step", "step_timing", "time_per_step",
+                       "step time", "train_step_timing", "time/step", "time/iter", "step_timing", "time_per_step",
                        "time_per_iteration")
 _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iteration_time", "batch_time",
                     "batch time", "batch (t)", "batch_cost", "avg_batch_cost", "dt", "train_time", "seconds")
@@ -295,7 +316,7 @@ _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iterati
 _TIME_GATE = ("tim", "dt", "cost", "step_avg", "seconds", "/step", "/ba", "/iter", "(t)")
 _TIME_VALUE = re.compile(
     rf"(?P<k>\s*\((?P<ku>ms|us|s|sec)\))?(?: in (?P<ki>ms|s))?['\"]?\s*(?:[:=：]\s*|\s+)['\"]?"
-    rf"(?P<v>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?))(?![\d:])\s?(?P<u>ms|us|sec|s)?(?![a-z])"
+    rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\S)\s?(?P<u>ms|us|sec|s)?(?![a-z])"
 )
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
 # A `|`-separated field that is a duration alone (`| 8060.78ms |`): the time of the step the line counts.
@@ -371,7 +392,8 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_TOKENS
     if any(word in shape for word in ("sampl", "exampl", "im", "seq", "record", "ps", "s/ ex", "ex/s", "s/ex")):
         bits |= _G_SAMPLES
-    if "it/s" in shape or "s/it" in shape or "s / it" in shape or "ba/s" in shape or "batches/s" in shape:
+    if "it/s" in shape or "s/it" in shape or "s / it" in shape or "sec/it" in shape or "ba/s" in shape \
+            or "batch/s" in shape or "batches/s" in shape:
         bits |= _G_IT_RATE
     if any(word in shape for word in ("ups", "per_second", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
         bits |= _G_STEP_RATE
@@ -611,7 +633,7 @@ def _iterations_per_s(low: str, bits: int) -> float | None:
     `global_step/sec`), then an explicit time per step (`454ms/step`, `step_avg`, `time per
     iteration (ms)`), then the longest plain time of a step (`time:`, `iter_time:`, `batch_cost:`)."""
     for gate, unit, inverse in _STEP_RATES if bits & _G_IT_RATE else ():
-        if gate in low or (gate == "s/it" and "s / it" in low):
+        if gate in low or (gate == "s/it" and ("s / it" in low or "sec/it" in low)):
             for match in islice(unit.finditer(low), _MAX_TRIES):
                 value = _value_before(low, match.start())
                 if value:
@@ -658,11 +680,11 @@ def _explicit_step_time(low: str) -> float | None:
         match = _TIME_PER_UNIT.search(low)
         if match:
             return _number(match["v"]) * _TIME_UNITS[match["u"]]
-        unit = _UNIT_AS_KEY.search(low)  # `s/batch 0.63`
+        unit = _UNIT_AS_KEY.search(low)
         if unit:
             value = _KEYED_VALUE.match(low, unit.end())
             if value:
-                return float(value["v"].replace(",", ""))
+                return float(value["v"].replace(",", "")) * _TIME_UNITS[unit["u"]]
     for key in _EXPLICIT_TIME_KEYS:
         at = low.find(key)
         if at >= 0 and (at == 0 or low[at - 1] not in _WORD_CHARS):
@@ -889,7 +911,7 @@ def _plain_value_after(low: str, end: int) -> float | None:
     rest = low[end : end + _VALUE_REACH]
     value = rest.lstrip(" :='\"：")
     if 0 < len(rest) - len(value) <= 4 and value[:1].isdigit():
-        token = value.partition(" ")[0].rstrip(",;|)]}'\"%")
+        token = value.partition(" ")[0].rstrip(",;:|)]}'\"%")
         if token.isascii() and "_" not in token:  # _plain_float, inlined: three calls a line
             try:
                 return float(token)
@@ -1068,9 +1090,9 @@ _EXCEPTION_LINE = re.compile(
 _WHAT = ("what():", "terminate called")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 # A stack's frame marker (c10's `frame #3: …`, gdb's `#3 0x…`, the flight recorder's `#0 all_reduce
-# from …`, NCCL's return-code trace `NCCL INFO
+# from …`, glog's `@     0x7f79831f6520 (unknown)` and its `PC: @ 0x0`, NCCL's return-code trace `NCCL INFO
 # transport/net.cc:1314 -> 6`) or its heading (`Exception raised from … (most recent call first):`).
-_FRAME = re.compile(r"frame #\d+\b|#\d+ \S|Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
+_FRAME = re.compile(r"frame #\d+\b|#\d+ +\S|(?:PC: )?@ +0x[0-9a-f]+ |Exception raised from |NCCL INFO [\w/.-]+:\d+ -> \d+")
 # NCCL's return-code trace of an error (`NCCL INFO proxy.cc:698 -> 3`: a code other than ncclSuccess).
 _NCCL_RETURN = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]")
 _STACK_HEADINGS = ("(most recent call first):", "(most recent call last):")
@@ -1087,7 +1109,7 @@ _NO_MESSAGE, _MESSAGE, _PARAGRAPHS = 0, 1, 2
 
 class _Block:
     __slots__ = ("kind", "head", "indent", "side", "level", "mode", "table", "blank", "lines", "chain", "frames",
-                 "warning")
+                 "warning", "outer")
 
     def __init__(self, kind: LineKind, body: str) -> None:
         self.kind = kind
@@ -1096,6 +1118,7 @@ class _Block:
         self.table = ""  # the delimiter character of the table the block is inside
         self.chain = False  # its last line chains the next traceback to it ("During handling…")
         self.warning = kind is LineKind.WARNING
+        self.outer: _Block | None = None  # an error's block that another thread's record interrupted
         self.indent = len(body) - len(body.lstrip(" \t"))
         line = body[self.indent:]
         self.side = _side(line)
@@ -1164,6 +1187,10 @@ class LineReader:
                     block.blank = True
             return info
         rest = _continues(block, body) if block is not None and block.lines < MAX_BLOCK_LINES else None
+        if rest is None and block is not None and block.outer is not None:
+            rest = _continues(block.outer, body)  # the error's next record, after another thread's
+            if rest is not None:
+                block = self._open[stream] = block.outer
         if rest is None:
             if kind is LineKind.NORMAL:
                 if block is not None:
@@ -1184,10 +1211,16 @@ class LineReader:
         return _with(info, kind)
 
     def _start(self, stream: str, kind: LineKind, body: str) -> None:
-        self._open.pop(stream, None)
+        before = self._open.pop(stream, None)
         if len(self._open) >= MAX_BLOCK_STREAMS:
             del self._open[next(iter(self._open))]
-        self._open[stream] = _Block(kind, body)
+        block = self._open[stream] = _Block(kind, body)
+        if before is not None and before.level in _ERROR_LEVELS and block.head and block.level != before.level \
+                and _KIND_RANK[kind] >= _KIND_RANK[before.kind]:
+            # a lesser record of another level (another thread's warning) inside an error's records:
+            # the error's next record still continues the error (one level kept: memory stays bounded)
+            before.outer = None
+            block.outer = before
 
 
 def _with(info: LineInfo, kind: LineKind) -> LineInfo:
@@ -1300,6 +1333,8 @@ def _continues(block: _Block, body: str) -> str | None:
         line = rest
     if line.startswith("Traceback (most recent call last)"):
         return line if block.chain else None  # a traceback of its own, unless chained to this one
+    if line.startswith("- ") and header is None:
+        return line  # a bullet under the block's message (transformers' "- This IS expected if…")
     if block.blank:
         return line if block.mode == _PARAGRAPHS else None
     return line if block.mode != _NO_MESSAGE or (wrapped and header is None) else None

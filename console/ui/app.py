@@ -23,24 +23,27 @@ from textual.widgets import Input
 
 from console.config import Config
 from console.actions.audit import OutputLine, StepEvent
-from console.diagnose import Evidence, Verdict
+from console.diagnose import Evidence, SteadyVerdict, Verdict
 from console.evidence import RunLook
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
+from console.model import LogLine
 from console.monitor import Monitor
 from console.state import RunState
 from console.ui import render
 from console.ui.dialogs.action_screen import ActionScreen
 from console.ui.dialogs.confirm_screen import ConfirmScreen
 from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
-from console.ui.keymap import ACTIONS, STEP_KEYS, ActionSpec, bindings, wired_actions
+from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.palette import PulseCommands
 from console.verdicts import level as verdict_level
+from console.verdicts import worse
 from console.ui.screens.run_screen import RunScreen
 from console.ui.start import Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 from console.user_patterns import disabled_notices
 
 if TYPE_CHECKING:  # loaded with the actions that need them
+    from console.actions.guards import ProcessTree
     from console.actions.shown import HiddenControls
     from console.journal.report import Window
     from console.observe.pyspy import ProcessDump
@@ -81,6 +84,16 @@ class PlanReady(Message):
         self.dangerous = dangerous
         self.hidden = tuple(hidden)
         """The plan's commands that hold control characters: always asked about (console.actions.shown)."""
+
+
+class TreesToPick(Message):
+    """The restart's match found several unrelated process trees: the operator picks the run's, or all."""
+
+    def __init__(self, trees: tuple[ProcessTree, ...], *, note: str | None = None) -> None:
+        super().__init__()
+        self.trees = trees
+        self.note = note
+        """Why the picker is shown again (the tree picked before is gone); None the first time."""
 
 
 class ActionRefusedMessage(Message):
@@ -160,20 +173,20 @@ class PulseApp(ThemedApp):
             if spec.action.startswith("custom("):
                 self.bind(spec.keys, spec.action, description=spec.description, key_display=spec.key_display)
         self._patterns_said = 0
-        self.verdict: Verdict | None = None
-        """The latest Verdict, shown in the status line until the state changes."""
+        self.verdict: Verdict | None = self.run_watch.restored if self.run_watch is not None else None
+        """The latest Verdict, shown in the status line until the state changes; at first the journal's
+        last word (a reopened console is not blank until its first diagnosis)."""
+        self.steady = SteadyVerdict()
+        """What the header says: a better verdict once it has held (the journal and the alerts hear the same).
+        The journal's last word is not in it: the first diagnosis replaces that at once."""
         self.look = RunLook(target, config, state)
         """The verdicts on the run: from the state, and from its stacks once per quiet stretch."""
         self._judged = False
         """A verdict on what the console itself read has been shown (until then each tick tries one)."""
         self._looking = False
         """A full look (two samples, maybe the stacks) is under way."""
-        if self.run_watch is not None and self.run_watch.restored is not None:
-            # The journal's last word until the first diagnosis: a reopened console is not blank.
-            restored = self.run_watch.restored
-            # A journal written before verdicts named their step kept its console key.
-            step = restored.get("step", {key: step for step, key in STEP_KEYS.items()}.get(restored.get("key")))
-            self.verdict = Verdict(restored["verdict"], restored["summary"], restored["evidence"], restored["next_step"], step)
+        self._problem_judged: LogLine | None = None
+        """The newest problem line the header has been judged with."""
         self.run_screen = RunScreen(
             config,
             state,
@@ -208,6 +221,11 @@ class PulseApp(ThemedApp):
             self.run_watch.observe()
             await self.run_watch.close()
 
+    def journal_action(self, entry: dict) -> None:
+        """An audit record of an action taken from this console, copied into the run's journal (if it keeps one)."""
+        if self.run_watch is not None:
+            self.run_watch.record_action(entry)
+
     def terminal_write(self, text: str) -> None:
         """Write escape sequences (alert notifications) to the terminal, as App.bell does."""
         render.terminal_write(self, text)
@@ -216,8 +234,11 @@ class PulseApp(ThemedApp):
         if self.run_watch is not None:
             self.run_watch.observe()
         # Judged each second, not every CHEAP_DIAGNOSIS_S, until the first verdict (a console opened on a
-        # run judges it once two samples are in) and while a quiet log nears the floor (its look is due then).
-        if not self._judged or self.look.quiet:
+        # run judges it once two samples are in), while a quiet log nears the floor (its look is due then),
+        # and when a problem line came (a traceback is flagged in the header at once, not seconds later).
+        problem = self.state.problems[-1] if self.state.problems else None
+        if not self._judged or self.look.quiet or problem is not self._problem_judged:
+            self._problem_judged = problem
             self.cheap_diagnosis()
         self._say_disabled_patterns()
 
@@ -294,13 +315,13 @@ class PulseApp(ThemedApp):
     def cheap_diagnosis(self) -> None:
         """Diagnose from the samples and lines already held (no I/O); notify if it got worse. When the
         verdict cannot be earned without the run's stacks, look at them (once per quiet stretch)."""
-        verdict, due = self.look.cheap()
+        verdict, due, proven = self.look.cheap()
         if verdict is None:
             return
         self._judged = True
         if due and self.target is not None and not self._looking:
             self.run_diagnosis(show=False)  # its verdict replaces this one in a few seconds
-            if self.verdict is not None:
+            if self.verdict is not None and not (proven and worse(verdict.name, self.verdict.name)):
                 return
         # The summary changes too ("quiet 12 s"): the header must never keep saying the log progresses.
         if self.verdict is None or (verdict.name, verdict.summary) != (self.verdict.name, self.verdict.summary):
@@ -348,7 +369,7 @@ class PulseApp(ThemedApp):
                 return PlanReady(
                     f"Send SIG{signal}",
                     plan.describe(),
-                    lambda: execute_signal(self.target, self.config, plan),
+                    lambda: execute_signal(self.target, self.config, plan, on_record=self.journal_action),
                     dangerous=signal in ("KILL", "TERM", "STOP"),
                 )
 
@@ -403,11 +424,10 @@ class PulseApp(ThemedApp):
             self.push_screen(DiagnosisScreen(message.verdict, message.evidence))
 
     def set_verdict(self, verdict) -> None:
-        """Show `verdict` in the status line; notify when it is worse than the previous one."""
-        from console.verdicts import worse
-
+        """Show `verdict`, held steady (console.diagnose.steady), in the status line; notify when it is worse
+        than the previous one."""
         previous = self.verdict
-        self.verdict = verdict
+        verdict = self.verdict = self.steady.observe(verdict, self.clock())
         if self.run_watch is not None:
             self.run_watch.verdict(verdict)
         if previous is not None and worse(verdict.name, previous.name):
@@ -416,23 +436,48 @@ class PulseApp(ThemedApp):
         self.run_screen.refresh_panes()
 
     def action_restart(self) -> None:
-        from console.actions.restart import execute_restart, plan_restart
+        self.plan_restart_with(root=None, all_roots=False)
+
+    def plan_restart_with(self, *, root: int | None, all_roots: bool) -> None:
+        """Plan the restart, with the operator's pick among process trees once made (`root`, or
+        `all_roots`): its confirmation, or the picker while the match finds several trees and none is
+        picked. The plan warns when the verdict on screen is healthy."""
+        from console.actions.restart import PlanRefused, execute_restart, plan_restart
 
         async def make_plan():
-            plan = await plan_restart(self.target, self.config, read_only=self.read_only)
-            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan),
+            try:
+                plan = await plan_restart(self.target, self.config, read_only=self.read_only, root=root,
+                                          all_roots=all_roots, verdict=self.verdict)
+            except PlanRefused as refused:
+                if not refused.plan.root_needed:
+                    raise
+                gone = None if root is None else f"PID {root} is no longer the root of a tree the match finds: pick again"
+                return TreesToPick(refused.plan.trees, note=gone)
+            return PlanReady("Restart the run", plan.describe(), lambda: execute_restart(self.target, self.config, plan, on_record=self.journal_action),
                              dangerous=True, hidden=plan.hidden)
 
         self.prepare_action(make_plan)
+
+    @on(TreesToPick)
+    def _trees_to_pick(self, message: TreesToPick) -> None:
+        from console.ui.dialogs.tree_picker_screen import RootChoice, TreePickerScreen
+
+        def picked(choice: RootChoice | None) -> None:
+            if choice is not None:
+                self.plan_restart_with(root=choice.root, all_roots=choice.root is None)
+
+        self.push_screen(TreePickerScreen(message.trees, note=message.note), callback=picked)
 
     def action_warmup(self) -> None:
         from console.actions.warmup import execute_warmup, plan_warmup
 
         async def make_plan():
-            plan = plan_warmup(self.config, read_only=self.read_only)
+            plan = plan_warmup(self.config, read_only=self.read_only, sample=self.state.latest)  # warns of GPUs in use
             confirmed = [hidden.escaped for hidden in plan.hidden]  # run only after the dialog that shows them
             return PlanReady("Sequential warmup", plan.describe(),
-                             lambda: execute_warmup(self.target, self.config, plan, confirmed=confirmed), hidden=plan.hidden)
+                             lambda: execute_warmup(self.target, self.config, plan, confirmed=confirmed,
+                                                    on_record=self.journal_action),
+                             hidden=plan.hidden)
 
         self.prepare_action(make_plan)
 
@@ -455,7 +500,7 @@ class PulseApp(ThemedApp):
             return PlanReady(
                 custom.name,
                 plan.describe(),
-                lambda: execute_custom(self.target, self.config, plan, confirmed=confirmed),
+                lambda: execute_custom(self.target, self.config, plan, confirmed=confirmed, on_record=self.journal_action),
                 confirm=custom.confirm,
                 dangerous=custom.dangerous,
                 hidden=plan.hidden,

@@ -46,7 +46,7 @@ class ActionSpec:
 GROUPS = ("Run", "Log", "Panes", "View")
 
 # The order is the footer's: what a verdict asks for first (d, p, l), the mutating keys, then
-# the log's. A narrow footer cuts from the end.
+# the log's. A narrow footer wraps them to more lines (console/ui/panes/key_hints.py).
 ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec(
         "help", "question_mark,f1", "?", "Help", "Show every key and what it does", "View", help_keys="? F1",
@@ -157,7 +157,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
         "command_palette", "ctrl+p", "^p", "Palette", "Search every action and theme by name", "View", footer=False,
         fleet_help="Search every action and theme by name",
     ),
-    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View", footer=False),
+    ActionSpec("timeline", "h", "h", "Timeline", "The run's history from its journal: events, throughput and loss, verdict bands", "View"),
     ActionSpec("quit", "q", "q", "Quit", "Leave the console (the run is not touched)", "View", fleet_help="Leave the console (the job is not touched)"),
     ActionSpec(
         "quit", "ctrl+c", "^c", "Quit", "Leave the console, as in htop, nvitop and k9s", "View", footer=False, priority=True,

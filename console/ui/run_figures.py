@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len, set_cell_size
+
 from console.config import Config, MetricsConfig
 from console.diagnose import Verdict
 from console.model import ConnectionStatus, GpuReading, Sample, gpus_by_role
@@ -421,3 +423,141 @@ def progress_bar_view(state: RunState, now: float) -> ProgressBarView:
         return ProgressBarView(text=bar.text, written_ago_s=max(0.0, now - bar.time))
     hidden = state.terminal_only_progress
     return ProgressBarView(terminal_only=f"{hidden.framework}: {hidden.advice}" if hidden else None)
+
+
+# -- fitting a line to its width ----------------------------------------------------------------
+# A figure is drawn whole or not at all: a narrow terminal drops the least useful figures and
+# elides prose (a verdict's reason, a link's detail), never the unit after a number.
+
+#: The least room a piece of prose is elided into: below it, it is left out.
+MIN_ELIDED = 12
+
+
+def elide(text: str, room: int) -> str:
+    """`text` in `room` cells: whole, or cut with an ellipsis; empty below MIN_ELIDED cells."""
+    if cell_len(text) <= room:
+        return text
+    if room < MIN_ELIDED:
+        return ""
+    return set_cell_size(text, room - 1).rstrip() + "…"
+
+
+def kept_parts(widths: Sequence[int], ranks: Sequence[int], room: int) -> tuple[bool, ...]:
+    """Which parts of a line `room` cells wide to keep: parts are dropped whole, highest rank
+    first (among equals, the last), until the rest fits; rank 0 is never dropped."""
+    kept = [True] * len(widths)
+    total = sum(widths)
+    for _, index in sorted(((rank, index) for index, rank in enumerate(ranks) if rank), reverse=True):
+        if total <= room:
+            break
+        kept[index] = False
+        total -= widths[index]
+    return tuple(kept)
+
+
+#: The process table's columns (heading, key) and their drop ranks (0: always shown; the highest
+#: goes first): a narrow pane shows fewer columns, each whole.
+PROCESS_COLUMNS = (("", "mark"), ("PID", "pid"), ("role", "role"), ("state", "state"), ("CPU%", "cpu"), ("RSS", "rss"),
+                   ("thr", "threads"), ("elapsed", "elapsed"), ("command", "command"))
+PROCESS_COLUMN_RANKS = {"mark": 0, "pid": 0, "role": 0, "state": 0, "cpu": 1, "elapsed": 2, "rss": 3, "threads": 4, "command": 5}
+#: Cells a column takes besides its text: a space either side.
+COLUMN_PADDING = 2
+
+
+def process_column_widths(widths: Sequence[int], room: int) -> tuple[int | None, ...]:
+    """The width each process column (PROCESS_COLUMNS) is drawn at in a table `room` cells wide,
+    None for a column left out. `widths` are the widest cells. The figures that fit are chosen
+    with the role and the command at MIN_ELIDED cells; what is left widens the role (elided
+    until then), then the command, last."""
+    keys = [key for _, key in PROCESS_COLUMNS]
+    role, command = keys.index("role"), keys.index("command")
+    least = list(widths)
+    least[role], least[command] = min(widths[role], MIN_ELIDED), min(widths[command], MIN_ELIDED)
+    kept = kept_parts([width + COLUMN_PADDING for width in least], [PROCESS_COLUMN_RANKS[key] for key in keys], room)
+    shown: list[int | None] = [width if keep else None for width, keep in zip(least, kept)]
+    spare = room - sum(width + COLUMN_PADDING for width in shown if width is not None)
+    for index in (role, command):
+        if shown[index] is not None and spare > 0:
+            grown = min(widths[index], least[index] + spare)
+            spare -= grown - least[index]
+            shown[index] = grown
+    return tuple(shown)
+
+
+def role_cell(label: str, gpus: Sequence[int]) -> str:
+    """A process's role as the table shows it: its GPUs as runs (`main · GPU 0–7`, not `0,1,…,7`)."""
+    listed = f" · GPU {','.join(map(str, gpus))}"
+    return label.removesuffix(listed) + f" · GPU {format_indices(list(gpus))}" if gpus and label.endswith(listed) else label
+
+
+#: A header run: its text and the style it is drawn in (`brand`, `ok`, `warn`, `crit`, `dim`, `bold`, "" plain).
+Run = tuple[str, str]
+HEADER_SEPARATOR: Run = (" │ ", "dim")
+CONNECTION_LEVELS = {
+    ConnectionStatus.CONNECTED: "ok",
+    ConnectionStatus.CONNECTING: "warn",
+    ConnectionStatus.RECONNECTING: "warn",
+    ConnectionStatus.FAILED: "crit",
+}
+
+
+def header_runs(view: StatusView, width: int) -> list[Run]:
+    """The header in `width` cells: the verdict, read-only, the link, the sample's age and where
+    the run is. What does not fit goes in this order: the verdict's reason (elided, then left
+    out), the link's detail (elided), the word `connected` (its green dot stays), the run's name
+    (its host stays); the verdict's name, read-only, the link's state and the host stay."""
+    runs: list[Run] = []
+    for terse_link, with_run in ((False, True), (True, True), (True, False)):
+        runs = _header(view, width, terse_link=terse_link, with_run=with_run)
+        if sum(cell_len(text) for text, _ in runs) <= width:
+            break
+    return runs
+
+
+def _header(view: StatusView, width: int, *, terse_link: bool, with_run: bool) -> list[Run]:
+    connected = view.status is ConnectionStatus.CONNECTED
+    state, _, detail = view.connection.partition(": ")
+    if view.sample_age_s is None:
+        age: Run = ("no sample yet", "dim")
+    else:
+        age = (f"sample {view.sample_age_s} s ago", "dim" if view.sample_age_s < 5 else "warn" if view.sample_age_s < 30 else "crit")
+    where = view.host + (f" · {view.container}" if view.container else "")
+    level = CONNECTION_LEVELS[view.status]
+    head: list[Run] = [(" ◆ ", "brand"), (view.verdict, view.verdict_level) if view.verdict else ("pulse", "brand")]
+    tail: list[Run] = [HEADER_SEPARATOR]
+    if view.read_only:
+        tail += [("read-only", "warn"), HEADER_SEPARATOR]
+    link_at = len(tail)
+    link = "●" if connected and terse_link else f"{'●' if connected else '○'} {state}"
+    tail += [(link, level), HEADER_SEPARATOR, age, HEADER_SEPARATOR]
+    tail += [(view.run, "bold"), (f" on {where}", "")] if with_run else [(where, "")]
+    used = sum(cell_len(text) for text, _ in head + tail)
+    if detail:
+        shown = elide(f": {detail}", width - used)
+        tail.insert(link_at + 1, (shown, level))
+        used += cell_len(shown)
+    if view.verdict and view.verdict_summary:
+        head.append((elide(f": {view.verdict_summary}", width - used), ""))
+    return [run for run in head + tail if run[0]]
+
+
+#: A key hint: the key as shown (`?`, `^p`) and what it does.
+KeyHint = tuple[str, str]
+#: Cells between two hints on a line.
+HINT_GAP = 2
+
+
+def key_hint_lines(hints: Sequence[KeyHint], width: int) -> list[list[KeyHint]]:
+    """The footer's hints wrapped to `width`: in order, as many to a line as fit whole (each
+    `key description`, HINT_GAP apart, after a leading space); no hint is ever cut."""
+    lines: list[list[KeyHint]] = []
+    used = width
+    for hint in hints:
+        size = cell_len(f"{hint[0]} {hint[1]}")
+        if lines and used + HINT_GAP + size <= width:
+            lines[-1].append(hint)
+            used += HINT_GAP + size
+        else:
+            lines.append([hint])
+            used = 1 + size
+    return lines

@@ -130,6 +130,9 @@ def test_a_hang_is_restarted_once_and_the_next_past_the_limit_is_alerted_and_lef
     assert any('thread "MainThread"' in line and "healthy.py" in line for line in saved["stacks"]), saved["stacks"]
     assert saved["log_tail"][-1].startswith(f"step {STEPS} ") and saved["gpus"]
     assert policy[1]["data"]["outcome"] == "restarted"
+    # The audit log told the watch's journal of each record it wrote (its on_record listener).
+    actions = [e["data"] for e in seen["journal"]["entries"] if e["kind"] == "action"]
+    assert [(a["action"], a["record"]) for a in actions] == [("restart", "started"), ("restart", "finished")], actions
     assert "automatic restart 1 of at most 1 in 6h 00m: evidence saved" in seen["journal_text"]
     assert "stacks:" in seen["journal_text"] and "last log lines:" in seen["journal_text"]
     assert "## Automatic restarts and the evidence each saved" in seen["report"]

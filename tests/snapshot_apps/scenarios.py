@@ -322,3 +322,15 @@ async def select_process(app, pilot, reading: ProcessReading):
     table.focus()
     table.select_pid(reading.pid)
     return table
+
+
+def launched_twice():
+    """The process trees a restart's match finds when the run was launched twice: the run (its ranks'
+    workers, GPU memory, the log) and a second copy started by hand an hour later, holding nothing yet."""
+    from console.actions.guards import choose_tree, log_glob, process_trees, tree_facts
+
+    copy = ProcessReading(pid=20_913, ppid=1, state="S", elapsed_s=3_412.0, threads=12, rss_mib=1_840.0, cpu_pct=0.0,
+                          cmdline=LAUNCH, stdout="/dev/pts/3")
+    trees = process_trees((*run_processes(), copy))
+    facts = [tree_facts(tree, training_gpus(), log_glob(LOG_PATH), None) for tree in trees.values()]
+    return choose_tree(facts, None, False).trees

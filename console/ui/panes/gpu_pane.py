@@ -20,7 +20,7 @@ from console.model import GpuReading, GpuRole, gpus_by_role
 from console.ui.panes.row_cursor import ROW_CURSOR_BINDINGS
 from console.ui.panes.plain_lines import PlainLines
 from console.ui.panes.styles import KeptStyles, background_style, text_style
-from console.ui.run_figures import GpuGraph, GpuGraphRow, GpuGraphsView, graph_columns
+from console.ui.run_figures import GpuGraph, GpuGraphRow, GpuGraphsView, graph_columns, kept_parts
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
 
@@ -378,20 +378,26 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         used, total, pcts = group.memory_used_gib, group.memory_total_mib, group.figures("memory_pct")
         top = max(pcts) if pcts else None
         mem_style = self._level(top, t.memory_warn_pct, t.memory_crit_pct)
-        memory = f"{spread(used, '{:.1f}')}/{format_gib(total)}" if used and total else "? GiB"
-        # The bar gets what the figures leave (they need about 50 cells), and none below 3.
-        bar = min(width - text.cell_len - len(memory) - 50, 12)
+        utils = group.figures("utilization_pct")
+        idle = not utils or max(utils) < t.utilization_idle_pct
+        temps = group.figures("temperature_c")
+        # (text, style, drop rank): a narrow pane drops the percentage, power, then temperature, each whole.
+        parts: list[tuple[str, Style | None, int]] = [
+            (f"{spread(used, '{:.1f}')}/{format_gib(total)}" if used and total else "? GiB", None, 0),
+            (f" {spread(pcts, '{:.0f}')}%", mem_style, 3),
+            (f"  util {spread(utils, '{:.0f}')}%", self._style("dim") if idle else self._style("ok"), 0),
+            (f"  {spread(temps, '{:.0f}')}°C", self._level(max(temps) if temps else None, t.temperature_warn_c, t.temperature_crit_c), 1),
+            (f"  {spread(group.figures('power_w'), '{:.0f}')}W", None, 2),
+        ]
+        if faults := group.faults:
+            parts.append((f"  {len(faults)} fault{'s' if len(faults) > 1 else ''}: GPU {format_indices([g.index for g in faults])}", self._style("error"), 0))
+        kept = kept_parts([cell_len(part) for part, _, _ in parts], [rank for _, _, rank in parts], width - text.cell_len)
+        figures = [(part, style) for (part, style, _), keep in zip(parts, kept) if keep]
+        # The bar gets what the figures leave, up to 12 cells, and none below 3.
+        bar = min(width - text.cell_len - sum(cell_len(part) for part, _ in figures) - 2, 12)
         if bar >= 3:
             self._bar(text, None if top is None else top / 100, bar, mem_style)
             text.append(" ")
-        text.append(memory)
-        text.append(f" {spread(pcts, '{:.0f}')}%", mem_style)
-        utils = group.figures("utilization_pct")
-        idle = not utils or max(utils) < t.utilization_idle_pct
-        text.append(f"  util {spread(utils, '{:.0f}')}%", self._style("dim") if idle else self._style("ok"))
-        temps = group.figures("temperature_c")
-        text.append(f"  {spread(temps, '{:.0f}')}°C", self._level(max(temps) if temps else None, t.temperature_warn_c, t.temperature_crit_c))
-        text.append(f"  {spread(group.figures('power_w'), '{:.0f}')}W")
-        if faults := group.faults:
-            text.append(f"  {len(faults)} fault{'s' if len(faults) > 1 else ''}: GPU {format_indices([g.index for g in faults])}", self._style("error"))
+        for part, style in figures:
+            text.append(part, style)
         return text

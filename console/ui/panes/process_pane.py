@@ -20,6 +20,7 @@ from console.observe.roles import script_and_args
 from console.ui.panes.row_cursor import ROW_CURSOR_BINDINGS
 from console.ui.panes.plain_lines import PlainLines
 from console.ui.panes.styles import KeptStyles, text_style
+from console.ui.run_figures import PROCESS_COLUMNS, elide, process_column_widths, role_cell
 from console.units import format_duration, format_gib
 
 #: How many vanished processes stay listed (marked gone) after they disappear.
@@ -36,7 +37,7 @@ STATE_NAMES = {
     "X": "dead",
 }
 
-COLUMNS = (("", "mark"), ("PID", "pid"), ("role", "role"), ("state", "state"), ("CPU%", "cpu"), ("RSS", "rss"), ("thr", "threads"), ("elapsed", "elapsed"), ("command", "command"))
+COLUMNS = PROCESS_COLUMNS
 COLUMN_KEYS = tuple(key for _, key in COLUMNS)
 COMMAND_WIDTH = 60
 RIGHT_ALIGNED = frozenset({"pid", "cpu", "rss", "threads", "elapsed"})
@@ -215,7 +216,7 @@ class ProcessPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         return (
             mark,
             (str(process.pid), dim),
-            (process.label, dim),
+            (role_cell(process.label, process.gpus), dim),
             state,
             (cpu, dim),
             (format_rss(process.rss_mib), dim),
@@ -290,12 +291,16 @@ class ProcessPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         return strip
 
     def _line(self, cells, over: str, width: int) -> Strip:
-        """One row of cells, each padded by a space either side and aligned in its column;
-        `over` is a component whose style goes over every cell (the cursor's)."""
+        """One row of cells, each padded by a space either side and aligned in its column, the
+        columns that fit `width` (run_figures.process_column_widths); `over` is a component whose
+        style goes over every cell (the cursor's)."""
         base = self.base_style
         top = self._style(over) if over else None
         segments = []
-        for (text, component), (_, key), column_width in zip(cells, COLUMNS, self._widths):
+        for (text, component), (_, key), column_width in zip(cells, COLUMNS, process_column_widths(self._widths, width)):
+            if column_width is None:
+                continue
+            text = elide(text, column_width)
             pad = " " * (column_width - cell_len(text))
             aligned = pad + text if key in RIGHT_ALIGNED else text + pad
             style = base + self._style(component) if component else base

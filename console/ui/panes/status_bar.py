@@ -5,9 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from console.model import ConnectionStatus
 from console.ui.panes.styles import text_style
-from console.ui.run_figures import StatusView
+from console.ui.run_figures import StatusView, header_runs
 
 
 class StatusBar(Static):
@@ -33,6 +32,9 @@ class StatusBar(Static):
         & > .status-bar--dim { color: $text-muted; }
     }
     """
+
+    #: The runs' styles that are component classes (the others are Rich styles: `bold`, plain).
+    STYLED = frozenset({"brand", "ok", "warn", "crit", "dim"})
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -62,42 +64,11 @@ class StatusBar(Static):
         return text_style(self, f"status-bar--{name}")
 
     def _render_view(self, view: StatusView) -> Text:
-        """The verdict first and the read-only badge next, so a narrow terminal cuts only where
-        the run is (the ellipsis at the end), never what is wrong or that keys are disabled."""
-        sep = (" │ ", self._style("dim"))
-        where = view.host + (f" · {view.container}" if view.container else "")
-        level = {
-            ConnectionStatus.CONNECTED: "ok",
-            ConnectionStatus.CONNECTING: "warn",
-            ConnectionStatus.RECONNECTING: "warn",
-            ConnectionStatus.FAILED: "crit",
-        }[view.status]
-        dot = "●" if view.status is ConnectionStatus.CONNECTED else "○"
+        """The header as run_figures.header_runs fits it to the width: the verdict first and the
+        read-only badge next; the verdict's reason is elided before the host is cut."""
         text = Text(no_wrap=True, overflow="ellipsis", end="")
-        text.append(" ◆ ", self._style("brand"))
-        if view.verdict:
-            text.append(view.verdict, self._style(view.verdict_level))
-            room = self.size.width - len(view.verdict) - 5 - (12 if view.read_only else 0)
-            if view.verdict_summary and len(view.verdict_summary) + 2 <= room:
-                text.append(f": {view.verdict_summary}")
-            text.append(*sep)
-        else:
-            text.append("pulse", self._style("brand"))
-            text.append(*sep)
-        if view.read_only:
-            text.append("read-only", self._style("warn"))
-            text.append(*sep)
-        text.append(f"{dot} {view.connection}", self._style(level))
-        text.append(*sep)
-        if view.sample_age_s is None:
-            text.append("no sample yet", self._style("dim"))
-        else:
-            age_level = "dim" if view.sample_age_s < 5 else "warn" if view.sample_age_s < 30 else "crit"
-            text.append(f"sample {view.sample_age_s} s ago", self._style(age_level))
-        text.append(*sep)
-        text.append(view.run, "bold")
-        text.append(" on ")
-        text.append(where)
+        for words, style in header_runs(view, self.size.width):
+            text.append(words, self._style(style) if style in self.STYLED else style)
         return text
 
     def on_resize(self) -> None:

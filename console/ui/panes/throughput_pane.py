@@ -206,6 +206,8 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.figures: dict[str, Text] = {name: Text() for name, _ in FULL_ROWS if not name.endswith("-spark")}
+        self.shorter: dict[str, tuple[Text, ...]] = {}
+        """Each figure row's shorter forms, longest first, for a pane too narrow for its figure."""
         self.sparklines: dict[str, tuple[float, ...]] = {"rate-spark": (), "loss-spark": ()}
         self.slow = False
         """The rate is below the slow fraction of its baseline: its sparkline in the warning colour."""
@@ -224,33 +226,44 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
     # -- what it shows ---------------------------------------------------------
 
     def show(self, view: ThroughputView) -> None:
-        """Repaint from `view` (only the rows that changed)."""
+        """Repaint from `view` (only the rows that changed). A row is given shorter forms for a
+        narrow pane, each dropping a figure whole: a cut never leaves a number without its unit."""
         if view.unit is None or view.current is None:
             self.update_figure("rate", Text("no rate in the log yet", style="dim"))
             self.update_figure("baseline", Text(f"baseline {si(view.baseline)}" if view.baseline else "", style="dim"))
         else:
             self._set_flags(stale=view.stale_s is not None)
             if view.per_iteration and view.current > 0:
-                line = Text.assemble((f"{1 / view.current:.3g}", "bold"), " s/it")
+                rate = Text.assemble((f"{1 / view.current:.3g}", "bold"), " s/it")
             else:
-                line = Text.assemble((si(view.current), "bold"), f" {view.unit}")
+                rate = Text.assemble((si(view.current), "bold"), f" {view.unit}")
             if view.stale_s is not None:
-                line.append(f"  last rate written {format_duration(view.stale_s)} ago", "bold")
+                ago, short = format_duration(view.stale_s), format_duration(view.stale_s, compact=True)
+                forms = (f"  last rate written {ago} ago", f"  written {short} ago", f"  {short} ago")
+                self.update_figure("rate", *(rate + Text(form, "bold") for form in forms))
             elif view.average is not None and view.minimum is not None:
-                line.append(f" avg {si(view.average)} min {si(view.minimum)}", "dim")
-            self.update_figure("rate", line)
+                average = rate + Text(f" avg {si(view.average)}", "dim")
+                self.update_figure("rate", average + Text(f" min {si(view.minimum)}", "dim"), average, rate)
+            else:
+                self.update_figure("rate", rate)
             if view.stale_s is not None:
-                self.update_figure("baseline", Text("no rate now: the log gives none", style="bold"))
+                self.update_figure("baseline", Text("no rate now: the log gives none", style="bold"), Text("no rate now", style="bold"))
                 self._set_flags(slow=False)
             elif view.baseline:
                 ratio = view.current / view.baseline
                 slow = ratio < view.slow_fraction
                 what = "its best sustained" if view.learned else "baseline"
-                since = f"  slow for {format_duration(view.slow_for_s)}" if view.slow_for_s is not None else "  below normal" if slow else ""
-                self.update_figure("baseline", Text.assemble((f"{ratio:.0%}", "bold"), f" of {what} {si(view.baseline)}", (since, "bold")))
+                against = Text.assemble((f"{ratio:.0%}", "bold"), f" of {what} {si(view.baseline)}")
+                if view.slow_for_s is not None:
+                    since = Text(f"  slow for {format_duration(view.slow_for_s)}", "bold")
+                    self.update_figure("baseline", against + since, against + Text("  slow", "bold"))
+                elif slow:
+                    self.update_figure("baseline", against + Text("  below normal", "bold"), against + Text("  slow", "bold"))
+                else:
+                    self.update_figure("baseline", against)
                 self._set_flags(slow=slow)
             else:
-                self.update_figure("baseline", Text("no baseline in config [metrics]", style="dim"))
+                self.update_figure("baseline", Text("no baseline in config [metrics]", style="dim"), Text("no baseline set", style="dim"))
                 self._set_flags(slow=False)
         slowdown = None if view.slow_from is None or view.baseline is None else (view.slow_from, view.baseline)
         if slowdown != self.slowdown:
@@ -259,34 +272,35 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
         self.show_sparkline("rate-spark", view.rates)
 
         if view.nonfinite_loss is not None:
-            line = Text.assemble("loss ", (f"{view.nonfinite_loss}", "bold red"))
+            loss = Text.assemble("loss ", (f"{view.nonfinite_loss}", "bold red"))
         elif view.losses:
-            line = Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold"))
+            loss = Text.assemble("loss ", (f"{view.losses[-1]:.4g}", "bold"))
         else:
-            line = Text("no loss in the log yet", style="dim")
-        for label, value in (("lr", view.lr), ("grad", view.grad_norm)):
+            loss = Text("no loss in the log yet", style="dim")
+        lines = [loss]
+        for label, value, form in (("lr", view.lr, "{:.3g}"), ("grad", view.grad_norm, "{:.3g}"), ("MFU", view.mfu, "{:.0%}")):
             if value is not None:
-                line.append(f" · {label} ")
-                line.append(f"{value:.3g}", "bold")
-        if view.mfu is not None:
-            line.append(" · MFU ")
-            line.append(f"{view.mfu:.0%}", "bold")
-        self.update_figure("loss", line)
+                lines.append(lines[-1] + Text.assemble(f" · {label} ", (form.format(value), "bold")))
+        self.update_figure("loss", *reversed(lines))
         self.show_sparkline("loss-spark", view.losses)
 
         if view.step is None:
-            self.update_figure("step", Text("no step count in the log yet", style="dim"))
+            self.update_figure("step", Text("no step count in the log yet", style="dim"), Text("no step count yet", style="dim"))
         elif view.total_steps:
             done = view.step / view.total_steps
             eta = "—" if view.eta_s is None or view.stale_s is not None else format_duration(view.eta_s, compact=True)
-            self.update_figure("step", Text.assemble("step ", (f"{view.step:,}", "bold"), f"/{view.total_steps:,} {done:.1%} ETA ", (eta, "bold")))
+            steps = Text.assemble((f"{view.step:,}", "bold"), f"/{view.total_steps:,}")
+            until = Text.assemble(" ETA ", (eta, "bold"))
+            self.update_figure("step", Text("step ") + steps + f" {done:.1%}" + until, Text("step ") + steps + until, steps + until)
         else:
             self.update_figure("step", Text.assemble("step ", (f"{view.step:,}", "bold")))
 
-    def update_figure(self, name: str, text: Text) -> None:
-        """Figure row `name` shows `text`: repainted when its text or its style changed."""
-        if figure_key(text) != figure_key(self.figures[name]):
+    def update_figure(self, name: str, text: Text, *shorter: Text) -> None:
+        """Figure row `name` shows `text`, or the first of its `shorter` forms that fits the pane:
+        repainted when one's text or style changed."""
+        if tuple(map(figure_key, (text, *shorter))) != tuple(map(figure_key, (self.figures[name], *self.shorter.get(name, ())))):
             self.figures[name] = text
+            self.shorter[name] = shorter
             self._repaint(name)
 
     def show_sparkline(self, name: str, values: Sequence[float]) -> None:
@@ -329,11 +343,17 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
             return self._sparkline(name, width, sum(row == name for row, _ in rows), base)[index]
         if self.stale and name in STALE_FIGURES:
             base = base + self.kept_style("throughput-pane--stale", lambda component: text_style(self, component))
-        key = (figure_key(self.figures[name]), width, base)
+        figure = self.fitting_figure(name, width)
+        key = (figure_key(figure), width, base)
         kept = self._strips.get(name)
         if kept is None or kept[0] != key:
-            kept = self._strips[name] = (key, [figure_strip(self.figures[name], width, base, self.app.console)])
+            kept = self._strips[name] = (key, [figure_strip(figure, width, base, self.app.console)])
         return kept[1][0]
+
+    def fitting_figure(self, name: str, width: int) -> Text:
+        """Row `name`'s longest form that fits `width` cells (the shortest when none does)."""
+        forms = (self.figures[name], *self.shorter.get(name, ()))
+        return next((form for form in forms if form.cell_len <= width), forms[-1])
 
     def _sparkline(self, name: str, width: int, height: int, base: Style) -> list[Strip]:
         slowdown = self.slowdown if name == "rate-spark" else None

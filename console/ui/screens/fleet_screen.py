@@ -21,12 +21,13 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
 from console.ui.dialogs.action_screen import ActionScreen
 from console.ui.dialogs.confirm_screen import ConfirmScreen
+from console.ui.panes.key_hints import KeyHints
 from console.ui.render import BaseScreen
 from console.verdicts import level as verdict_level
 from console.ui.keymap import bindings, fleet_actions, next_step_text, run_screen_actions
@@ -102,7 +103,7 @@ class FleetScreen(BaseScreen):
         yield Static("forming the fleet…", id="fleet-header")
         yield FleetTable(id="fleet-table")
         yield Static("", id="fleet-detail")
-        yield Footer()
+        yield KeyHints(id="keys")
 
     @on(DataTable.RowSelected)
     def _row_selected(self) -> None:

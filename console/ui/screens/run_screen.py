@@ -18,7 +18,7 @@ from textual.containers import Horizontal
 from textual.dom import NoScreen
 from textual.events import Resize
 from textual.message import Message
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from console.config import Config
 from console.diagnose import Verdict
@@ -28,6 +28,7 @@ from console.observe.roles import fold_helpers
 from console.state import RunState
 from console.stall import Silence
 from console.ui.panes.gpu_pane import GpuPane
+from console.ui.panes.key_hints import KeyHints
 from console.ui.panes.log_pane import LogPane
 from console.ui.panes.process_pane import ProcessPane
 from console.ui.panes.progress_bar_line import ProgressBarLine
@@ -134,7 +135,7 @@ class RunScreen(BaseScreen):
             yield Input(placeholder="show only lines containing…  (Enter keeps, Esc clears)", id="search")
             yield LogPane(id="log", max_lines=self.state.lines.maxlen or 10_000)
             yield ProgressBarLine(id="progress-line")
-        yield Footer()
+        yield KeyHints(id="keys")
 
     def on_mount(self) -> None:
         # Kept by reference: timers run while a modal screen is on top, where queries would not find them.
@@ -146,7 +147,6 @@ class RunScreen(BaseScreen):
         self.log_pane = query(LogPane)
         self.progress_line = query(ProgressBarLine)
         self.search_input = query("#search", Input)
-        self.footer = query(Footer)
         self.gpus_box, self.processes_box, self.log_box = (query(f"#{name}-box", TitledBox) for name in ("gpus", "processes", "log"))
         self._panes_found = True
         query("#throughput-box", TitledBox).border_title = f"Throughput · {RATE_WINDOW_S / 60:.0f} min"
@@ -171,7 +171,6 @@ class RunScreen(BaseScreen):
         self.set_class(compact, "-compact")
         self.gpu_pane.set_compact(compact)
         self._show_gpu_graphs()  # a role's row or a GPU's, as the bars
-        self.footer.compact = compact
 
     def _theme_changed(self, _theme: object) -> None:
         self._dirty = True
