@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from console.diagnose import Verdict
+from console.diagnose.steady import RECOVER_S
 from console.ui.panes.gpu_pane import GpuPane
 from console.ui.panes.throughput_pane import LINE, ThroughputPane
 from tests.snapshot_apps.scenarios import TARGET_NOW, diagnosed, make_app
@@ -57,12 +58,13 @@ async def test_a_slowdown_the_verdict_found_is_marked_on_the_throughput_graph_un
         assert pane.slowdown is None
         diagnosed(app)
         assert app.verdict is not None and app.verdict.slowdown is not None
-        app.run_screen.tick()  # no new sample: the verdict alone repaints the pane
-        await pilot.pause()
+        await pilot.pause()  # no new sample: the verdict alone repaints the pane
         start, baseline = pane.slowdown
         assert baseline == app.verdict.slowdown.baseline.rate and 0 < start < len(pane.sparklines["rate-spark"])
         assert LINE in "".join(rows(pane)[1:3]) and "slow for 2m 38s" in rows(pane)[3]
-        app.set_verdict(Verdict("healthy", "the run is alive and its log progresses", [], "nothing to do"))
-        app.run_screen.tick()
+        healthy = Verdict("healthy", "the run is alive and its log progresses", [], "nothing to do")
+        app.set_verdict(healthy)
+        app.clock.advance(RECOVER_S + 1)  # the end of a problem shows once it holds (console.diagnose.steady)
+        app.set_verdict(healthy)
         await pilot.pause()
         assert pane.slowdown is None and LINE not in "".join(rows(pane))

@@ -151,7 +151,6 @@ class TestInteractions:
 
         async def run_before(pilot):
             diagnosed(pilot.app)
-            pilot.app.run_screen.tick()  # the screen's second: the slowdown the verdict found is marked
             await pilot.press("g")
             await pilot.pause()
 
