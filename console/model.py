@@ -137,6 +137,8 @@ class GpuReading:
     process_sm_pct: tuple[tuple[int, float], ...] | None = None
     """(pid, SM %) of each process using it, from NVML process samples or `nvidia-smi pmon`;
     None when not read (only a diagnosis reads it, never the 1 Hz loop). Host PIDs."""
+    sm_clock_mhz: float | None = None
+    """Its SM clock now; None when the source does not read it."""
 
     @property
     def memory_pct(self) -> float | None:

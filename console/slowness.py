@@ -191,6 +191,22 @@ def slowdown(values: Sequence[float], baseline: Baseline | None, fraction: float
     return Slowdown(statistics.median(below), baseline, len(below), fraction)
 
 
+def against_fastest(speeds: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    """Each one's speed as a share of the fastest's (1.0 the fastest, 0–1 as NVRx scores ranks), in the
+    order given: ranks by how little of their time is their own work, nodes by their rates."""
+    fastest = max(speeds.values(), default=0.0)
+    return tuple((name, round(speed / fastest, 3) if fastest > 0 else 1.0) for name, speed in speeds.items())
+
+
+def slowest_of(speeds: dict[str, float], fraction: float) -> tuple[str, float] | None:
+    """The slowest of two or more and its score against the fastest, when that is below `fraction`
+    (metrics.slow_fraction: slower than the fastest as a run is slower than its own best)."""
+    if len(speeds) < 2:
+        return None
+    name, score = min(against_fastest(speeds), key=lambda item: item[1])
+    return (name, score) if score < fraction else None
+
+
 def no_history_text(values: int) -> str:
     return f"no history yet: {values} rate values of the {MIN_LOG_VALUES} a learned baseline needs"
 
@@ -365,9 +381,7 @@ def _slow_rank(look: SlowLook, drivers: list[ProcessLook]) -> Cause | str | None
     if fastest < COLLECTIVE_WAIT_SHARE or fastest - least < STRAGGLER_GAP:
         return f"no slow rank (the ranks wait in collectives {least:.0%}–{fastest:.0%} of their samples)"
     # A rank's busy share is what it does between collectives; the fastest rank is the least busy.
-    busy = {p.label: max(1 - w, 1 / t.samples) for p, t, w in waits}
-    least_busy = min(busy.values())
-    scores = tuple((label, round(least_busy / b, 3)) for label, b in busy.items())
+    scores = against_fastest({p.label: 1 / max(1 - w, 1 / t.samples) for p, t, w in waits})
     frame = top_frame(samples, lambda s: not _in_collective(straggler.pid, s)) or "its own code"
     evidence = [f"{p.label}: waits in a collective {w:.0%} of its samples" for p, _, w in waits]
     evidence.append(f"{straggler.label} spends its time in {frame}")

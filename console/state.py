@@ -17,6 +17,7 @@ from console.model import (
     ConnectionState,
     ConnectionStatus,
     Event,
+    GpuReading,
     LineInfo,
     LineKind,
     LogLine,
@@ -44,6 +45,9 @@ RHYTHM_MIN_GAPS = 5
 #: one ~10 s older (journal/watch.py, fleet/fleet.py), and the run's history is in its journal.
 #: An hour of them at 1 Hz held ~25 MB that nothing read.
 SAMPLE_WINDOW_S = 60.0
+#: The GPUs' readings held for the GPU pane's graphs: ten minutes at 1 Hz (~2 MB for 8 GPUs). Only the
+#: GPU readings, not the samples' processes and threads, which are what made an hour of samples heavy.
+GPU_HISTORY_POINTS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +69,15 @@ class RunState:
         max_points: int = 3600,
         max_events: int = 1000,
         max_problems: int = 500,
+        max_gpu_readings: int = GPU_HISTORY_POINTS,
         clock=time.monotonic,
     ) -> None:
         self.clock = clock
         self.samples: deque[Sample] = deque(maxlen=max_samples)
         """The samples of the last SAMPLE_WINDOW_S (two at least), at most `max_samples`."""
         self.samples_received = 0
+        self.gpu_history: deque[tuple[float, tuple[GpuReading, ...]]] = deque(maxlen=max_gpu_readings)
+        """(target time, GPU readings) of each sample that read the GPUs, oldest first: the GPU pane's graphs."""
         self.lines: deque[LogLine] = deque(maxlen=max_lines)
         self.problems: deque[LogLine] = deque(maxlen=max_problems)
         self.spans = ProblemSpans(max_problems)
@@ -129,6 +136,8 @@ class RunState:
         while len(samples) > 2 and sample.time - samples[0].time > SAMPLE_WINDOW_S:
             samples.popleft()
         self.samples_received += 1
+        if sample.gpus:
+            self.gpu_history.append((sample.time, sample.gpus))
         self.last_sample_at = self.clock()
         self.agent_lost = None
         log = sample.log

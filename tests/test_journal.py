@@ -107,9 +107,10 @@ def test_a_run_state_becomes_rows_of_every_kind(journal, clock):
 def test_the_report_gives_each_gpus_history_per_hour(journal, clock):
     state = RunState(clock=clock)
     recorder = JournalRecorder(journal, state, wall=clock)
-    for step in range(120):  # two hours, a sample a minute: GPU 0 busy, then held back to half
-        busy = 95.0 if step < 60 else 48.0
-        state.add_sample(Sample(clock.now, gpus=(GpuReading(0, "GPU-0", "NVIDIA H200", 70_000, 143771, busy, 50.0, 650.0, 700.0),)))
+    for step in range(120):  # two hours, a sample a minute: GPU 0 busy, then held back to half, its SM clock down
+        busy, clock_mhz = (95.0, 1980.0) if step < 60 else (48.0, 1410.0)
+        gpu = GpuReading(0, "GPU-0", "NVIDIA H200", 70_000, 143771, busy, 50.0, 650.0, 700.0, sm_clock_mhz=clock_mhz)
+        state.add_sample(Sample(clock.now, gpus=(gpu,)))
         recorder.observe()
         clock.now += 60
     journal.flush()
@@ -119,8 +120,21 @@ def test_the_report_gives_each_gpus_history_per_hour(journal, clock):
     assert {gpu for _, gpu, _ in hours} == {0}
     assert (hours[0][2]["util_pct"], hours[-1][2]["util_pct"]) == (95.0, 48.0)
     assert hours[0][2]["memory_pct"] == pytest.approx(70_000 * 100 / 143771) and hours[0][2]["power_w"] == 650.0
+    assert (hours[0][2]["sm_clock_mhz"], hours[-1][2]["sm_clock_mhz"]) == (1980.0, 1410.0)
     text = report_markdown(window, host="local", run="run")
-    assert "## GPUs per hour" in text and "| 0 | 95 | 48.69 | 650 |" in text and "| 0 | 48 | 48.69 | 650 |" in text
+    assert "| hour (UTC) | GPU | busy % | memory % | power W | SM MHz |" in text
+    assert "| 0 | 95 | 48.69 | 650 | 1,980 |" in text and "| 0 | 48 | 48.69 | 650 | 1,410 |" in text
+
+
+def test_the_report_has_no_sm_clock_column_where_no_reading_gave_one(journal, clock):
+    state = RunState(clock=clock)
+    recorder = JournalRecorder(journal, state, wall=clock)
+    state.add_sample(Sample(clock.now, gpus=(GpuReading(0, "GPU-0", "NVIDIA H200", 70_000, 143771, 95.0, 50.0, 650.0, 700.0),)))
+    recorder.observe()
+    journal.flush()
+    start = clock.now - 3600
+    text = report_markdown(Window(start, clock.now + 60, *journal.window(start)), host="local", run="run")
+    assert "| hour (UTC) | GPU | busy % | memory % | power W |\n" in text and "| 0 | 95 | 48.69 | 650 |\n" in text
 
 
 

@@ -106,7 +106,7 @@ def test_an_nvidia_smi_line_is_parsed_from_its_raw_csv() -> None:
     ("garbage", "error"),
     [
         ("<html>502 Bad Gateway</html>\n", "nvidia-smi: <html>502 Bad Gateway</html>"),
-        ("0, GPU-x, NVIDIA H200, lots, of\n", "nvidia-smi line 1: expected 9 columns, got 5: "),
+        ("0, GPU-x, NVIDIA H200, lots, of\n", "nvidia-smi line 1: expected 10 columns, got 5: "),
     ],
 )
 def test_garbage_from_nvidia_smi_is_a_gpu_error_not_a_crash(garbage: str, error: str) -> None:
@@ -118,7 +118,7 @@ def test_garbage_from_nvidia_smi_is_a_gpu_error_not_a_crash(garbage: str, error:
 def test_not_available_values_are_none_and_gpu_faults_are_kept() -> None:
     # The H200 idle capture's power draw and a second GPU that needs a reset.
     na = SMI_GPU_BUSY.replace("122.83", "[N/A]")
-    faulty = "1, GPU-7a1c, NVIDIA H200, [GPU requires reset], 143771, [GPU requires reset], 40, 80.00, 700.00\n"
+    faulty = "1, GPU-7a1c, NVIDIA H200, [GPU requires reset], 143771, [GPU requires reset], 40, 80.00, 700.00, [GPU requires reset]\n"
     sample = parse_sample(smi_line(na + faulty, ""))
     assert sample.gpu_error is None
     assert sample.gpus[0].power_w is None and sample.gpus[0].memory_used_mib == 21619
@@ -128,7 +128,7 @@ def test_not_available_values_are_none_and_gpu_faults_are_kept() -> None:
 def test_a_bad_gpu_row_is_named_and_the_other_gpus_still_show() -> None:
     sample = parse_sample(smi_line(SMI_GPU_BUSY + "1, GPU-y, NVIDIA H200, oops\n", SMI_APPS_BUSY))
     assert [g.index for g in sample.gpus] == [0]
-    assert sample.gpu_error.startswith("nvidia-smi line 2: expected 9 columns, got 4")
+    assert sample.gpu_error.startswith("nvidia-smi line 2: expected 10 columns, got 4")
 
 
 @pytest.mark.parametrize(

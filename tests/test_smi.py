@@ -25,7 +25,7 @@ CAPTURE_FIELDS = (
     "index,uuid,name,memory.used,memory.total,utilization.gpu,utilization.memory,"
     "temperature.gpu,power.draw,power.limit,clocks.sm,fan.speed,pstate"
 ).split(",")
-IDLE = GpuReading(0, UUID, "NVIDIA H200", 0, 143771, 0.0, 37.0, 78.06, 700.0)
+IDLE = GpuReading(0, UUID, "NVIDIA H200", 0, 143771, 0.0, 37.0, 78.06, 700.0, sm_clock_mhz=345.0)
 
 
 def capture(name: str) -> str:
@@ -39,27 +39,27 @@ def test_header_and_units_capture() -> None:
 def test_noheader_nounits_capture_with_its_fields() -> None:
     assert parse_gpu_csv(capture("smi_query_gpu_noheader_nounits.txt"), CAPTURE_FIELDS) == [IDLE]
     busy = parse_gpu_csv(capture("smi_query_gpu_busy.txt"), CAPTURE_FIELDS)
-    assert busy == [GpuReading(0, UUID, "NVIDIA H200", 21619, 143771, 0.0, 38.0, 122.83, 700.0)]
+    assert busy == [GpuReading(0, UUID, "NVIDIA H200", 21619, 143771, 0.0, 38.0, 122.83, 700.0, sm_clock_mhz=1980.0)]
 
 
 def test_pulse_own_query_format() -> None:
-    row = "3, GPU-aaaa, NVIDIA H200, 80123, 143771, 97, 61, 688.10, 700.00\n"
-    assert parse_gpu_csv(row) == [GpuReading(3, "GPU-aaaa", "NVIDIA H200", 80123, 143771, 97.0, 61.0, 688.1, 700.0)]
+    row = "3, GPU-aaaa, NVIDIA H200, 80123, 143771, 97, 61, 688.10, 700.00, 1875\n"
+    assert parse_gpu_csv(row) == [GpuReading(3, "GPU-aaaa", "NVIDIA H200", 80123, 143771, 97.0, 61.0, 688.1, 700.0, sm_clock_mhz=1875.0)]
     assert GPU_QUERY_ARGS == (f"--query-gpu={','.join(GPU_QUERY_FIELDS)}", "--format=csv,noheader,nounits")
     assert APP_QUERY_ARGS[0] == "--query-compute-apps=gpu_uuid,pid,used_memory,process_name"
 
 
 def test_wrong_column_count_is_one_line_error() -> None:
-    with pytest.raises(ParseError, match=r"^nvidia-smi line 1: expected 9 columns, got 13") as caught:
+    with pytest.raises(ParseError, match=r"^nvidia-smi line 1: expected 10 columns, got 13") as caught:
         parse_gpu_csv(capture("smi_query_gpu_busy.txt"))
     assert "\n" not in str(caught.value)
 
 
 def test_not_available_is_none_and_faults_set_error() -> None:
     text = (
-        "0, GPU-a, NVIDIA H200, [N/A], 143771, [Not Supported], N/A, [N/A], 700.00\n"
+        "0, GPU-a, NVIDIA H200, [N/A], 143771, [Not Supported], N/A, [N/A], 700.00, [N/A]\n"
         "1, GPU-b, NVIDIA H200, [GPU requires reset], [GPU requires reset], [GPU requires reset], "
-        "[Unknown Error], [Unknown Error], [Unknown Error]\n"
+        "[Unknown Error], [Unknown Error], [Unknown Error], [Unknown Error]\n"
     )
     ok, broken = parse_gpu_csv(text)
     assert ok == GpuReading(0, "GPU-a", "NVIDIA H200", None, 143771, None, None, None, 700.0)
@@ -70,11 +70,11 @@ def test_not_available_is_none_and_faults_set_error() -> None:
 def test_a_roles_figures_leave_out_faults_and_unknowns() -> None:
     """The compact GPU pane's line per role: ranges over the GPUs read without a fault, the faulted ones named."""
     text = (
-        "0, GPU-a, NVIDIA H200, 80123, 143771, 97, 61, 688.10, 700.00\n"
-        "1, GPU-b, NVIDIA H200, [N/A], 143771, [Not Supported], 58, 640.00, 700.00\n"
+        "0, GPU-a, NVIDIA H200, 80123, 143771, 97, 61, 688.10, 700.00, 1980\n"
+        "1, GPU-b, NVIDIA H200, [N/A], 143771, [Not Supported], 58, 640.00, 700.00, [N/A]\n"
         "2, GPU-c, NVIDIA H200, [GPU requires reset], [GPU requires reset], [GPU requires reset], "
-        "[Unknown Error], [Unknown Error], [Unknown Error]\n"
-        "3, GPU-d, NVIDIA H200, 21619, 143771, 0, 38, 122.83, 700.00\n"
+        "[Unknown Error], [Unknown Error], [Unknown Error], [Unknown Error]\n"
+        "3, GPU-d, NVIDIA H200, 21619, 143771, 0, 38, 122.83, 700.00, 1980\n"
     )
     gpus = tuple(parse_gpu_csv(text))
     target, drafter = gpus_by_role(gpus, {0: "target", 1: "target", 2: "target", 3: "drafter"})
@@ -88,11 +88,11 @@ def test_a_roles_figures_leave_out_faults_and_unknowns() -> None:
 
 
 def test_bad_rows_are_skipped_and_reported_when_asked() -> None:
-    text = "0, GPU-a, NVIDIA H200, 1, 2, 3, 4, 5, 6\nxx, GPU-b\n2, GPU-c, NVIDIA H200, lots, 2, 3, 4, 5, 6\n"
+    text = "0, GPU-a, NVIDIA H200, 1, 2, 3, 4, 5, 6, 7\nxx, GPU-b\n2, GPU-c, NVIDIA H200, lots, 2, 3, 4, 5, 6, 7\n"
     errors: list[str] = []
     assert [gpu.index for gpu in parse_gpu_csv(text, errors=errors)] == [0]
     assert errors == [
-        "nvidia-smi line 2: expected 9 columns, got 2: 'xx, GPU-b'",
+        "nvidia-smi line 2: expected 10 columns, got 2: 'xx, GPU-b'",
         "nvidia-smi line 3: memory.used is 'lots', not a number",
     ]
     with pytest.raises(ParseError, match="line 2"):

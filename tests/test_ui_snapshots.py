@@ -142,3 +142,16 @@ class TestInteractions:
             await pilot.pause()
 
         assert snap_compare(make_app("healthy"), run_before=run_before, terminal_size=size)
+
+    @pytest.mark.parametrize("size", [LARGE, SMALL], ids=["120x40", "80x24"])
+    def test_gpu_graphs(self, snap_compare, size):
+        """`g` on a run slowed 160 s ago: each GPU's utilisation, memory, power and SM clock over the last
+        5 min (at 80×24 one row per role, the mean of its GPUs, the clock giving way), and the throughput
+        graph with the slowdown's start and its baseline's line."""
+
+        async def run_before(pilot):
+            diagnosed(pilot.app)
+            await pilot.press("g")
+            await pilot.pause()
+
+        assert snap_compare(make_app("slow", gpu_seconds=300), run_before=run_before, terminal_size=size)

@@ -13,6 +13,11 @@ JSON (`--json`), one object:
     stack_groups   [{count, ranks: ["node:pid"], wait, where}] when ranks were dumped, else []
     stack_lines    the groups as sentences
     nccl           [{node, rank, op, seq, timeout_ms, flight_recorder, text}]
+    node_rates     [{node, rate, score}] slowest first: each node's current rate and its score against
+                   the fastest node's (0-1, 1.0 the fastest), when two nodes or more give one
+    slowest_node   {node, rate, score, verdict, summary} when a node is below metrics.slow_fraction of
+                   the fastest (the summary names its cause when it is slow), else null
+    rate_lines     the rates and the slowest node as sentences
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ def _worst_first(diagnosis: FleetDiagnosis):
 
 def fleet_json(diagnosis: FleetDiagnosis) -> dict:
     """The documented fleet JSON object (module docstring)."""
+    scores, slow = diagnosis.rate_scores(), diagnosis.slowest()
     nodes = []
     for report in _worst_first(diagnosis):
         if report.evidence is None:
@@ -89,6 +95,11 @@ def fleet_json(diagnosis: FleetDiagnosis) -> dict:
              "flight_recorder": f.flight_recorder, "text": f.text}
             for f in diagnosis.nccl
         ],
+        "node_rates": [{"node": node, "rate": rate, "score": score} for node, rate, score in scores],
+        "slowest_node": None if slow is None else {
+            "node": slow.name, "rate": scores[0][1], "score": scores[0][2], "verdict": slow.verdict.name, "summary": slow.verdict.summary,
+        },
+        "rate_lines": diagnosis.rate_lines(),
     }
 
 
@@ -99,7 +110,7 @@ def write_fleet_report(diagnosis: FleetDiagnosis, out=None) -> None:
     if job is not None:
         print(f"Slurm job {job.job_id} ({job.name}) {job.state}, {job.elapsed_s:.0f} s, nodes {job.nodes}", file=out)
     print(f"fleet: {diagnosis.headline()}", file=out)
-    for line in (diagnosis.stack_lines() if diagnosis.ranks else []) + nccl_lines(diagnosis.nccl):
+    for line in diagnosis.rate_lines() + (diagnosis.stack_lines() if diagnosis.ranks else []) + nccl_lines(diagnosis.nccl):
         print(f"  * {line}", file=out)
     for report in _worst_first(diagnosis):
         print(f"\n== {report.name}", file=out)

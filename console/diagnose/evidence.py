@@ -8,7 +8,7 @@ from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact
 from console.observe.progress import TerminalOnlyProgress
 from console.sent import SentSignal
-from console.slowness import Baseline, SlowLook
+from console.slowness import Baseline, Slowdown, SlowLook
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +178,5 @@ class Verdict:
     next_step: str
     step: str | None = None
     """The action that takes the next step, one of NEXT_STEPS (the console binds each to a key; `next_step` names none)."""
+    slowdown: Slowdown | None = None
+    """A slow verdict's slowdown: the rate, the baseline it is below, for how many values (the throughput graph marks it)."""

@@ -518,10 +518,10 @@ class _Diagnosis:
         text = found.text(unit, time.time())
         if ev.slow_look is None:
             return Verdict("slow", text, self._process_lines() + self._gpu_lines(),
-                           "look at the cause: a few seconds of every process's stacks, /proc and NVML", "dump")
+                           "look at the cause: a few seconds of every process's stacks, /proc and NVML", "dump", found)
         cause = name_cause(ev.slow_look)
         lines = [*cause.evidence, *(f"ruled out: {why}" for why in cause.ruled_out)]
-        return Verdict("slow", f"{cause.name}: {cause.summary}; {text}", lines, SLOW_STEPS[cause.name], "dump")
+        return Verdict("slow", f"{cause.name}: {cause.summary}; {text}", lines, SLOW_STEPS[cause.name], "dump", found)
 
 
     def verdict(self) -> Verdict:

@@ -28,6 +28,7 @@ from console.observe.roles import RUN_ROLES
 from console.remote.connect import make_target
 from console.remote.srun import SrunTarget
 from console.remote.target import Target, split_user
+from console.slowness import against_fastest, slowest_of
 from console.state import RATE_UNITS, RunState
 from console.units import format_duration
 
@@ -59,6 +60,11 @@ def node_log_pacing(config: Config) -> LogPacing | None:
 
 class FleetError(Exception):
     """The fleet cannot be formed (no nodes, the job is not running, Slurm failed): one line."""
+
+
+#: The GPU readings a node holds for its graphs: a fleet of 256 nodes holding a console's 600 each would
+#: keep ~0.5 GB; 150 are 2.5 min at 1 Hz, 10 min in a fleet paced to a sample every 4 s.
+NODE_GPU_READINGS = 150
 
 
 @dataclass
@@ -96,6 +102,8 @@ class NodeRow:
     verdict: str | None
     summary: str
     connection: str
+    rate_score: float | None = None
+    """Its rate against the fastest node's (1.0 the fastest), when two nodes or more give one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,8 @@ class FleetSummary:
     rate_unit: str | None
     worst: str | None
     job: SlurmJob | None
+    slowest: tuple[str, float] | None = None
+    """The node below metrics.slow_fraction of the fastest node's rate, and its score (console.slowness.slowest_of)."""
 
 
 def control_target(config: Config) -> Target:
@@ -276,7 +286,7 @@ class Fleet:
                 node_cfg = node_config(config, name, i, job, log=logs[i])
                 step = partial(slurm.srun_script, job.job_id, name)
                 target: Target = SrunTarget(control, step, f"{name} (srun {job.job_id})", node_cfg.target.container)
-                nodes.append(FleetNode(name, node_cfg, target, RunState()))
+                nodes.append(FleetNode(name, node_cfg, target, RunState(max_gpu_readings=NODE_GPU_READINGS)))
             else:
                 nodes.append(cls._node(config, name, i, job, logs[i]))
         return cls(config, nodes, job=job, control=control, slurm=slurm)
@@ -284,7 +294,7 @@ class Fleet:
     @staticmethod
     def _node(config: Config, name: str, index: int, job: SlurmJob | None, log: str | None) -> FleetNode:
         node_cfg = node_config(config, name, index, job, log=log)
-        return FleetNode(name, node_cfg, make_target(node_cfg.target), RunState())
+        return FleetNode(name, node_cfg, make_target(node_cfg.target), RunState(max_gpu_readings=NODE_GPU_READINGS))
 
     async def start(self, on_change: Callable[[], None] | None = None) -> None:
         """A Monitor per node: one agent and one log follower each, restarted with backoff when lost."""
@@ -364,22 +374,29 @@ class Fleet:
     def rows(self, now: float) -> list[NodeRow]:
         """One row per node, worst verdict first, then by name."""
         ordered = sorted(self.nodes, key=lambda n: (-_rank(n.verdict), n.name))
-        return [row_of(node, now) for node in ordered]
+        _, rates = self.live_rates()
+        scores = dict(against_fastest(rates)) if len(rates) > 1 else {}
+        return [replace(row_of(node, now), rate_score=scores.get(node.name)) for node in ordered]
+
+    def live_rates(self) -> tuple[str | None, dict[str, float]]:
+        """The unit the first node with a rate gives, and each node's latest rate in it (live_rate)."""
+        unit, rates = None, {}
+        for node in self.nodes:
+            rate, its_unit = live_rate(node)
+            if rate is not None and its_unit is not None and unit in (None, its_unit):
+                unit, rates[node.name] = its_unit, rate
+        return unit, rates
 
     def summary(self) -> FleetSummary:
-        """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict."""
-        rates: dict[str, float] = {}
-        for node in self.nodes:
-            rate, unit = live_rate(node)
-            if rate is not None and unit is not None:
-                rates[unit] = rates.get(unit, 0.0) + rate
-        unit = next(iter(rates), None)
+        """Throughput summed over nodes (each node's latest), nodes healthy / total, the worst verdict, the slowest node."""
+        unit, rates = self.live_rates()
         worst = max((n.verdict for n in self.nodes if n.verdict), key=lambda v: severity(v.name), default=None)
         return FleetSummary(
             nodes=len(self.nodes),
             healthy=sum(1 for n in self.nodes if n.verdict is not None and n.verdict.name == "healthy"),
-            rate=rates.get(unit) if unit else None,
+            rate=sum(rates.values()) if rates else None,
             rate_unit=unit,
             worst=worst.name if worst else None,
             job=self.job,
+            slowest=slowest_of(rates, self.config.metrics.slow_fraction),
         )

@@ -12,7 +12,10 @@ among the nodes' problem lines are read for the collective, its sequence number 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
+
+from console.config import MetricsConfig
 
 from console.diagnose import (
     Evidence,
@@ -34,7 +37,10 @@ from console.observe.pyspy import ProcessDump
 from console.observe.pyspy_run import DumpError
 from console.observe.roles import local_rank_of
 from console.remote.target import TargetError
-from console.verdicts import severity
+from console.slowness import against_fastest, slowest_of
+from console.state import RATE_UNITS
+from console.units import si
+from console.verdicts import kind, severity
 
 #: The longest one node may take to be sampled before it counts as unreachable.
 NODE_TIMEOUT_S = 10.0
@@ -79,13 +85,51 @@ class NodeReport:
 
 @dataclass
 class FleetDiagnosis:
-    """The whole job: every node's verdict, the worst one, ranks grouped by stack, NCCL facts."""
+    """The whole job: every node's verdict, the worst one, the slowest node, ranks grouped by stack, NCCL facts."""
 
     nodes: list[NodeReport]
     groups: list[StackGroup] = field(default_factory=list)
     ranks: list[RankStack] = field(default_factory=list)
     nccl: list[NcclFact] = field(default_factory=list)
     job: SlurmJob | None = None
+    slow_fraction: float = MetricsConfig().slow_fraction
+    """A node below this share of the fastest node's rate is named the slowest (the config's metrics.slow_fraction)."""
+
+    def rates(self) -> dict[str, float]:
+        """Each node's current rate, of the metric most nodes' logs give; none from a node whose rate is
+        history (stuck, dead: its last line's rate is not its rate now) or that could not be looked at."""
+        metrics = Counter(n.evidence.rate_metric for n in self.nodes if n.evidence is not None and n.evidence.rate_metric)
+        if not metrics:
+            return {}
+        metric = metrics.most_common(1)[0][0]
+        return {n.name: n.evidence.rate_now for n in self.nodes
+                if n.evidence is not None and n.evidence.rate_metric == metric and n.evidence.rate_now is not None
+                and not kind(n.verdict.name).rate_is_history}
+
+    def rate_scores(self) -> list[tuple[str, float, float]]:
+        """(node, rate, score against the fastest node) of the nodes with a rate, slowest first."""
+        rates = self.rates()
+        return sorted(((name, rates[name], score) for name, score in against_fastest(rates)), key=lambda row: (row[2], row[0]))
+
+    def slowest(self) -> NodeReport | None:
+        """The node slower than the fastest by more than the slow fraction (console.slowness.slowest_of), if one."""
+        found = slowest_of(self.rates(), self.slow_fraction)
+        return next(n for n in self.nodes if n.name == found[0]) if found else None
+
+    def rate_lines(self) -> list[str]:
+        """Each node's rate against the fastest's, and the slowest node with its own verdict (its cause)."""
+        scores = self.rate_scores()
+        if len(scores) < 2:
+            return []
+        lines = ["rate against the fastest node: " + ", ".join(f"{name} {score:.2f}" for name, _, score in scores)]
+        slow = self.slowest()
+        if slow is not None:
+            name, rate, score = scores[0]
+            fastest, top, _ = scores[-1]
+            unit = RATE_UNITS.get(slow.evidence.rate_metric or "", "") if slow.evidence else ""
+            lines.append(f"{name} is the slowest node: {si(rate)} {unit}, {score:.0%} of {fastest}'s {si(top)}; "
+                         f"{slow.verdict.name}: {slow.verdict.summary}")
+        return lines
 
     @property
     def worst(self) -> Verdict:
@@ -102,7 +146,9 @@ class FleetDiagnosis:
         where = "" if worst.name == "healthy" else f": {worst.name} on {', '.join(sick[:4])}" + (
             f" and {len(sick) - 4} more" if len(sick) > 4 else ""
         )
-        return f"{self.healthy}/{len(self.nodes)} nodes healthy{where}"
+        slow = self.slowest()
+        slowest = f"; slowest node {slow.name}" if slow is not None else ""
+        return f"{self.healthy}/{len(self.nodes)} nodes healthy{where}{slowest}"
 
     def stack_lines(self) -> list[str]:
         """The groups as sentences: the biggest first, lone ranks named."""
@@ -202,7 +248,8 @@ async def diagnose_fleet(
         if line.kind in (LineKind.NCCL_TIMEOUT, LineKind.TRACEBACK, LineKind.KILLED) or FLIGHT.search(line.text)
         if (fact := nccl_fact(report.name, line.text)) is not None
     ]
-    diagnosis = FleetDiagnosis(reports, nccl=facts, job=job)
+    fraction = nodes[0].config.metrics.slow_fraction if nodes else MetricsConfig().slow_fraction
+    diagnosis = FleetDiagnosis(reports, nccl=facts, job=job, slow_fraction=fraction)
     stuck = any(r.evidence is not None and wants_stacks(r.evidence, n.config) for n, r in zip(nodes, reports))
     if dump_ranks == "never" or (dump_ranks == "auto" and not stuck):
         return diagnosis

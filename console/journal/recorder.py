@@ -25,11 +25,13 @@ EVIDENCE_LINES = 5
 PROBLEM_TEXT_CHARS = 300
 #: Series a journal keeps per minute.
 METRICS = (*RATE_METRICS, "loss")
-#: Each GPU's history per minute, as `gpu{index}.{figure}` series: (figure, how a reading gives it).
+#: Each GPU's history per minute, as `gpu{index}.{figure}` series: (figure, its heading in `pulse report`,
+#: how a reading gives it). The SM clock only where the source reads it (GpuReading.sm_clock_mhz).
 GPU_FIGURES = (
-    ("util_pct", lambda gpu: gpu.utilization_pct),
-    ("memory_pct", lambda gpu: gpu.memory_pct),
-    ("power_w", lambda gpu: gpu.power_w),
+    ("util_pct", "busy %", lambda gpu: gpu.utilization_pct),
+    ("memory_pct", "memory %", lambda gpu: gpu.memory_pct),
+    ("power_w", "power W", lambda gpu: gpu.power_w),
+    ("sm_clock_mhz", "SM MHz", lambda gpu: gpu.sm_clock_mhz),
 )
 
 
@@ -198,7 +200,7 @@ class JournalRecorder:
         self._gpus_taken = sample
         at = self.wall()  # the sample just arrived (its own time is the target's clock)
         for gpu in sample.gpus:
-            for figure, read in GPU_FIGURES:
+            for figure, _, read in GPU_FIGURES:
                 value = read(gpu)
                 if value is not None:
                     self.journal.add_values(gpu_metric(gpu.index, figure), ((at, float(value)),))

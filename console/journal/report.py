@@ -9,6 +9,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from console.journal.recorder import GPU_FIGURES
 from console.journal.store import Entry, Minute
 from console.state import RATE_METRICS, RATE_UNITS
 from console.units import format_duration, parse_duration
@@ -115,11 +116,11 @@ def hourly(window: Window) -> list[tuple[float, tuple[float, float, float] | tup
 
 
 #: A GPU series in the journal's minutes: `gpu{index}.{figure}` (console.journal.recorder.GPU_FIGURES).
-_GPU_SERIES = re.compile(r"gpu(\d+)\.(util_pct|memory_pct|power_w)$")
+_GPU_SERIES = re.compile(rf"gpu(\d+)\.({'|'.join(figure for figure, _, _ in GPU_FIGURES)})$")
 
 
 def gpu_hourly(window: Window) -> list[tuple[float, int, dict[str, float]]]:
-    """Per UTC hour and GPU: the median of each figure's minute medians (utilisation, memory, power)."""
+    """Per UTC hour and GPU: the median of each figure's minute medians (utilisation, memory, power, SM clock)."""
     rows: dict[tuple[int, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in window.minutes:
         found = _GPU_SERIES.match(m.metric)
@@ -215,8 +216,11 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
         out += [f"| {clock_text(h)[:13]}:00 | {_num(r[1])} | {_num(r[0])} | {_num(r[2])} | {_num(loss)} |" for h, r, loss in hours]
     gpu_hours = gpu_hourly(window)
     if gpu_hours:
-        out += ["", "## GPUs per hour", "", "| hour (UTC) | GPU | busy % | memory % | power W |", "| --- | ---: | ---: | ---: | ---: |"]
-        out += [f"| {clock_text(h)[:13]}:00 | {gpu} | {_num(f.get('util_pct'))} | {_num(f.get('memory_pct'))} | {_num(f.get('power_w'))} |"
+        # A figure no hour holds (the SM clock, where the GPUs were read through NVML) has no column.
+        shown = [(figure, heading) for figure, heading, _ in GPU_FIGURES if any(figure in f for _, _, f in gpu_hours)]
+        out += ["", "## GPUs per hour", "", "| hour (UTC) | GPU | " + " | ".join(heading for _, heading in shown) + " |",
+                "| --- | ---: |" + " ---: |" * len(shown)]
+        out += [f"| {clock_text(h)[:13]}:00 | {gpu} | " + " | ".join(_num(f.get(figure)) for figure, _ in shown) + " |"
                 for h, gpu, f in gpu_hours]
     high = {}
     for e in window.of("gpu_memory"):

@@ -25,6 +25,7 @@ GPU_QUERY_FIELDS = (
     "temperature.gpu",
     "power.draw",
     "power.limit",
+    "clocks.sm",
 )
 #: Columns of `--query-compute-apps` Pulse asks for, in this order.
 APP_QUERY_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
@@ -212,6 +213,7 @@ def _gpu_reading(row: dict[str, str], number: int) -> GpuReading:
         temperature_c=_decimal(row.get("temperature.gpu"), "temperature.gpu", number),
         power_w=_decimal(row.get("power.draw"), "power.draw", number),
         power_limit_w=_decimal(row.get("power.limit"), "power.limit", number),
+        sm_clock_mhz=_decimal(row.get("clocks.sm"), "clocks.sm", number),
         error=", ".join(dict.fromkeys(faults)) or None,
     )
 

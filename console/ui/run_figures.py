@@ -15,9 +15,10 @@ from rich.cells import cell_len, set_cell_size
 
 from console.config import Config, MetricsConfig
 from console.diagnose import Verdict
-from console.model import ConnectionStatus, Sample
+from console.model import ConnectionStatus, GpuReading, Sample, gpus_by_role
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
+from console.slowness import Slowdown, slowdown
 from console.state import RATE_UNITS, RunState
 from console.stall import Silence, is_stalled
 from console.units import counted, format_duration, format_indices
@@ -90,6 +91,12 @@ class ThroughputView:
     lr: float | None = None
     grad_norm: float | None = None
     mfu: float | None = None
+    learned: bool = False
+    """The baseline is the run's best sustained rate (its journal's or its log's), not the config's."""
+    slow_from: int | None = None
+    """Where in `rates` the slowdown the diagnosis found began (0: before them); None when it found none."""
+    slow_for_s: float | None = None
+    """How long ago the slowdown's first rate was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +125,123 @@ class LogReading:
     """Lines arrived since following paused."""
 
 
-def gpu_titles(sample: Sample | None, node: str | None = None) -> BoxTitles:
-    """The GPUs box: source, read errors, GPU faults and unseen processes, loudest first."""
+@dataclass(frozen=True, slots=True)
+class GpuGraph:
+    """One figure of one GPU row over the readings held."""
+
+    label: str
+    """`util`, `mem`, `power` or `SM` (GPU_GRAPH_FIGURES)."""
+    levels: tuple[float | None, ...]
+    """Each reading's value as a share of the figure's scale (0–1), oldest first; None where it was not read."""
+    latest: str
+    """The newest value in words: `98%`, `640W`, `1980MHz`; `—` when it was not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGraphRow:
+    """One row of the GPU pane's graphs: a GPU, or in compact form the mean of a role's GPUs."""
+
+    label: str
+    """`3`, or `target 0-4` for a role."""
+    role: str
+    graphs: tuple[GpuGraph, ...]
+    error: str | None = None
+    """The GPU's fault in its newest reading (a role's row names none: its GPUs' figures are the mean of those read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGraphsView:
+    """What the GPU pane draws in its graph view: each row's figures over the same readings."""
+
+    rows: tuple[GpuGraphRow, ...] = ()
+    span_s: float = 0.0
+    """From the oldest reading held to the newest (target clock)."""
+
+
+#: The graphs of a GPU row, in order: (label, the reading's field, its unit); the SM clock only where the source reads it.
+GPU_GRAPH_FIGURES = (("util", "utilization_pct", "%"), ("mem", "memory_pct", "%"), ("power", "power_w", "W"),
+                     ("SM", "sm_clock_mhz", "MHz"))
+
+
+def _graph_levels(gpu: GpuReading, figures: Sequence[tuple[str, str, str]], sm_scale: float | None) -> tuple[float | None, ...]:
+    """A reading's figures as shares of their scales: 100 %, 100 %, its power limit, the highest SM clock held."""
+    scales = {"utilization_pct": 100.0, "memory_pct": 100.0, "power_w": gpu.power_limit_w, "sm_clock_mhz": sm_scale}
+    return tuple(None if (value := getattr(gpu, field)) is None or not scales[field] else value / scales[field]
+                 for _, field, _ in figures)
+
+
+def _latest_text(field: str, unit: str, gpus: tuple[GpuReading, ...]) -> str:
+    """The newest figure of `gpus` (the mean, for a role) in words: `98%`, `640W`, `1980MHz`, `—` unread."""
+    values = [value for gpu in gpus if not gpu.error and (value := getattr(gpu, field)) is not None]
+    return f"{sum(values) / len(values):.0f}{unit}" if values else "—"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    read = [value for value in values if value is not None]
+    return sum(read) / len(read) if read else None
+
+
+def gpu_graphs(history: Sequence[tuple[float, tuple[GpuReading, ...]]], roles: dict[int, str], *, by_role: bool) -> GpuGraphsView:
+    """Each GPU's utilisation, memory, power and SM clock over `history` (RunState.gpu_history), as
+    shares of their scales, one row a GPU of the newest reading; `by_role`: one row a role, the mean
+    of its GPUs read. The SM clock is drawn only where a reading held gives it, against the highest held."""
+    if not history:
+        return GpuGraphsView()
+    newest = history[-1][1]
+    clocks: dict[int, float] = {}
+    for _, gpus in history:
+        for gpu in gpus:
+            if gpu.sm_clock_mhz:
+                clocks[gpu.index] = max(clocks.get(gpu.index, 0.0), gpu.sm_clock_mhz)
+    top_clock = max(clocks.values(), default=None)
+    figures = GPU_GRAPH_FIGURES if top_clock is not None else GPU_GRAPH_FIGURES[:-1]
+    # Each reading of each GPU as levels, by GPU index; a reading of a GPU not in the newest sample is left out.
+    series: dict[int, list[tuple[float | None, ...]]] = {gpu.index: [] for gpu in newest}
+    blank = (None,) * len(figures)
+    for _, gpus in history:
+        read = {gpu.index: gpu for gpu in gpus}
+        for index, levels in series.items():
+            reading = read.get(index)
+            sm_scale = clocks.get(index, top_clock)
+            levels.append(blank if reading is None or reading.error else _graph_levels(reading, figures, sm_scale))
+    if by_role:
+        rows = []
+        for group in gpus_by_role(newest, roles):
+            members = [series[gpu.index] for gpu in group.gpus]
+            means = [tuple(_mean([m[n][k] for m in members]) for k in range(len(figures))) for n in range(len(history))]
+            graphs = tuple(GpuGraph(label, tuple(m[k] for m in means), _latest_text(field, unit, group.readable))
+                           for k, (label, field, unit) in enumerate(figures))
+            name = f"{group.role or 'GPUs'} {format_indices([gpu.index for gpu in group.gpus])}"
+            rows.append(GpuGraphRow(name, group.role, graphs))
+    else:
+        rows = [
+            GpuGraphRow(
+                str(gpu.index), roles.get(gpu.index, ""),
+                tuple(GpuGraph(label, tuple(levels[k] for levels in series[gpu.index]), _latest_text(field, unit, (gpu,)))
+                      for k, (label, field, unit) in enumerate(figures)),
+                gpu.error,
+            )
+            for gpu in newest
+        ]
+    return GpuGraphsView(tuple(rows), history[-1][0] - history[0][0])
+
+
+def graph_columns(levels: Sequence[float | None], width: int) -> list[float | None]:
+    """`levels` in `width` columns, the newest at the right: the mean of each of `width` equal slices
+    (an idle dip shows, where a peak would hide it); with fewer levels than columns, one a column and
+    blanks (None) before them. A slice with nothing read is None."""
+    count = len(levels)
+    if width <= 0:
+        return []
+    if count <= width:
+        return [None] * (width - count) + list(levels)
+    bounds = [count * n // width for n in range(width + 1)]
+    return [_mean(list(levels[start:end])) for start, end in zip(bounds, bounds[1:])]
+
+
+def gpu_titles(sample: Sample | None, node: str | None = None, *, graphs_span_s: float | None = None) -> BoxTitles:
+    """The GPUs box: source, read errors, GPU faults and unseen processes, loudest first; in the
+    graph view (`graphs_span_s`), the time the graphs cover."""
     title = f"GPUs · {node}" if node else "GPUs"
     if sample is None:
         return BoxTitles(title, "waiting for the first sample")
@@ -137,6 +259,8 @@ def gpu_titles(sample: Sample | None, node: str | None = None) -> BoxTitles:
     if gpu_processes_unseen(sample):
         parts.insert(0, "processes unseen (PID namespace)")
         level = "warn" if level == "ok" else level
+    if graphs_span_s is not None:
+        parts.append(f"graphs of the last {format_duration(graphs_span_s)}")
     return BoxTitles(title, " · ".join(parts), level)
 
 
@@ -272,12 +396,21 @@ def rate_stale_s(state: RunState, now: float) -> float | None:
     return age if age > max(STALE_RATE_MIN_S, STALE_RATE_GAPS * usual) else None
 
 
-def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> ThroughputView:
-    """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA."""
+def throughput_view(state: RunState, metrics: MetricsConfig, now: float, found: Slowdown | None = None) -> ThroughputView:
+    """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA; with
+    the slowdown the diagnosis `found`, its baseline and where it began among the values shown (judged
+    again on the newest values, console.slowness.slowdown: a rate back above the line ends it)."""
     metric = state.rate_metric
     values = state.values(metric, newest=SPARK_POINTS) if metric else []
     recent = (state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]) if metric else []
     bar = state.progress
+    baseline = metrics.baseline(metric) if metric else metrics.baseline_tokens_per_s
+    slow_from = slow_for_s = None
+    now_slow = slowdown(state.values(metric), found.baseline, found.fraction) if found and metric else None
+    if now_slow is not None and metric is not None:
+        baseline = now_slow.baseline.rate
+        slow_from = max(len(values) - now_slow.below_for, 0)
+        slow_for_s = max(0.0, now - state.series[metric][-now_slow.below_for].time)
     return ThroughputView(
         unit=RATE_UNITS[metric] if metric else None,
         per_iteration=metric == "it_per_s" and bar is not None and bar.rate_unit == "s/it",
@@ -285,7 +418,10 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float) -> Thro
         current=values[-1] if values else None,
         average=sum(recent) / len(recent) if recent else None,
         minimum=min(recent) if recent else None,
-        baseline=metrics.baseline(metric) if metric else metrics.baseline_tokens_per_s,
+        baseline=baseline,
+        learned=now_slow is not None and now_slow.baseline.source != "config",
+        slow_from=slow_from,
+        slow_for_s=slow_for_s,
         stale_s=rate_stale_s(state, now) if metric else None,
         losses=tuple(state.values("loss", newest=SPARK_POINTS)),
         nonfinite_loss=state.nonfinite_loss,

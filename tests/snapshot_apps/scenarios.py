@@ -9,6 +9,7 @@ is random: the same scenario always renders the same screen.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from console.config import Config, GpuConfig, MetricsConfig, RunConfig, TargetConfig
@@ -174,8 +175,32 @@ def healthy_rate(n: int) -> float:
     return 14_050 + 260 * math.sin(n / 5) + 90 * math.cos(n / 2.3)
 
 
-def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
-    """A RunState as a monitor would have filled it for `scenario` (see SCENARIOS)."""
+#: The slow scenario's rate falls this long before NOW (its 81st of 160 lines, 2 s apart).
+SLOW_FOR_S = 160.0
+#: H200's highest SM clock (clocks.max.sm in smi_query_gpu_busy.txt).
+H200_SM_MHZ = 1980.0
+
+
+def gpu_history(gpus: tuple[GpuReading, ...], seconds: int, *, slow_for_s: float | None) -> list[tuple[float, tuple[GpuReading, ...]]]:
+    """`gpus` read once a second for `seconds` up to TARGET_NOW, each with its SM clock: steady, then for the
+    last `slow_for_s` seconds (an input-bound slowdown) busy in bursts, at lower power, while the clock holds."""
+    history = []
+    for n in range(seconds):
+        at = TARGET_NOW - (seconds - 1 - n)
+        slow = slow_for_s is not None and at > TARGET_NOW - slow_for_s
+        readings = []
+        for gpu in gpus:
+            wave = math.sin(n / 3 + gpu.index)
+            util = (55.0 + 35 * wave) if slow else (gpu.utilization_pct or 0.0) - abs(wave)
+            power = (330.0 + 120 * wave) if slow else (gpu.power_w or 0.0) + 8 * wave
+            readings.append(replace(gpu, utilization_pct=round(util), power_w=round(power, 1), sm_clock_mhz=H200_SM_MHZ - 15 * (n % 3)))
+        history.append((at, tuple(readings)))
+    return history
+
+
+def build_state(scenario: str, clock: FakeClock | None = None, *, gpu_seconds: int = 0) -> RunState:
+    """A RunState as a monitor would have filled it for `scenario` (see SCENARIOS); `gpu_seconds`: that many
+    seconds of samples before the last (gpu_history), the GPU pane's graphs."""
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}")
     clock = clock or FakeClock()
@@ -220,10 +245,13 @@ def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
     state.add_lines(to_log_lines(texts))
     if scenario == "bar":
         state.set_progress(bar)
+    history = gpu_history(gpus, gpu_seconds, slow_for_s=SLOW_FOR_S if scenario == "slow" else None)
+    for at, readings in history[:-1]:
+        state.add_sample(Sample(time=at, gpus=readings, gpu_source="nvml", processes=processes))
     state.add_sample(
         Sample(
             time=TARGET_NOW,
-            gpus=gpus,
+            gpus=history[-1][1] if history else gpus,
             gpu_source="nvml",
             processes=processes,
             # A block-buffered stdout writes whole 4 KiB buffers: the buffered run's log is 2,176 of them.
@@ -236,14 +264,15 @@ def build_state(scenario: str, clock: FakeClock | None = None) -> RunState:
     return state
 
 
-def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: bool = False, target=None, config=None):
+def make_app(scenario: str = "healthy", *, theme: str | None = None, read_only: bool = False, target=None, config=None,
+             gpu_seconds: int = 0):
     """A PulseApp over `scenario`'s state with no live source, on a fake clock (app.clock), no animations."""
     from console.ui.app import PulseApp
 
     clock = FakeClock()
     app = PulseApp(
         config or make_config(),
-        build_state(scenario, clock),
+        build_state(scenario, clock, gpu_seconds=gpu_seconds),
         target=target,
         read_only=read_only,
         clock=clock,

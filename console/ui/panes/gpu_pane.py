@@ -2,7 +2,8 @@
 
 In a compact terminal it shows one summary line per GPU role instead (ranges over the role's
 GPUs). Rows take a cursor when the pane has focus: the selected row's GPUs are what `{gpu}`
-means to a custom action.
+means to a custom action. Its graph view (`graphs`) draws the same rows as graphs over time:
+utilisation, memory, power and SM clock, as nvtop does, from a GpuGraphsView (console.ui.run_figures).
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from console.model import GpuReading, GpuRole, gpus_by_role
 from console.ui.panes.row_cursor import ROW_CURSOR_BINDINGS
 from console.ui.panes.plain_lines import PlainLines
 from console.ui.panes.styles import KeptStyles, background_style, text_style
-from console.ui.run_figures import kept_parts
+from console.ui.run_figures import GpuGraph, GpuGraphRow, GpuGraphsView, graph_columns, kept_parts
 from console.ui.themes import Thresholds
 from console.units import format_gib, format_indices, spread
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
+#: A graph column's heights, lowest first (one row: eight levels).
+_LEVELS = "▁▂▃▄▅▆▇█"
+#: A graph narrower than this says too little: a row shows fewer figures instead (the last give way).
+GRAPH_MIN_CELLS = 8
 BOLD = Style(bold=True)
 
 
@@ -105,6 +110,9 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         self.compact = False
         """One summary line per role instead of one line per GPU."""
         self.cursor = 0
+        self.graphs = False
+        """Draw each row's figures as graphs over time (the graph view) instead of bars of the newest reading."""
+        self.graph_view = GpuGraphsView()
         self._cache: dict[int, Strip] = {}
 
     def show(
@@ -130,6 +138,20 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
             if old != new:
                 self._cache.pop(index, None)
                 self.refresh_line(index)
+
+    def show_graphs(self, view: GpuGraphsView) -> None:
+        """What the graph view draws (kept while the bars show, so the switch back draws at once)."""
+        if view != self.graph_view:
+            self.graph_view = view
+            if self.graphs:
+                self._cache.clear()
+                self.refresh()
+
+    def set_graphs(self, graphs: bool) -> None:
+        """Switch between bars of the newest reading and graphs over the readings held."""
+        if graphs != self.graphs:
+            self.graphs = graphs
+            self._rows_changed()
 
     def set_compact(self, compact: bool) -> None:
         """Switch between one line per GPU and one line per role."""
@@ -198,7 +220,10 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
             return Strip.blank(width, self.base_style)
         if index not in self._cache:
             row = rows[index]
-            if self.compact:
+            graph_rows = self.graph_view.rows
+            if self.graphs and index < len(graph_rows):
+                line = self.graph_line(graph_rows[index], width)
+            elif self.compact:
                 line = self.role_line(GpuRole(self.roles.get(row[0].index, ""), row), width)
             else:
                 line = self.gpu_line(row[0], width)
@@ -229,16 +254,23 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
         else:
             text.append(bar_cells(fraction, width), track + Style(color=style.color))
 
+    def _row_start(self, label: str, role: str, role_width: int, error: str | None) -> SegmentLine:
+        """A row's start: its GPU (or role) in bold, its role in a column `role_width` wide, and its
+        fault when it has one (the row ends there)."""
+        text = SegmentLine()
+        text.append(f"{label} ", BOLD)
+        if role_width:
+            text.append(f"{role:<{role_width}} ", self._style("role"))
+        if error:
+            text.append(f" {error} ", self._style("error"))
+        return text
+
     def gpu_line(self, gpu: GpuReading, width: int) -> SegmentLine:
         """One GPU as a line of columns sized to `width`."""
         t = self.thresholds
         role_width = max((len(role) for role in self.roles.values()), default=0)
-        text = SegmentLine()
-        text.append(f"{gpu.index:>2} ", BOLD)
-        if role_width:
-            text.append(f"{self.roles.get(gpu.index, ''):<{role_width}} ", self._style("role"))
+        text = self._row_start(f"{gpu.index:>2}", self.roles.get(gpu.index, ""), role_width, gpu.error)
         if gpu.error:
-            text.append(f" {gpu.error} ", self._style("error"))
             return text
 
         fixed = text.cell_len + 1 + 15 + 2 + 5 + 2 + 5 + 2 + 5
@@ -295,6 +327,46 @@ class GpuPane(PlainLines, KeptStyles, ScrollView, can_focus=True):
             if more:
                 text.append(" ")
 
+
+    def graph_line(self, row: GpuGraphRow, width: int) -> SegmentLine:
+        """One row's figures side by side, each its label, a graph of equal width and its newest value."""
+        label_width = max((len(r.label) for r in self.graph_view.rows), default=2)
+        role_width = 0 if self.compact else max((len(role) for role in self.roles.values()), default=0)
+        text = self._row_start(f"{row.label:>{label_width}}", row.role, role_width, row.error)
+        if row.error:
+            return text
+        # Each figure's newest value as wide as the widest of its column, so the rows' graphs line up.
+        values = [max(len(r.graphs[n].latest) for r in self.graph_view.rows if len(r.graphs) > n) for n in range(len(row.graphs))]
+        graphs = list(row.graphs)
+        cells = 0
+        while graphs:  # the last figures give way to graphs of at least GRAPH_MIN_CELLS
+            words = sum(len(graph.label) + 1 + 1 + value + 2 for graph, value in zip(graphs, values))
+            cells = (width - text.cell_len - words) // len(graphs)
+            if cells >= GRAPH_MIN_CELLS or len(graphs) == 1:
+                break
+            graphs.pop()
+        for graph, value in zip(graphs, values):
+            text.append(f"{graph.label} ", self._style("dim"))
+            if cells > 0:
+                self._graph(text, graph, cells)
+            text.append(f" {graph.latest:>{value}}  ", self._graph_style(graph))
+        return text
+
+    def _graph(self, text: SegmentLine, graph: GpuGraph, cells: int) -> None:
+        track = self._style("track")
+        style = track + Style(color=self._graph_style(graph).color)
+        chars = []
+        for level in graph_columns(graph.levels, cells):
+            chars.append(" " if level is None else _LEVELS[min(max(round(level * (len(_LEVELS) - 1)), 0), len(_LEVELS) - 1)])
+        text.append("".join(chars), style)
+
+    def _graph_style(self, graph: GpuGraph) -> Style:
+        """Memory by its thresholds, as the bars are; the others in the steady colour."""
+        t = self.thresholds
+        if graph.label == "mem":
+            newest = next((level for level in reversed(graph.levels) if level is not None), None)
+            return self._level(None if newest is None else newest * 100, t.memory_warn_pct, t.memory_crit_pct)
+        return self._style("ok")
 
     def role_line(self, group: GpuRole, width: int) -> SegmentLine:
         """One role's GPUs as a line of ranges: which, memory, utilization, temperature, power, faults."""

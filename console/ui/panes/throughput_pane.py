@@ -71,13 +71,19 @@ def steady_scale(values: Sequence[float]) -> tuple[float, float]:
     return middle - half, middle + half  # values >= 0 keep a bottom >= 0: half is at most their middle
 
 
+#: The baseline's line across a sparkline, where no bar reaches it.
+LINE = "─"
+
+
 def sparkline_rows(
-    values: Sequence[float], width: int, height: int, scale: tuple[float, float] | None = None
+    values: Sequence[float], width: int, height: int, scale: tuple[float, float] | None = None,
+    line: float | None = None,
 ) -> list[list[SparkCell]]:
     """A sparkline `height` rows tall, top row first: each cell's character and where its slice's
     peak stands between the scale's ends (0 to 1: its colour), None for a blank. The scale is the
     data's smallest and largest value unless given (steady_scale). Fewer slices than cells are
-    stretched across the width, as Textual's Sparkline draws them."""
+    stretched across the width, as Textual's Sparkline draws them. `line`: a value drawn as a
+    horizontal LINE (ratio None) in the row it falls in, over the cells whose bar stays below that row."""
     if width <= 0:
         return [[] for _ in range(height)]  # not laid out yet
     if not values:
@@ -96,13 +102,24 @@ def sparkline_rows(
         ratio = min(1.0, max(0.0, (peaks[int(position)] - low) / extent))
         cells.append((int(ratio * levels), ratio))
         position += step  # added up, not multiplied: the same cells as Textual's own for the same data
+    line_row = None if line is None else min(int(min(1.0, max(0.0, (line - low) / extent)) * levels) // len(BARS), height - 1)
     rows: list[list[SparkCell]] = []
     for row in reversed(range(height)):
         bottom, top = row * len(BARS), (row + 1) * len(BARS)
+        empty: SparkCell = (LINE, None) if row == line_row else (" ", None)
         rows.append(
-            [(" ", None) if level < bottom else ("█", ratio) if level >= top else (BARS[level % len(BARS)], ratio) for level, ratio in cells]
+            [empty if level < bottom else ("█", ratio) if level >= top else (BARS[level % len(BARS)], ratio) for level, ratio in cells]
         )
     return rows
+
+
+def first_column(index: int, count: int, width: int) -> int:
+    """The first of `width` columns that draws value `index` of `count` (as sparkline_rows lays them out)."""
+    if count <= 0 or width <= 0:
+        return 0
+    if count > width:  # bucket_peaks: column c holds values count*c//width up to count*(c+1)//width
+        return next(c for c in range(width) if count * (c + 1) // width > index)
+    return -(-index * width // count)  # stretched: column c draws value int(c * count / width)
 
 
 def blend_rgb(low: Color, high: Color, ratio: float) -> tuple[int, int, int] | None:
@@ -122,14 +139,18 @@ def bar_style(base: Style, rgb: tuple[int, int, int]) -> Style:
 
 def sparkline_strips(
     values: Sequence[float], width: int, height: int, base: Style, low: Color, high: Color,
-    scale: tuple[float, float] | None = None,
+    scale: tuple[float, float] | None = None, line: float | None = None, line_style: Style | None = None,
 ) -> list[Strip]:
-    """A sparkline's rows as strips (`scale` as sparkline_rows'): each bar coloured between `low` and `high` by its height."""
+    """A sparkline's rows as strips (`scale` and `line` as sparkline_rows'): each bar coloured between
+    `low` and `high` by its height, the line in `line_style`."""
     styles: dict[float | None, Style] = {None: base}
     strips = []
-    for row in sparkline_rows(values, width, height, scale):
+    for row in sparkline_rows(values, width, height, scale, line):
         segments = []
         for char, ratio in row:
+            if char == LINE and ratio is None:
+                segments.append(Segment(char, base + line_style if line_style else base))
+                continue
             style = styles.get(ratio)
             if style is None and ratio is not None:  # a blank's is kept from the start
                 rgb = blend_rgb(low, high, ratio)
@@ -165,6 +186,7 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
         "throughput-pane--loss-high",
         "throughput-pane--loss-low",
         "throughput-pane--stale",
+        "throughput-pane--baseline",
     }
 
     DEFAULT_CSS = """
@@ -177,6 +199,7 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
         & > .throughput-pane--loss-high { color: $accent; }
         & > .throughput-pane--loss-low { color: $accent 40%; }
         & > .throughput-pane--stale { color: $warning; }
+        & > .throughput-pane--baseline { color: $text-muted; }
     }
     """
 
@@ -188,6 +211,9 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
         self.sparklines: dict[str, tuple[float, ...]] = {"rate-spark": (), "loss-spark": ()}
         self.slow = False
         """The rate is below the slow fraction of its baseline: its sparkline in the warning colour."""
+        self.slowdown: tuple[int, float] | None = None
+        """The slowdown the diagnosis found: where among the rates it began, and the baseline, drawn
+        as a line across the rate's sparkline; its bars from that rate on in the warning colour."""
         self.stale = False
         """The last rate is overdue: the rate and baseline figures in the warning colour."""
         self._cells: dict[str, tuple] = {}
@@ -226,8 +252,12 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
             elif view.baseline:
                 ratio = view.current / view.baseline
                 slow = ratio < view.slow_fraction
-                against = Text.assemble((f"{ratio:.0%}", "bold"), f" of baseline {si(view.baseline)}")
-                if slow:
+                what = "its best sustained" if view.learned else "baseline"
+                against = Text.assemble((f"{ratio:.0%}", "bold"), f" of {what} {si(view.baseline)}")
+                if view.slow_for_s is not None:
+                    since = Text(f"  slow for {format_duration(view.slow_for_s)}", "bold")
+                    self.update_figure("baseline", against + since, against + Text("  slow", "bold"))
+                elif slow:
                     self.update_figure("baseline", against + Text("  below normal", "bold"), against + Text("  slow", "bold"))
                 else:
                     self.update_figure("baseline", against)
@@ -235,6 +265,10 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
             else:
                 self.update_figure("baseline", Text("no baseline in config [metrics]", style="dim"), Text("no baseline set", style="dim"))
                 self._set_flags(slow=False)
+        slowdown = None if view.slow_from is None or view.baseline is None else (view.slow_from, view.baseline)
+        if slowdown != self.slowdown:
+            self.slowdown = slowdown
+            self._repaint("rate-spark")
         self.show_sparkline("rate-spark", view.rates)
 
         if view.nonfinite_loss is not None:
@@ -322,15 +356,34 @@ class ThroughputPane(PlainLines, KeptStyles, Widget):
         return next((form for form in forms if form.cell_len <= width), forms[-1])
 
     def _sparkline(self, name: str, width: int, height: int, base: Style) -> list[Strip]:
+        slowdown = self.slowdown if name == "rate-spark" else None
         colours = "slow" if name == "rate-spark" and self.slow else name.removesuffix("-spark")
-        low, high = self._colour(f"throughput-pane--{colours}-low"), self._colour(f"throughput-pane--{colours}-high")
         values = self.sparklines[name]
-        key = (values, width, height, base, low, high)
+        key = (values, width, height, base, colours, slowdown, self._colour(f"throughput-pane--{colours}-high"))
         kept = self._strips.get(name)
         if kept is None or kept[0] != key:
-            strips = sparkline_strips(values, width, height, base, low, high, steady_scale(values) if values else None)
-            kept = self._strips[name] = (key, strips)
+            kept = self._strips[name] = (key, self._draw_sparkline(name, values, width, height, base, colours, slowdown))
         return kept[1]
+
+    def _draw_sparkline(
+        self, name: str, values: tuple[float, ...], width: int, height: int, base: Style, colours: str,
+        slowdown: tuple[int, float] | None,
+    ) -> list[Strip]:
+        """The sparkline in its colours; with a slowdown, its baseline a line over a scale that holds
+        it, and the bars from the slowdown's first rate on in the slow colours."""
+        line = None if slowdown is None else slowdown[1]
+        scale = steady_scale((*values, line) if line is not None else values) if values else None
+        line_style = self.kept_style("throughput-pane--baseline", lambda component: text_style(self, component))
+
+        def strips(colours: str) -> list[Strip]:
+            low, high = self._colour(f"throughput-pane--{colours}-low"), self._colour(f"throughput-pane--{colours}-high")
+            return sparkline_strips(values, width, height, base, low, high, scale, line, line_style)
+
+        if slowdown is None:
+            return strips(colours)
+        column = first_column(slowdown[0], len(values), width)
+        before, after = strips(name.removesuffix("-spark")), strips("slow")
+        return [Strip.join([old.crop(0, column), new.crop(column, width)]) for old, new in zip(before, after)]
 
     def _colour(self, component: str) -> Color:
         """A component's colour blended over the pane's background (its alpha made solid)."""

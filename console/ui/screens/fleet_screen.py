@@ -57,6 +57,8 @@ def row_cells(row: NodeRow) -> tuple[Text | str, ...]:
     util = "–" if row.gpu_util_pct is None else f"{row.gpu_util_pct:.0f}%"
     grew = "–" if row.log_silent_s is None else f"{format_duration(row.log_silent_s)} ago"
     rate = "–" if row.rate is None else f"{si(row.rate)} {row.rate_unit}"
+    if row.rate_score is not None:
+        rate += f" · {row.rate_score:.2f}"  # against the fastest node
     return (row.name, verdict, str(row.gpus), memory, util, str(row.ranks), grew, rate, row.connection)
 
 
@@ -192,13 +194,20 @@ def node_detail(node: FleetNode) -> Text:
 
 
 def diagnosis_text(diagnosis) -> Text:
-    """The fleet diagnosis: the headline, the ranks grouped by stack, NCCL, then each node's verdict."""
+    """The fleet diagnosis: the headline, the nodes' rates and the slowest, the ranks grouped by stack, NCCL,
+    then each node's verdict."""
     from console.observe.nccl import nccl_lines
 
     text = Text()
     worst = diagnosis.worst
     text.append(f" {worst.name.upper()} ", "bold reverse")
     text.append(f" {diagnosis.headline()}\n\n", "bold")
+    rates = diagnosis.rate_lines()
+    if rates:
+        text.append("Rates\n", "bold underline")
+        for line in rates:
+            text.append(f"  • {line}\n")
+        text.append("\n")
     stacks = diagnosis.stack_lines() if diagnosis.ranks else []
     if stacks or diagnosis.nccl:
         text.append("Ranks\n", "bold underline")
@@ -295,7 +304,7 @@ class FleetApp(ThemedApp):
             await self.fleet.close()
 
     def header_text(self) -> str:
-        """The job in one line: Slurm's view, nodes healthy / total, the summed throughput."""
+        """The job in one line: Slurm's view, nodes healthy / total, the summed throughput, the slowest node."""
         assert self.fleet is not None
         summary = self.fleet.summary()
         parts = []
@@ -307,6 +316,9 @@ class FleetApp(ThemedApp):
             parts.append(f"{si(summary.rate)} {summary.rate_unit} total")
         if summary.worst and summary.worst != "healthy":
             parts.append(f"worst: {summary.worst}")
+        if summary.slowest is not None:
+            name, score = summary.slowest
+            parts.append(f"slowest: {name} at {score:.2f} of the fastest")
         return " · ".join(parts)
 
     def repaint(self) -> None:

@@ -23,6 +23,7 @@ from textual.widgets import Input
 from console.config import Config
 from console.diagnose import Verdict
 from console.model import Sample, run_pids
+from console.slowness import Slowdown
 from console.observe.roles import fold_helpers
 from console.state import RunState
 from console.stall import Silence
@@ -40,6 +41,7 @@ from console.ui.run_figures import (
     BoxTitles,
     LogReading,
     StatusView,
+    gpu_graphs,
     gpu_titles,
     log_titles,
     process_titles,
@@ -111,6 +113,7 @@ class RunScreen(BaseScreen):
         """What the log's input box does: `search`, `filter` or `goto` (LOG_INPUT_PROMPTS)."""
         self._dirty = True
         self._painted_sample: Sample | None = None
+        self._painted_slowdown: Slowdown | None = None
         self._painted_at = float("-inf")
         self._frame_pending = False
         self._lines_drawn_at = 0.0
@@ -167,6 +170,7 @@ class RunScreen(BaseScreen):
         self.set_class(height < 34, "-short")
         self.set_class(compact, "-compact")
         self.gpu_pane.set_compact(compact)
+        self._show_gpu_graphs()  # a role's row or a GPU's, as the bars
 
     def _theme_changed(self, _theme: object) -> None:
         self._dirty = True
@@ -239,25 +243,37 @@ class RunScreen(BaseScreen):
             return  # a sample or a tick while the app tears its screens down: their styles are gone
         now = self.clock()
         self.status_bar.show(self.status_view(now))
-        if not (force or (self._dirty and now - self._painted_at >= unless_painted_within)):
+        verdict = self.verdict()
+        found = verdict.slowdown if verdict is not None else None
+        # A slowdown found (or ended) is marked on the throughput graph at once, not at the next sample.
+        if not (force or found != self._painted_slowdown or (self._dirty and now - self._painted_at >= unless_painted_within)):
             self._refresh_titles(now)
             return
+        self._painted_slowdown = found
         self._dirty = False
         self._painted_at = now
         sample = self._painted_sample = self.state.latest
         if sample is not None:
             self.gpu_pane.show(sample.gpus, roles=self.config.gpus.roles, own_pids=run_pids(sample.processes), thresholds=self.thresholds())
+            self._show_gpu_graphs()
             self.process_pane.show(fold_helpers(sample.processes, self.config.stall.cpu_idle_pct))
             self.on_first_sample()
-        self.throughput_pane.show(throughput_view(self.state, self.config.metrics, self.clock()))
+        self.throughput_pane.show(throughput_view(self.state, self.config.metrics, self.clock(), found))
         self._refresh_titles(now)
+
+    def _show_gpu_graphs(self) -> None:
+        """The graph view's figures over the readings held, computed only while it shows."""
+        pane = self.gpu_pane
+        if pane.graphs:
+            pane.show_graphs(gpu_graphs(self.state.gpu_history, self.config.gpus.roles, by_role=pane.compact))
 
     def status_view(self, now: float) -> StatusView:
         """The status line now: where the run is, its link, the sample's age and the verdict."""
         return status_view(self.config, self.state, self.verdict(), read_only=self.read_only, now=now)
 
     def _refresh_titles(self, now: float) -> None:
-        set_box(self.gpus_box, gpu_titles(self.state.latest, self.node_name))
+        span = self.gpu_pane.graph_view.span_s if self.gpu_pane.graphs else None
+        set_box(self.gpus_box, gpu_titles(self.state.latest, self.node_name, graphs_span_s=span))
         silence = Silence(self.state.log_silent_s(now), self.usual_s(), override_s=self.config.stall.log_silent_s)
         set_box(self.processes_box, process_titles(self.state, silence, now))
         self._refresh_log_titles()
@@ -277,6 +293,12 @@ class RunScreen(BaseScreen):
     @on(LogPane.FollowChanged)
     def _follow_changed(self) -> None:
         self._refresh_log_titles()
+
+    def action_toggle_gpu_graphs(self) -> None:
+        """`g`: the GPUs as graphs over the readings held, or as bars of the newest."""
+        self.gpu_pane.set_graphs(not self.gpu_pane.graphs)
+        self._show_gpu_graphs()
+        self._refresh_titles(self.clock())
 
     # -- the log's keys ------------------------------------------------------------
 
