@@ -41,8 +41,9 @@ COMMAND_EXAMPLES = {
     "restart": ["pulse restart run.toml", "pulse restart run.toml --yes --grace 60"],
     "warmup": ["pulse warmup run.toml --yes"],
     "watch": ["pulse watch run.toml", "nohup pulse watch run.toml >> watch.log 2>&1 &",
-              "pulse watch run.toml --restart-on hung --max-restarts 2 --restart-after 15m --metrics :9464"],
-    "journal": ["pulse journal run.toml", "pulse journal run.toml --since 2d --json"],
+              "pulse watch run.toml --restart-on hung --max-restarts 2 --restart-after 15m --metrics :9464",
+              "pulse watch fleet.toml --slurm-job 4242 --restart-on hung --max-restarts 2 --metrics :9464"],
+    "journal": ["pulse journal run.toml", "pulse journal run.toml --since 2d --json", "pulse journal fleet.toml --slurm-job 4242"],
     "report": ["pulse report run.toml --since 12h > incident.md"],
 }
 EXIT_USAGE = 2
@@ -367,6 +368,10 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
             from console.commands import fleet_actions
 
             return getattr(fleet_actions, command)(config, args)
+        if command in ("journal", "report"):  # a Slurm job's journal (fleet_refusal refuses a host list's)
+            from console.commands import journal
+
+            return getattr(journal, f"run_{command}")(config, args)
         from console.ui.screens.fleet_screen import run_fleet_console
 
         return run_fleet_console(config, args)

@@ -6,6 +6,7 @@
         [--metrics HOST:PORT]                     Prometheus metrics (console/journal/metrics.py)
     pulse journal CONFIG [--since 6h] [--json]
     pulse report CONFIG [--since 24h]   Markdown post-mortem of the window
+    (a Slurm job's, `--slurm-job ID`: its watch is console/commands/fleet_watch.py; these read its journal)
 
 Exit status: 0 done (watch: stopped by SIGTERM/SIGINT after committing the journal);
 2 a bad config, no journal to read, or a journal that cannot be opened, a restart policy that
@@ -62,7 +63,7 @@ def policy_refusal(config: Config, args: argparse.Namespace) -> str | None:
         return None
     if getattr(args, "read_only", False):
         return "--read-only: the restart policy (--restart-on, [watch] restart_on) restarts the run; drop one of them"
-    if not config.run.launch:
+    if not config.run.launch and not config.target.slurm_job:  # a Slurm job without one is requeued
         return f"{config.source}: the restart policy needs [run] launch (or --launch): the command that starts the run"
     return audit_refusal("restart", AuditLog(config.audit_log))
 
@@ -195,6 +196,7 @@ def run_report(config: Config, args: argparse.Namespace) -> int:
         return _error("report", str(exc))
     print(f"journal {path}", file=sys.stderr)
     container = f" ({config.target.container.describe()})" if config.target.container else ""
-    sys.stdout.write(report_markdown(window, host=(config.target.host or "this machine") + container, run=config.run.name))
+    job = f"Slurm job {config.target.slurm_job} on " if config.target.slurm_job else ""
+    sys.stdout.write(report_markdown(window, host=job + (config.target.host or "this machine") + container, run=config.run.name))
     return EXIT_OK
 

@@ -245,6 +245,13 @@ async def _restart(
     yield StepEvent("verify", StepStatus.OK, f"job {job_id}: the run is alive on {len(alive)} node(s)", data)
 
 
+def restarted_job(event: StepEvent | OutputLine) -> str | None:
+    """The job ID Slurm runs after a restart (a resubmit's new one), from the restart's `start` step once it is OK."""
+    if isinstance(event, StepEvent) and event.step == "start" and event.status is StepStatus.OK:
+        return event.data.get("job_id")
+    return None
+
+
 def execute_fleet_restart(
     slurm: SlurmClient,
     config: Config,
