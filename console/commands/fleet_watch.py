@@ -48,7 +48,7 @@ from console.diagnose import Verdict
 from console.fleet.fleet import Fleet, FleetError
 from console.fleet.fleet_actions import restarted_job
 from console.fleet.fleet_diagnose import diagnose_fleet
-from console.journal.metrics import MetricsEndpoint, RunSnapshot, SnapshotCollector, snapshot_of
+from console.journal.metrics import MetricsError, RunSnapshot, SnapshotCollector, serve_metrics, snapshot_of
 from console.journal.policy import Decision
 from console.journal.recorder import VerdictRecorder
 from console.journal.store import JournalError
@@ -149,13 +149,11 @@ async def _fleet_watch(config: Config) -> int:
 
     collector, endpoint, where = SnapshotCollector(), None, ""
     if config.watch.metrics:  # first: an address it cannot listen on is refused before anything is opened
-        endpoint = MetricsEndpoint(collector)
         try:
-            host, port = endpoint.start(*config.watch.metrics)
-        except OSError as exc:
-            given = ":".join(map(str, config.watch.metrics))
-            return _error(f"--metrics {given}: cannot listen there ({exc.strerror or exc}); give a free HOST:PORT")
-        where = f"; metrics on http://{host}:{port}/metrics"
+            endpoint, url = serve_metrics(collector, config.watch.metrics)
+        except MetricsError as exc:
+            return _error(str(exc))
+        where = f"; metrics on {url}"
     try:
         try:
             fleet = await Fleet.open(config)

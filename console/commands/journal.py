@@ -72,7 +72,7 @@ async def _watch(config: Config) -> int:
     from console.alerts import tty_writer
     from console.commands.auto_restart import AutoRestart
     from console.evidence import RunLook
-    from console.journal.metrics import MetricsEndpoint, SnapshotCollector, snapshot_of
+    from console.journal.metrics import MetricsError, SnapshotCollector, serve_metrics, snapshot_of
     from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
     from console.monitor import Monitor
     from console.remote.connect import make_target
@@ -87,14 +87,12 @@ async def _watch(config: Config) -> int:
         stopped_by.append(sig.name)
         stop.set()
 
-    collector, endpoint = SnapshotCollector(), None
+    collector, endpoint, url = SnapshotCollector(), None, None
     if config.watch.metrics:  # first: an address it cannot listen on is refused before anything is opened
-        endpoint = MetricsEndpoint(collector)
         try:
-            host, port = endpoint.start(*config.watch.metrics)
-        except OSError as exc:
-            where = ":".join(map(str, config.watch.metrics))
-            return _error("watch", f"--metrics {where}: cannot listen there ({exc.strerror or exc}); give a free HOST:PORT")
+            endpoint, url = serve_metrics(collector, config.watch.metrics)
+        except MetricsError as exc:
+            return _error("watch", str(exc))
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     state = RunState()
@@ -111,8 +109,8 @@ async def _watch(config: Config) -> int:
     auto = AutoRestart(config, watch, look)
     labels = (("run", config.run.name), ("host", config.target.host or socket.gethostname()))
     print(f"pulse watch: {target.label}: journal {watch.journal.path}", file=sys.stderr, flush=True)
-    if endpoint is not None:
-        print(f"pulse watch: metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    if url is not None:
+        print(f"pulse watch: metrics on {url}", file=sys.stderr, flush=True)
     await monitor.start()
     next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
     shown, shown_since = None, None

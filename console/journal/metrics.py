@@ -175,3 +175,18 @@ class MetricsEndpoint:
             if self._thread is not None:
                 self._thread.join(timeout=5)
             self._server = None
+
+
+class MetricsError(Exception):
+    """The endpoint cannot listen where it was asked to: one line naming the address."""
+
+
+def serve_metrics(collector: SnapshotCollector, address: tuple[str, int]) -> tuple[MetricsEndpoint, str]:
+    """An endpoint serving `collector` at `address` (`--metrics HOST:PORT`), and its URL; MetricsError when it cannot listen there."""
+    endpoint = MetricsEndpoint(collector)
+    try:
+        host, port = endpoint.start(*address)
+    except OSError as exc:
+        given = ":".join(map(str, address))
+        raise MetricsError(f"--metrics {given}: cannot listen there ({exc.strerror or exc}); give a free HOST:PORT") from None
+    return endpoint, f"http://{host}:{port}/metrics"
