@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus, audit_refusal
+from console.actions.audit import ActionRefused, AuditLog, RecordListener, StepEvent, StepStatus, audit_refusal
 from console.commands.actions import (
     EXIT_FAILED,
     EXIT_OK,
@@ -48,11 +48,11 @@ def restart(config: Config, args: argparse.Namespace) -> int:
 
 
 async def restart_job(config: Config, args: argparse.Namespace, *, judged_restarts: int | None = None,
-                      report: ActionReport | None = None) -> int:
+                      report: ActionReport | None = None, on_record: RecordListener | None = None) -> int:
     """`pulse restart --slurm-job ID` to its exit code, its steps and any refusal also in `report` (as
     console.commands.actions.restart_run on one machine). `judged_restarts`: Slurm's restart count of
     the job when a verdict was earned on it; a job restarted since (by another watch, or by hand) is
-    refused, nothing done."""
+    refused, nothing done. `on_record` is told of each audit record (the watch's journal)."""
 
     def refuse(text: str) -> int:
         print(text, file=sys.stderr)
@@ -84,7 +84,8 @@ async def restart_job(config: Config, args: argparse.Namespace, *, judged_restar
             return EXIT_REFUSED
         verified = False
         try:
-            async for event in execute_fleet_restart(slurm, config, plan, audit=not getattr(args, "no_audit", False)):
+            async for event in execute_fleet_restart(slurm, config, plan, audit=not getattr(args, "no_audit", False),
+                                                     on_record=on_record):
                 print(format_event(event), flush=True)
                 if isinstance(event, StepEvent):
                     if report is not None:

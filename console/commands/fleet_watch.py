@@ -131,8 +131,8 @@ class JobRestart(RestartActor):
                     f"{len(saved['nodes'])} node(s), {stacks} stack lines, {len(diagnosis.groups)} stack groups")
         job = replace(self.config, target=replace(self.config.target, slurm_job=fleet.job.job_id))
         report = ActionReport()
-        await self._restarted(fresh, restart_job(job, restart_args(), judged_restarts=fleet.job.restarts, report=report),
-                              report)
+        await self._restarted(fresh, restart_job(job, restart_args(), judged_restarts=fleet.job.restarts, report=report,
+                                                 on_record=self.watch.record_action), report)
         again = next((found for event in report.steps if (found := restarted_job(event)) is not None), None)
         if again is not None:
             await self.following.follow(again)

@@ -26,6 +26,7 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
@@ -262,13 +263,14 @@ def execute_fleet_restart(
     verify_timeout_s: float = 60.0,
     poll_s: float = 0.5,
     audit: bool = True,
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Stop through Slurm, wait, resubmit if planned, wait for the start, verify every node; audited
-    unless `audit` is False (--no-audit)."""
+    unless `audit` is False (--no-audit), each record also told to `on_record` (a watch's journal)."""
     timing = _Timing(stop_timeout_s, start_timeout_s, verify_timeout_s, poll_s)
     return audited(
         _restart(slurm, config, plan, timing),
-        log=AuditLog(config.audit_log) if audit else None,
+        log=AuditLog(config.audit_log, on_record=on_record) if audit else None,
         action="fleet restart",
         target=slurm.target,
         plan=plan.as_json(),
