@@ -230,7 +230,8 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     elif command == "watch":
         w = parser.add_argument_group("restart policy and metrics (or the config's [watch] table; these win)")
         w.add_argument("--restart-on", metavar="VERDICT[,VERDICT…]",
-                       help="restart the run (as pulse restart --yes) once its verdict has been one of these for --restart-after")
+                       help="restart the run (as pulse restart --yes; a Slurm job: as pulse restart --slurm-job ID --yes) once "
+                       "its verdict has been one of these for --restart-after")
         w.add_argument("--max-restarts", type=int, metavar="N", help="at most N automatic restarts per --restart-window")
         w.add_argument("--restart-window", metavar="DURATION", help="the window --max-restarts counts in (default 6h)")
         w.add_argument("--restart-after", metavar="DURATION", help="how long the verdict must last first (default 10m)")

@@ -8,7 +8,8 @@ A Slurm job's watch is the job's as `pulse watch` is a run's. The job's verdict 
 console.fleet.fleet.job_verdict) is printed, journaled and alerted on, and every action on the job
 journaled, in the job's journal (console.journal.store.journal_path: the job's ID and the host Slurm
 is asked on; `pulse journal --slurm-job ID` and `pulse report --slurm-job ID` read it); the metrics
-add the job's own series, with no `node` label: its verdict, its automatic restarts, its alerts.
+add the job's own series, its `node` label empty (absent, to Prometheus): its verdict, its automatic
+restarts, its alerts.
 Its restart policy (`--restart-on V[,V…] --max-restarts N`, or `[watch]`) acts as one run's does
 (console/commands/auto_restart.py: RestartActor, the part both share):
 

@@ -6,7 +6,7 @@ whole), so the HTTP server's thread never reads the live state the loop writes. 
 verdict changed are counted at the scrape, from the snapshot's time of the change.
 
 Every metric is labelled `run` and `host`, and, for a fleet's nodes, `node`. A Slurm job's watch
-also publishes the job itself, labelled `run` and `host` (where Slurm is asked) with no `node`: its
+also publishes the job itself, labelled `run` and `host` (where Slurm is asked), `node` empty: its
 verdict (the nodes' worst), the automatic restarts of the job and the alerts; a node has no counters
 of its own (the job is what is restarted and alerted on):
 

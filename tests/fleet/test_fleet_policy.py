@@ -15,7 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from console.config import Config, RunConfig, TargetConfig
+from console.diagnose import Verdict
+from console.fleet.fleet import job_verdict
 from console.fleet.slurm_text import parse_job
+from console.journal.store import journal_path
 from tests.fleet.conftest import Slurm
 from tests.fleet.test_fleet_watch import pulse, scrape
 from tests.fleet.test_slurm import batch_script, match
@@ -130,3 +134,27 @@ def test_a_hung_job_is_requeued_once_and_the_next_hang_past_the_limit_is_alerted
     assert metrics[("pulse_alerts_total", job_series)] == len(alerts(tmp_path))
     assert metrics[("pulse_verdict", (*job_series, ("verdict", "hung")))] == 1
     assert not [key for key in metrics if key[0] == "pulse_restarts_total" and ("node", slurm.node) in key[1]]
+
+
+def test_the_jobs_verdict_is_its_worst_nodes_said_of_the_job() -> None:
+    """What the policy acts on: one node hung and one unreachable is hung (unknown is the lesser), said where."""
+    hung = Verdict("hung", "the run is alive and idle; quiet 40s", ["log silent 40s"], "dump the stacks", "dump")
+    lost = Verdict("unknown", "node unreachable: timed out", ["timed out"], "check the node")
+    healthy = Verdict("healthy", "the run is alive and its log progresses", ["log grew"], "")
+    verdict = job_verdict([("gpu01", healthy), ("gpu02", hung), ("gpu03", lost)])
+    assert (verdict.name, verdict.step) == ("hung", "dump")
+    assert verdict.summary == "1/3 nodes healthy: hung on gpu02: gpu02: the run is alive and idle; quiet 40s"
+    assert verdict.evidence == ["gpu02: log silent 40s"]
+    assert job_verdict([("gpu01", healthy)]).summary == "1/1 nodes healthy"
+
+
+def test_a_slurm_jobs_journal_is_the_jobs_on_the_host_slurm_is_asked_on(tmp_path: Path, monkeypatch) -> None:
+    """`pulse journal --slurm-job ID` finds the watch's journal whatever else the config names of the run."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    watched = journal_path(Config(target=TargetConfig(slurm_job="42", reach="srun"), run=RunConfig(name="train", match="x")))
+    assert watched == journal_path(Config(target=TargetConfig(slurm_job="42")))
+    others = {journal_path(Config(target=TargetConfig(slurm_job="43"))),
+              journal_path(Config(target=TargetConfig(slurm_job="42", host="login1"))),
+              journal_path(Config(target=TargetConfig(host="login1"), run=RunConfig(name="slurm-42")))}
+    assert watched not in others and len(others) == 3
+    assert watched.name.startswith("local-slurm-42-") and watched.parent == tmp_path / "pulse" / "journal"
