@@ -107,6 +107,14 @@ class RestartActor(ABC):
     async def _restart(self, decision: Decision, verdict: Verdict) -> None:
         """Look (its verdict must still be one the policy restarts on), save the look, restart, say the outcome."""
 
+    def _look_failed(self, decision: Decision, verdict: Verdict, exc: TargetError) -> None:
+        """The full look could not be taken: an attempt all the same (a watch that cannot see what it
+        watches does not retry at once), failed, nothing done."""
+        self.policy.restarted()
+        self.restarts += 1
+        self.watch.journal.add(KIND, f"{decision.text}: no evidence could be taken", {"event": "restart", "verdict": decision.verdict})
+        self._ended(verdict, "failed", f"the look at the run failed ({exc}); nothing done", actions.ActionReport())
+
     def _declined(self, decision: Decision, fresh: Verdict) -> bool:
         """True (said and journaled) when the full look's verdict `fresh` is not one the policy restarts on."""
         if fresh.name in self.config.watch.restart_on:
@@ -171,10 +179,7 @@ class AutoRestart(RestartActor):
                 raise TargetError("no target to look at")
             evidence = await gather(self.look.target, self.config, follower_state=self.run_watch.state, dump_stacks="always")
         except TargetError as exc:
-            self.policy.restarted()  # an attempt all the same: a watch that cannot see its run does not retry at once
-            self.restarts += 1
-            self.watch.journal.add(KIND, f"{decision.text}: no evidence could be taken", {"event": "restart", "verdict": decision.verdict})
-            self._ended(verdict, "failed", f"the look at the run failed ({exc}); nothing done", actions.ActionReport())
+            self._look_failed(decision, verdict, exc)
             return
         self.look.looks.remember(evidence, self.config)  # the cheap verdicts that follow see these stacks too
         fresh = diagnose(evidence, self.config)

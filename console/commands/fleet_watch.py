@@ -54,6 +54,7 @@ from console.journal.policy import Decision
 from console.journal.recorder import VerdictRecorder
 from console.journal.store import JournalError
 from console.journal.watch import JournalWatch
+from console.remote.target import TargetError
 from console.targets import fleet_size
 
 EXIT_OK = 0
@@ -121,7 +122,11 @@ class JobRestart(RestartActor):
         fleet = self.following.fleet
         assert fleet.job is not None  # a Slurm job's fleet
         self._say(f"{decision.text}: looking at every node first")
-        diagnosis = await diagnose_fleet(fleet.nodes, job=fleet.job, dump_ranks="always")
+        try:
+            diagnosis = await diagnose_fleet(fleet.nodes, job=fleet.job, dump_ranks="always")
+        except TargetError as exc:  # a node's link lost while its stacks were taken (its first look is bounded)
+            self._look_failed(decision, verdict, exc)
+            return
         fresh = diagnosis.verdict()
         self.watch.verdict(fresh)
         if self._declined(decision, fresh):
