@@ -19,7 +19,7 @@ Its restart policy (`--restart-on V[,V…] --max-restarts N`, or `[watch]`) acts
    node's verdict, processes, stacks, last log lines and GPUs;
 3. the restart is `pulse restart --slurm-job ID --yes` itself (console.commands.fleet_actions
    .restart_job): the same plan (requeue, or resubmit for `[run] launch = "sbatch …"`) and guards,
-   the audit records, the verify on every node. A job Slurm restarted since the look (its restart
+   the job's restart lock, the audit records, the verify on every node. A job Slurm restarted since the look (its restart
    count grew: another watch, a person) is left alone;
 4. the outcome journaled and alerted; once Slurm runs the job again the watch follows it: its nodes
    formed again (under a resubmit's new ID; the journal stays the one of the ID the watch was given).

@@ -91,7 +91,7 @@ def test_a_hung_job_is_requeued_once_and_the_next_hang_past_the_limit_is_alerted
     restarts = [r for r in audit if r["action"] == "fleet restart"]
     assert [r["record"] for r in restarts] == ["started", "finished"], restarts
     assert restarts[-1]["outcome"].startswith("ok"), restarts[-1]
-    assert [s["step"] for s in restarts[-1]["steps"]] == ["stop", "wait", "start", "verify"]
+    assert [s["step"] for s in restarts[-1]["steps"]] == ["lock", "stop", "wait", "start", "verify"]
     assert f"stop: scontrol requeue {job_id}" in out
 
     # Each restart is an alert with its outcome; the limit is one alert; the watch went on watching.
