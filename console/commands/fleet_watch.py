@@ -5,9 +5,10 @@ node's verdict change is printed. With `--metrics HOST:PORT` each node's snapsho
 a `node` label beside `run` and `host` (console/journal/metrics.py).
 
 A Slurm job's watch is the job's as `pulse watch` is a run's. The job's verdict (its nodes' worst,
-console.fleet.fleet.job_verdict) is printed, journaled and alerted on, and every action on the job
-journaled, in the job's journal (console.journal.store.journal_path: the job's ID and the host Slurm
-is asked on; `pulse journal --slurm-job ID` and `pulse report --slurm-job ID` read it); the metrics
+console.fleet.fleet.job_verdict), held steady as one run's (console.diagnose.steady), is printed,
+journaled and alerted on, and every action on the job journaled, in the job's journal
+(console.journal.store.journal_path: the job's ID and the host Slurm is asked on; `pulse journal
+--slurm-job ID` and `pulse report --slurm-job ID` read it); the metrics
 add the job's own series, its `node` label empty (absent, to Prometheus): its verdict, its automatic
 restarts, its alerts.
 Its restart policy (`--restart-on V[,V…] --max-restarts N`, or `[watch]`) acts as one run's does
@@ -216,9 +217,9 @@ async def _watch_until(stop: asyncio.Event, following: Following, config: Config
             labels = (("run", config.run.name), ("host", node.config.target.host or node.name), ("node", node.name))
             snapshots.append(snapshot_of(node.state, labels, verdict=name, verdict_since=shown[node.name][1]))
         if watch is not None:
-            verdict = fleet.verdict()
-            if verdict is not None:
-                watch.verdict(verdict)
+            fresh = fleet.verdict()
+            if fresh is not None:
+                verdict = watch.held(fresh)  # a recovery said once it holds, as one run's watch says it
                 if verdict.name != job_shown[0]:
                     job_shown = (verdict.name, time.time())
                     _say(f"{fleet_size(fleet.config.target)}: {verdict.name}: {verdict.summary}")

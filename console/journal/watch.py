@@ -48,6 +48,8 @@ class JournalWatch:
         self.verdicts = recorder
         self.alerter = Alerter(config, sinks, journal, clock=wall)
         self.wall = wall
+        self.steady = SteadyVerdict()
+        """What `pulse watch` says and journals: a better verdict once it holds (the console holds its own)."""
 
     @staticmethod
     def open_journal(config: Config) -> Journal:
@@ -60,6 +62,12 @@ class JournalWatch:
         """A verdict from any diagnosis (the cheap one, or a full one on a key press)."""
         self.verdicts.verdict(verdict)
         self.alerter.observe(verdict, speak=self.journal.leader)
+
+    def held(self, fresh: Verdict) -> Verdict:
+        """`pulse watch`'s verdict from a fresh one: held steady (console.diagnose.steady), journaled and alerted on."""
+        shown = self.steady.observe(fresh, self.wall())
+        self.verdict(shown)
+        return shown
 
     def record_action(self, entry: dict) -> None:
         """Journal an action from its audit log entry: the `on_record` of the audit log of each action
@@ -88,8 +96,6 @@ class RunWatch(JournalWatch):
         self.recorder = JournalRecorder(journal, state, wall=wall)
         super().__init__(config, journal, self.recorder, sinks, wall=wall)
         self._history_read_at: float | None = None
-        self.steady = SteadyVerdict()
-        """What `pulse watch` says and journals: a better verdict once it holds (the console holds its own)."""
 
     @classmethod
     def open(cls, config: Config, state: RunState, *, terminal_write: Callable[[str], None] | None) -> RunWatch:
@@ -106,11 +112,7 @@ class RunWatch(JournalWatch):
         verdict, due, _ = look.cheap()
         if due:
             verdict, _ = await look.full()
-        if verdict is None:
-            return None
-        shown = self.steady.observe(verdict, self.wall())
-        self.verdict(shown)
-        return shown
+        return self.held(verdict) if verdict is not None else None
 
     async def _learn_baseline(self, look: RunLook) -> None:
         """The run's best sustained rates from its journal, read again at most every HISTORY_EVERY_S
