@@ -41,8 +41,9 @@ COMMAND_EXAMPLES = {
     "restart": ["pulse restart run.toml", "pulse restart run.toml --yes --grace 60"],
     "warmup": ["pulse warmup run.toml --yes"],
     "watch": ["pulse watch run.toml", "nohup pulse watch run.toml >> watch.log 2>&1 &",
-              "pulse watch run.toml --restart-on hung --max-restarts 2 --restart-after 15m --metrics :9464"],
-    "journal": ["pulse journal run.toml", "pulse journal run.toml --since 2d --json"],
+              "pulse watch run.toml --restart-on hung --max-restarts 2 --restart-after 15m --metrics :9464",
+              "pulse watch fleet.toml --slurm-job 4242 --restart-on hung --max-restarts 2 --metrics :9464"],
+    "journal": ["pulse journal run.toml", "pulse journal run.toml --since 2d --json", "pulse journal fleet.toml --slurm-job 4242"],
     "report": ["pulse report run.toml --since 12h > incident.md"],
 }
 EXIT_USAGE = 2
@@ -229,7 +230,8 @@ def build_command_parser(command: str) -> argparse.ArgumentParser:
     elif command == "watch":
         w = parser.add_argument_group("restart policy and metrics (or the config's [watch] table; these win)")
         w.add_argument("--restart-on", metavar="VERDICT[,VERDICT…]",
-                       help="restart the run (as pulse restart --yes) once its verdict has been one of these for --restart-after")
+                       help="restart the run (as pulse restart --yes; a Slurm job: as pulse restart --slurm-job ID --yes) once "
+                       "its verdict has been one of these for --restart-after")
         w.add_argument("--max-restarts", type=int, metavar="N", help="at most N automatic restarts per --restart-window")
         w.add_argument("--restart-window", metavar="DURATION", help="the window --max-restarts counts in (default 6h)")
         w.add_argument("--restart-after", metavar="DURATION", help="how long the verdict must last first (default 10m)")
@@ -367,6 +369,10 @@ def _on_target(command: str, config: Config, args: argparse.Namespace) -> int:
             from console.commands import fleet_actions
 
             return getattr(fleet_actions, command)(config, args)
+        if command in ("journal", "report"):  # a Slurm job's journal (fleet_refusal refuses a host list's)
+            from console.commands import journal
+
+            return getattr(journal, f"run_{command}")(config, args)
         from console.ui.screens.fleet_screen import run_fleet_console
 
         return run_fleet_console(config, args)

@@ -1,7 +1,8 @@
 """Which machines a command acts on: the one it names, or every node it names; never this machine instead.
 
 A config (or `--hosts` / `--slurm-job`) that names a fleet sends every command to its fleet
-version; a command that has none refuses in one line. `make_target` refuses a fleet outright,
+version; a command that has none refuses in one line. A Slurm job has a journal of its own (`pulse
+watch --slurm-job` keeps it, with its restart policy); a host list has neither. `make_target` refuses a fleet outright,
 so no single-host code path can quietly act on the local machine in the fleet's place.
 """
 
@@ -26,14 +27,15 @@ def fleet_refusal(command: str, config: Config, pid: int | None = None) -> str |
     if command == "restart" and not config.target.slurm_job:
         return (f"restart: the target is {fleet}: Pulse restarts several nodes only through Slurm (--slurm-job ID); "
                 "restart one node with --host NODE")
-    if command == "watch" and config.watch.restart_on:
-        return (f"watch: the target is {fleet}: the restart policy acts on one machine (a fleet's would requeue or"
-                " resubmit the job: not built); give --host NODE, or drop --restart-on")
-    if command == "watch" and not config.watch.metrics:
-        return (f"watch: the target is {fleet}: the run journal and alerts are kept for one machine; a fleet's watch"
-                " serves each node's metrics: give --metrics HOST:PORT, or --host NODE")
-    if command in ("journal", "report"):
-        return f"{command}: the target is {fleet}: the run journal is kept for one machine; give --host NODE"
+    if command == "watch" and config.watch.restart_on and not config.target.slurm_job:
+        return (f"watch: the target is {fleet}: the restart policy restarts a fleet only through Slurm (its requeue"
+                " or resubmit): give --slurm-job ID, or --host NODE, or drop --restart-on")
+    if command == "watch" and not config.watch.metrics and not config.target.slurm_job:
+        return (f"watch: the target is {fleet}: the run journal and alerts are kept for one machine or a Slurm job;"
+                " a host list's watch serves each node's metrics: give --metrics HOST:PORT, or --host NODE")
+    if command in ("journal", "report") and not config.target.slurm_job:
+        return (f"{command}: the target is {fleet}: the run journal is kept for one machine or a Slurm job;"
+                " give --host NODE, or --slurm-job ID")
     if command == "dump" and pid is not None:
         return f"dump: --pid names a process on one machine, but the target is {fleet}: give --host NODE with --pid"
     return None

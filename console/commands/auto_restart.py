@@ -12,6 +12,10 @@ When the policy asks for a restart, in a task of its own (the watch keeps journa
 4. the outcome is journaled and alerted: restarted, failed, refused, or interrupted (the link was cut
    during the launch, so whether it happened is unknown and it is not retried; or the watch stopped).
 
+A Slurm job's watch (`pulse watch --slurm-job ID`, console/commands/fleet_watch.py) acts the same way
+on the job (RestartActor is what both share): every node's look with its stacks, every node's
+evidence saved, and `pulse restart --slurm-job ID --yes`'s own function (its requeue or resubmit).
+
 Every attempt counts toward `max_restarts`, whatever its outcome. When the limit is reached the policy
 says so once per stretch (an alert) and the watch keeps watching.
 """
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Coroutine
 
 from console.actions.audit import StepStatus
 from console.commands import actions
@@ -28,7 +34,7 @@ from console.config import Config
 from console.diagnose import Verdict, diagnose
 from console.evidence import RunLook, gather
 from console.journal.policy import Decision, RestartPolicy, saved_evidence
-from console.journal.watch import RunWatch
+from console.journal.watch import JournalWatch, RunWatch
 from console.remote.target import TargetError
 
 #: The journal entries' kind.
@@ -59,13 +65,14 @@ def outcome(code: int, report: actions.ActionReport) -> tuple[str, str]:
     return "failed", f"{failed[0].step}: {failed[0].detail}" if failed else (report.said or f"exit {code}")
 
 
-class AutoRestart:
-    """The policy of one `pulse watch` and the restart it makes (see the module docstring)."""
+class RestartActor(ABC):
+    """A watch's restart policy and the restarts it makes: of one run (AutoRestart) or of a Slurm job
+    (console.commands.fleet_watch.JobRestart). A subclass says how it looks and restarts (`_restart`);
+    the policy, the limit's alert, the journal's entries and the alert of each outcome are here."""
 
-    def __init__(self, config: Config, watch: RunWatch, look: RunLook) -> None:
+    def __init__(self, config: Config, watch: JournalWatch) -> None:
         self.config = config
         self.watch = watch
-        self.look = look
         window_start = time.time() - config.watch.restart_window_s
         earlier = [e.time for e in watch.journal.entries(since=window_start, kinds=[KIND]) if e.data.get("event") == "restart"]
         self.policy = RestartPolicy(config.watch, earlier=earlier)
@@ -96,44 +103,48 @@ class AutoRestart:
         """The policy will answer the next verdict: judge now (see RestartPolicy.due)."""
         return self.policy.due() and (self.task is None or self.task.done())
 
+    @abstractmethod
     async def _restart(self, decision: Decision, verdict: Verdict) -> None:
-        journal = self.watch.journal
-        self._say(f"{decision.text}: looking at the run first")
-        try:
-            if self.look.target is None:
-                raise TargetError("no target to look at")
-            evidence = await gather(self.look.target, self.config, follower_state=self.watch.state, dump_stacks="always")
-        except TargetError as exc:
-            self.policy.restarted()  # an attempt all the same: a watch that cannot see its run does not retry at once
-            self.restarts += 1
-            journal.add(KIND, f"{decision.text}: no evidence could be taken", {"event": "restart", "verdict": decision.verdict})
-            self._ended(verdict, "failed", f"the look at the run failed ({exc}); nothing done", actions.ActionReport())
-            return
-        self.look.looks.remember(evidence, self.config)  # the cheap verdicts that follow see these stacks too
-        fresh = diagnose(evidence, self.config)
-        self.watch.verdict(fresh)
-        if fresh.name not in self.config.watch.restart_on:
-            text = f"{decision.text}: not restarted: a full look says {fresh.name}: {fresh.summary}"
-            self._say(text)
-            journal.add(KIND, text, {"event": "declined", "verdict": fresh.name})
-            return
-        saved = saved_evidence(fresh, evidence, [line.text for line in self.watch.state.current_lines()])
+        """Look (its verdict must still be one the policy restarts on), save the look, restart, say the outcome."""
+
+    def _look_failed(self, decision: Decision, verdict: Verdict, exc: TargetError) -> None:
+        """The full look could not be taken: an attempt all the same (a watch that cannot see what it
+        watches does not retry at once), failed, nothing done."""
         self.policy.restarted()
         self.restarts += 1
-        journal.add(KIND, f"{decision.text}: evidence saved ({len(saved['stacks'])} stack lines, {len(saved['log_tail'])}"
-                    f" log lines, {len(evidence.gpus)} GPUs); restarting as pulse restart --yes",
-                    {"event": "restart", "count": decision.count, "lasted_s": round(decision.lasted_s, 1), **saved})
-        journal.flush()  # the evidence is on disk before anything is signalled
-        report = actions.ActionReport()
+        self.watch.journal.add(KIND, f"{decision.text}: no evidence could be taken", {"event": "restart", "verdict": decision.verdict})
+        self._ended(verdict, "failed", f"the look at the run failed ({exc}); nothing done", actions.ActionReport())
+
+    def _declined(self, decision: Decision, fresh: Verdict) -> bool:
+        """True (said and journaled) when the full look's verdict `fresh` is not one the policy restarts on."""
+        if fresh.name in self.config.watch.restart_on:
+            return False
+        text = f"{decision.text}: not restarted: a full look says {fresh.name}: {fresh.summary}"
+        self._say(text)
+        self.watch.journal.add(KIND, text, {"event": "declined", "verdict": fresh.name})
+        return True
+
+    def _saved(self, decision: Decision, saved: dict, what: str) -> None:
+        """An attempt is made: it counts, and the look it was decided on (`saved`) is on disk before anything acts."""
+        self.policy.restarted()
+        self.restarts += 1
+        self.watch.journal.add(KIND, f"{decision.text}: evidence saved ({what}); restarting as {self.restart_command()}",
+                               {"event": "restart", "count": decision.count, "lasted_s": round(decision.lasted_s, 1), **saved})
+        self.watch.journal.flush()
+
+    def restart_command(self) -> str:
+        """The command whose path the restart takes, as the journal names it."""
+        return "pulse restart --yes"
+
+    async def _restarted(self, verdict: Verdict, restart: Coroutine[None, None, int], report: actions.ActionReport) -> None:
+        """Run `restart` (the command's own function, filling `report`), then journal and alert its outcome."""
         try:
-            code = await actions.restart_run(self.config, restart_args(),
-                                              judged_pids={p.pid for p in evidence.processes}, report=report,
-                                              on_record=self.watch.record_action)
+            code = await restart
         except asyncio.CancelledError:
-            self._ended(fresh, "interrupted", "pulse watch stopped during the restart; the audit log says where", report)
+            self._ended(verdict, "interrupted", "pulse watch stopped during the restart; the audit log says where", report)
             raise
         word, detail = outcome(code, report)
-        self._ended(fresh, word, detail, report)
+        self._ended(verdict, word, detail, report)
 
     def _ended(self, verdict: Verdict, word: str, detail: str, report: actions.ActionReport) -> None:
         text = f"automatic restart: {word}: {detail}"
@@ -151,3 +162,34 @@ class AutoRestart:
         if self.task is not None and not self.task.done():
             self.task.cancel("pulse watch stopped")
             await asyncio.gather(self.task, return_exceptions=True)
+
+
+class AutoRestart(RestartActor):
+    """The policy of one run's `pulse watch` and the restart it makes (see the module docstring)."""
+
+    def __init__(self, config: Config, watch: RunWatch, look: RunLook) -> None:
+        super().__init__(config, watch)
+        self.run_watch = watch
+        self.look = look
+
+    async def _restart(self, decision: Decision, verdict: Verdict) -> None:
+        self._say(f"{decision.text}: looking at the run first")
+        try:
+            if self.look.target is None:
+                raise TargetError("no target to look at")
+            evidence = await gather(self.look.target, self.config, follower_state=self.run_watch.state, dump_stacks="always")
+        except TargetError as exc:
+            self._look_failed(decision, verdict, exc)
+            return
+        self.look.looks.remember(evidence, self.config)  # the cheap verdicts that follow see these stacks too
+        fresh = diagnose(evidence, self.config)
+        self.watch.verdict(fresh)
+        if self._declined(decision, fresh):
+            return
+        saved = saved_evidence(fresh, evidence, [line.text for line in self.run_watch.state.current_lines()])
+        self._saved(decision, saved, f"{len(saved['stacks'])} stack lines, {len(saved['log_tail'])} log lines,"
+                    f" {len(evidence.gpus)} GPUs")
+        report = actions.ActionReport()
+        await self._restarted(fresh, actions.restart_run(self.config, restart_args(), report=report,
+                                                         judged_pids={p.pid for p in evidence.processes},
+                                                         on_record=self.watch.record_action), report)

@@ -16,11 +16,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from console.actions.audit import ActionRefused, AuditLog, StepEvent, StepStatus, audit_refusal
+from console.actions.audit import ActionRefused, AuditLog, RecordListener, StepEvent, StepStatus, audit_refusal
 from console.commands.actions import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REFUSED,
+    ActionReport,
     NoRunProcess,
     confirm,
     dump_json,
@@ -43,39 +44,55 @@ from console.remote.target import TargetError
 
 def restart(config: Config, args: argparse.Namespace) -> int:
     """Plan the restart of `config.target.slurm_job`, confirm, run each step, report."""
-    if getattr(args, "read_only", False):
-        print("read-only: restart disabled (started with --read-only)", file=sys.stderr)
+    return asyncio.run(restart_job(config, args))
+
+
+async def restart_job(config: Config, args: argparse.Namespace, *, judged_restarts: int | None = None,
+                      report: ActionReport | None = None, on_record: RecordListener | None = None) -> int:
+    """`pulse restart --slurm-job ID` to its exit code, its steps and any refusal also in `report` (as
+    console.commands.actions.restart_run on one machine). `judged_restarts`: Slurm's restart count of
+    the job when a verdict was earned on it; a job restarted since (by another watch, or by hand) is
+    refused, nothing done. `on_record` is told of each audit record (the watch's journal)."""
+
+    def refuse(text: str) -> int:
+        print(text, file=sys.stderr)
+        if report is not None:
+            report.said = text
         return EXIT_REFUSED
+
+    if getattr(args, "read_only", False):
+        return refuse("read-only: restart disabled (started with --read-only)")
     job_id = config.target.slurm_job
     if not job_id:
-        print("restart: a fleet restart goes through Slurm: give --slurm-job ID", file=sys.stderr)
-        return EXIT_REFUSED
-    return asyncio.run(_restart(config, args, job_id))
-
-
-async def _restart(config: Config, args: argparse.Namespace, job_id: str) -> int:
+        return refuse("restart: a fleet restart goes through Slurm: give --slurm-job ID")
     target = control_target(config)
     slurm = SlurmClient(target)
     try:
         try:
             plan = await plan_fleet_restart(slurm, config, job_id)
         except ActionRefused as exc:
-            print(f"restart: {exc}", file=sys.stderr)
-            return EXIT_REFUSED
+            return refuse(f"restart: {exc}")
+        if judged_restarts is not None and plan.restarts != judged_restarts:
+            return refuse(f"restart: job {job_id} was restarted since it was judged (Slurm counts {plan.restarts}"
+                          f" restarts, {judged_restarts} then); nothing done")
         print(f"restart through Slurm on {target.label}:")
         for line in plan.describe():
             print(f"  {line}")
         if not _confirmed("restart", args, plan.hidden):
+            if report is not None:
+                report.said = unconfirmed_escaped(args, plan.hidden) or "restart: not confirmed"
             return EXIT_REFUSED
         verified = False
         try:
-            async for event in execute_fleet_restart(slurm, config, plan, audit=not getattr(args, "no_audit", False)):
+            async for event in execute_fleet_restart(slurm, config, plan, audit=not getattr(args, "no_audit", False),
+                                                     on_record=on_record):
                 print(format_event(event), flush=True)
-                if isinstance(event, StepEvent) and event.step == "verify" and event.status is StepStatus.OK:
-                    verified = True
+                if isinstance(event, StepEvent):
+                    if report is not None:
+                        report.steps.append(event)
+                    verified |= event.step == "verify" and event.status is StepStatus.OK
         except ActionRefused as exc:  # its audit log cannot be written: nothing was done
-            print(f"restart: {exc}", file=sys.stderr)
-            return EXIT_REFUSED
+            return refuse(f"restart: {exc}")
         return EXIT_OK if verified else EXIT_FAILED
     finally:
         await target.close()

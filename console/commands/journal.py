@@ -6,6 +6,7 @@
         [--metrics HOST:PORT]                     Prometheus metrics (console/journal/metrics.py)
     pulse journal CONFIG [--since 6h] [--json]
     pulse report CONFIG [--since 24h]   Markdown post-mortem of the window
+    (a Slurm job's, `--slurm-job ID`: its watch is console/commands/fleet_watch.py; these read its journal)
 
 Exit status: 0 done (watch: stopped by SIGTERM/SIGINT after committing the journal);
 2 a bad config, no journal to read, or a journal that cannot be opened, a restart policy that
@@ -62,7 +63,7 @@ def policy_refusal(config: Config, args: argparse.Namespace) -> str | None:
         return None
     if getattr(args, "read_only", False):
         return "--read-only: the restart policy (--restart-on, [watch] restart_on) restarts the run; drop one of them"
-    if not config.run.launch:
+    if not config.run.launch and not config.target.slurm_job:  # a Slurm job without one is requeued
         return f"{config.source}: the restart policy needs [run] launch (or --launch): the command that starts the run"
     return audit_refusal("restart", AuditLog(config.audit_log))
 
@@ -71,7 +72,7 @@ async def _watch(config: Config) -> int:
     from console.alerts import tty_writer
     from console.commands.auto_restart import AutoRestart
     from console.evidence import RunLook
-    from console.journal.metrics import MetricsEndpoint, SnapshotCollector, snapshot_of
+    from console.journal.metrics import MetricsError, SnapshotCollector, serve_metrics, snapshot_of
     from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
     from console.monitor import Monitor
     from console.remote.connect import make_target
@@ -86,14 +87,12 @@ async def _watch(config: Config) -> int:
         stopped_by.append(sig.name)
         stop.set()
 
-    collector, endpoint = SnapshotCollector(), None
+    collector, endpoint, url = SnapshotCollector(), None, None
     if config.watch.metrics:  # first: an address it cannot listen on is refused before anything is opened
-        endpoint = MetricsEndpoint(collector)
         try:
-            host, port = endpoint.start(*config.watch.metrics)
-        except OSError as exc:
-            where = ":".join(map(str, config.watch.metrics))
-            return _error("watch", f"--metrics {where}: cannot listen there ({exc.strerror or exc}); give a free HOST:PORT")
+            endpoint, url = serve_metrics(collector, config.watch.metrics)
+        except MetricsError as exc:
+            return _error("watch", str(exc))
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     state = RunState()
@@ -110,8 +109,8 @@ async def _watch(config: Config) -> int:
     auto = AutoRestart(config, watch, look)
     labels = (("run", config.run.name), ("host", config.target.host or socket.gethostname()))
     print(f"pulse watch: {target.label}: journal {watch.journal.path}", file=sys.stderr, flush=True)
-    if endpoint is not None:
-        print(f"pulse watch: metrics on http://{host}:{port}/metrics", file=sys.stderr, flush=True)
+    if url is not None:
+        print(f"pulse watch: metrics on {url}", file=sys.stderr, flush=True)
     await monitor.start()
     next_diagnosis = loop.time() + CHEAP_DIAGNOSIS_S
     shown, shown_since = None, None
@@ -195,6 +194,7 @@ def run_report(config: Config, args: argparse.Namespace) -> int:
         return _error("report", str(exc))
     print(f"journal {path}", file=sys.stderr)
     container = f" ({config.target.container.describe()})" if config.target.container else ""
-    sys.stdout.write(report_markdown(window, host=(config.target.host or "this machine") + container, run=config.run.name))
+    job = f"Slurm job {config.target.slurm_job} on " if config.target.slurm_job else ""
+    sys.stdout.write(report_markdown(window, host=job + (config.target.host or "this machine") + container, run=config.run.name))
     return EXIT_OK
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -188,6 +188,27 @@ def unreachable(why: str, config: Config | None = None) -> Verdict:
 def lost(why: str) -> Verdict:
     """The verdict of a node whose sampling agent ended: what it showed before is no longer live."""
     return Verdict("unknown", f"node lost: its agent ended ({why})", [why], "the job may have ended: diagnose again")
+
+
+def job_headline(verdicts: Sequence[tuple[str, Verdict]]) -> str:
+    """One line for a job from its nodes' (name, verdict): nodes healthy / total and the worst verdict, where."""
+    healthy = sum(1 for _, v in verdicts if v.name == "healthy")
+    worst = max((v for _, v in verdicts), key=lambda v: severity(v.name))
+    sick = [name for name, v in verdicts if v.name == worst.name]
+    where = "" if worst.name == "healthy" else f": {worst.name} on {', '.join(sick[:4])}" + (
+        f" and {len(sick) - 4} more" if len(sick) > 4 else ""
+    )
+    return f"{healthy}/{len(verdicts)} nodes healthy{where}"
+
+
+def job_verdict(verdicts: Sequence[tuple[str, Verdict]]) -> Verdict:
+    """A job's verdict from its nodes' (name, verdict): the worst node's, said of the job (the headline,
+    then that node's summary), with the evidence of every node that has it, each line by its node."""
+    worst_node, worst = max(verdicts, key=lambda nv: severity(nv[1].name))
+    headline = job_headline(verdicts)
+    summary = headline if worst.name == "healthy" else f"{headline}: {worst_node}: {worst.summary}"
+    evidence = [f"{name}: {line}" for name, v in verdicts if v.name == worst.name for line in v.evidence]
+    return Verdict(worst.name, summary, evidence, worst.next_step, worst.step)
 
 
 def _rank(verdict: Verdict | None) -> int:
@@ -370,6 +391,11 @@ class Fleet:
                 if seen != node.judged_on or now - node.judged_at >= node.config.gpus.poll_s:
                     node.verdict = node_verdict(state, node.config) or node.verdict
                     node.judged_on, node.judged_at = seen, now
+
+    def verdict(self) -> Verdict | None:
+        """The job's verdict from its nodes' as `refresh()` named them (job_verdict); None until every node has one."""
+        named = [(node.name, node.verdict) for node in self.nodes if node.verdict is not None]
+        return job_verdict(named) if named and len(named) == len(self.nodes) else None
 
     def rows(self, now: float) -> list[NodeRow]:
         """One row per node, worst verdict first, then by name."""

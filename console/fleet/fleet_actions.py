@@ -2,6 +2,10 @@
 
 Restart, with the same plan → confirm → steps → verify shape as the single-host restart:
 
+0. lock: one restart of a job at a time, as of a run: a process agent on the host Slurm is asked on
+   holds the job's lock file (console.actions.restart's lock folder there, named by the job ID);
+   under it the job must still be as planned (its state and Slurm's restart count unchanged), else
+   another restart came first and nothing is asked of Slurm.
 1. stop: `scontrol requeue ID` (the same job ID goes back to the queue; Slurm ends every
    step on every node) or, when `[run] launch` is an `sbatch …` line, `scancel ID`.
 2. wait: until Slurm no longer runs the old job (requeued: pending again or restarted).
@@ -26,11 +30,14 @@ from console.actions.audit import (
     ActionRefused,
     AuditLog,
     OutputLine,
+    RecordListener,
     StepEvent,
     StepStatus,
     audited,
     refuse_if_read_only,
 )
+from console.actions.guards import describe_lock_owner
+from console.actions.restart import LOCK_FOLDER, lock_owner
 from console.actions.shown import HiddenControls, hidden_controls
 from console.actions.warmup import WarmupPlan, execute_warmup
 from console.config import Config
@@ -39,6 +46,7 @@ from console.fleet.slurm import SlurmClient
 from console.fleet.slurm_text import SlurmError, SlurmJob
 from console.model import Sample
 from console.observe.roles import RUN_ROLES
+from console.observe.remote_process import LockBusy, take_lock
 from console.observe.sampler import sample_once
 from console.observe.textsafe import visible
 from console.remote.target import TargetError
@@ -190,7 +198,47 @@ async def _verify_nodes(config: Config, job_id: str, timeout: float, poll_s: flo
         await fleet.close()
 
 
+def job_lock_file(job_id: str) -> str:
+    """The restart lock of Slurm job `job_id`, on the host Slurm is asked on (its commands' target)."""
+    return f"{LOCK_FOLDER}/slurm-{job_id}.lock"
+
+
 async def _restart(
+    slurm: SlurmClient, config: Config, plan: FleetRestartPlan, t: _Timing
+) -> AsyncGenerator[StepEvent, None]:
+    """The restart under the job's lock: one restart of a job at a time (two watches, a watch and a
+    person), and under it the job must still be the one planned, else nothing is asked of Slurm."""
+    path = job_lock_file(plan.job_id)
+    try:
+        lock = await take_lock(slurm.target, path, lock_owner())
+    except LockBusy as exc:
+        yield StepEvent("lock", StepStatus.FAILED, f"another restart of job {plan.job_id} holds its lock {exc.path}:"
+                        f" {describe_lock_owner(exc.owner)}; nothing done", {"lock": exc.path})
+        return
+    except TargetError as exc:
+        yield StepEvent("lock", StepStatus.FAILED, f"cannot take the restart lock {path}: {exc}; nothing done")
+        return
+    try:
+        try:
+            job = await slurm.job(plan.job_id)
+        except SlurmError as exc:
+            yield StepEvent("lock", StepStatus.FAILED, f"{exc}; nothing done", {"lock": path})
+            return
+        if (job.restarts, job.state) != (plan.restarts, plan.state):
+            yield StepEvent("lock", StepStatus.FAILED, f"job {plan.job_id} changed since it was planned (now {job.state},"
+                            f" {job.restarts} restarts; planned {plan.state}, {plan.restarts}): restarted meanwhile;"
+                            " nothing done", {"lock": path})
+            return
+        held = f"held ({path})" if lock.previous is None else (
+            f"taken over from {describe_lock_owner(lock.previous)}, whose holder is gone ({path})")
+        yield StepEvent("lock", StepStatus.OK if lock.previous is None else StepStatus.WARNING, held, {"lock": path})
+        async for event in _locked_restart(slurm, config, plan, t):
+            yield event
+    finally:
+        await lock.release()
+
+
+async def _locked_restart(
     slurm: SlurmClient, config: Config, plan: FleetRestartPlan, t: _Timing
 ) -> AsyncGenerator[StepEvent, None]:
     job_id = plan.job_id
@@ -245,6 +293,13 @@ async def _restart(
     yield StepEvent("verify", StepStatus.OK, f"job {job_id}: the run is alive on {len(alive)} node(s)", data)
 
 
+def restarted_job(event: StepEvent | OutputLine) -> str | None:
+    """The job ID Slurm runs after a restart (a resubmit's new one), from the restart's `start` step once it is OK."""
+    if isinstance(event, StepEvent) and event.step == "start" and event.status is StepStatus.OK:
+        return event.data.get("job_id")
+    return None
+
+
 def execute_fleet_restart(
     slurm: SlurmClient,
     config: Config,
@@ -255,13 +310,14 @@ def execute_fleet_restart(
     verify_timeout_s: float = 60.0,
     poll_s: float = 0.5,
     audit: bool = True,
+    on_record: RecordListener | None = None,
 ) -> AsyncGenerator[StepEvent | OutputLine, None]:
     """Stop through Slurm, wait, resubmit if planned, wait for the start, verify every node; audited
-    unless `audit` is False (--no-audit)."""
+    unless `audit` is False (--no-audit), each record also told to `on_record` (a watch's journal)."""
     timing = _Timing(stop_timeout_s, start_timeout_s, verify_timeout_s, poll_s)
     return audited(
         _restart(slurm, config, plan, timing),
-        log=AuditLog(config.audit_log) if audit else None,
+        log=AuditLog(config.audit_log, on_record=on_record) if audit else None,
         action="fleet restart",
         target=slurm.target,
         plan=plan.as_json(),

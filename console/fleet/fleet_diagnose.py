@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from console.config import MetricsConfig
@@ -29,10 +30,11 @@ from console.diagnose import (
     wants_stacks,
 )
 from console.evidence import StacksTaken, gather, state_evidence, summarise, take_stacks, with_dumps
-from console.fleet.fleet import FleetNode, unreachable
+from console.fleet.fleet import FleetNode, job_headline, job_verdict, unreachable
 from console.fleet.slurm_text import SlurmJob
+from console.journal.policy import clipped, saved_evidence
 from console.model import LineKind, ProcessReading
-from console.observe.nccl import FLIGHT, NcclFact, nccl_fact
+from console.observe.nccl import FLIGHT, NcclFact, nccl_fact, nccl_lines
 from console.observe.pyspy import ProcessDump
 from console.observe.pyspy_run import DumpError
 from console.observe.roles import local_rank_of
@@ -141,14 +143,27 @@ class FleetDiagnosis:
 
     def headline(self) -> str:
         """One line for the whole job: nodes healthy / total and the worst verdict."""
-        worst = self.worst
-        sick = [n.name for n in self.nodes if n.verdict.name == worst.name]
-        where = "" if worst.name == "healthy" else f": {worst.name} on {', '.join(sick[:4])}" + (
-            f" and {len(sick) - 4} more" if len(sick) > 4 else ""
-        )
         slow = self.slowest()
         slowest = f"; slowest node {slow.name}" if slow is not None else ""
-        return f"{self.healthy}/{len(self.nodes)} nodes healthy{where}{slowest}"
+        return job_headline([(n.name, n.verdict) for n in self.nodes]) + slowest
+
+    def verdict(self) -> Verdict:
+        """The job's verdict (console.fleet.fleet.job_verdict): the worst node's, said of the job."""
+        return job_verdict([(n.name, n.verdict) for n in self.nodes])
+
+    def saved_evidence(self, log_tails: Mapping[str, Iterable[str]]) -> dict:
+        """What an automatic restart of the job saves in its journal before it acts (console.journal.policy
+        .saved_evidence, for a job): the job's verdict, its ranks grouped by stack and its NCCL facts,
+        then every node's own look under `nodes`: its processes, every stack, its log's last lines
+        (`log_tails`, by node), its GPUs; a node that could not be looked at, why."""
+        verdict = self.verdict()
+        nodes = [
+            {"node": n.name, **saved_evidence(n.verdict, n.evidence, log_tails.get(n.name, ()))} if n.evidence is not None
+            else {"node": n.name, "verdict": n.verdict.name, "summary": n.verdict.summary, "evidence": clipped([n.error or ""])}
+            for n in self.nodes
+        ]
+        return {"verdict": verdict.name, "summary": verdict.summary, "evidence": clipped(verdict.evidence),
+                "stacks": clipped(self.stack_lines() + nccl_lines(self.nccl)), "nodes": nodes}
 
     def stack_lines(self) -> list[str]:
         """The groups as sentences: the biggest first, lone ranks named."""

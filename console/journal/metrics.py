@@ -5,7 +5,10 @@ a second; the collector reads only the newest published tuple of snapshots (one 
 whole), so the HTTP server's thread never reads the live state the loop writes. Seconds since the
 verdict changed are counted at the scrape, from the snapshot's time of the change.
 
-Every metric is labelled `run` and `host`, and, for a fleet's nodes, `node`:
+Every metric is labelled `run` and `host`, and, for a fleet's nodes, `node`. A Slurm job's watch
+also publishes the job itself, labelled `run` and `host` (where Slurm is asked), `node` empty: its
+verdict (the nodes' worst), the automatic restarts of the job and the alerts; a node has no counters
+of its own (the job is what is restarted and alerted on):
 
 | metric | type | more labels | what |
 | --- | --- | --- | --- |
@@ -18,7 +21,7 @@ Every metric is labelled `run` and `host`, and, for a fleet's nodes, `node`:
 | pulse_gpu_memory_used_bytes, pulse_gpu_memory_total_bytes | gauge | gpu | |
 | pulse_gpu_power_watts, pulse_gpu_temperature_celsius | gauge | gpu | |
 | pulse_link_state | gauge | state | 1 for the link's state now (connecting, connected, reconnecting, failed) |
-| pulse_restarts_total | counter | | automatic restarts this watch tried |
+| pulse_restarts_total | counter | | automatic restarts this watch tried (a job's: its requeues or resubmits) |
 | pulse_alerts_total | counter | | alerts this watch sent |
 
 A figure Pulse has not read (no log line with a loss yet, a GPU that says N/A) is left out, never 0.
@@ -57,14 +60,16 @@ class RunSnapshot:
     step: int | None = None
     total_steps: int | None = None
     gpus: tuple[GpuReading, ...] = ()
-    link: str = ConnectionStatus.CONNECTING.value
-    restarts: int = 0
-    alerts: int = 0
+    link: str | None = None
+    """The link's state; None for what has no link of its own (a Slurm job: each node has one)."""
+    restarts: int | None = None
+    """Automatic restarts, and alerts, of what the watch acts on; None for a fleet's node (its job counts them)."""
+    alerts: int | None = None
 
 
 def snapshot_of(
     state: RunState, labels: Iterable[tuple[str, str]], *, verdict: str | None, verdict_since: float | None,
-    restarts: int = 0, alerts: int = 0,
+    restarts: int | None = None, alerts: int | None = None,
 ) -> RunSnapshot:
     """The snapshot of `state` now: the newest value of each series, the newest sample's GPUs, the link."""
     latest = state.latest
@@ -139,10 +144,12 @@ class SnapshotCollector:
                     value = getattr(g, field)
                     if value is not None:
                         metric.add_metric([*v, str(g.index)], float(value) * (MIB if field.endswith("_mib") else 1))
-            for state in ConnectionStatus:
-                link.add_metric([*v, state.value], 1.0 if state.value == s.link else 0.0)
-            restarts.add_metric(v, float(s.restarts))
-            alerts.add_metric(v, float(s.alerts))
+            if s.link is not None:
+                for state in ConnectionStatus:
+                    link.add_metric([*v, state.value], 1.0 if state.value == s.link else 0.0)
+            for counter, count in ((restarts, s.restarts), (alerts, s.alerts)):
+                if count is not None:
+                    counter.add_metric(v, float(count))
         yield from (verdict, age, rate, loss, step, total, *gpu.values(), link, restarts, alerts)
 
 
@@ -168,3 +175,18 @@ class MetricsEndpoint:
             if self._thread is not None:
                 self._thread.join(timeout=5)
             self._server = None
+
+
+class MetricsError(Exception):
+    """The endpoint cannot listen where it was asked to: one line naming the address."""
+
+
+def serve_metrics(collector: SnapshotCollector, address: tuple[str, int]) -> tuple[MetricsEndpoint, str]:
+    """An endpoint serving `collector` at `address` (`--metrics HOST:PORT`), and its URL; MetricsError when it cannot listen there."""
+    endpoint = MetricsEndpoint(collector)
+    try:
+        host, port = endpoint.start(*address)
+    except OSError as exc:
+        given = ":".join(map(str, address))
+        raise MetricsError(f"--metrics {given}: cannot listen there ({exc.strerror or exc}); give a free HOST:PORT") from None
+    return endpoint, f"http://{host}:{port}/metrics"

@@ -138,7 +138,8 @@ LOG_LINES = 30
 LINE_CHARS = 300
 
 
-def _clip(lines: Iterable[str], limit: int = SAVED_LINES) -> list[str]:
+def clipped(lines: Iterable[str], limit: int = SAVED_LINES) -> list[str]:
+    """At most `limit` of `lines`, each cut to LINE_CHARS: what a journal entry keeps of a part of the evidence."""
     return [line[:LINE_CHARS] for line in list(lines)[:limit]]
 
 
@@ -177,10 +178,10 @@ def saved_evidence(verdict: Verdict, evidence: Evidence, log_tail: Iterable[str]
     return {
         "verdict": verdict.name,
         "summary": verdict.summary,
-        "evidence": _clip(verdict.evidence),
-        "processes": _clip(f"PID {p.pid} {p.label or p.role or 'process'} state {p.state}"
+        "evidence": clipped(verdict.evidence),
+        "processes": clipped(f"PID {p.pid} {p.label or p.role or 'process'} state {p.state}"
                            f" cpu {'?' if p.cpu_pct is None else f'{p.cpu_pct:.0f}%'}: {p.cmdline}" for p in evidence.processes),
-        "stacks": _clip(stack_lines(evidence)),
-        "log_tail": _clip(list(log_tail)[-LOG_LINES:]),
-        "gpus": _clip(gpu_lines(evidence.gpus) or [f"no GPU readings ({evidence.gpu_error or evidence.gpu_source})"]),
+        "stacks": clipped(stack_lines(evidence)),
+        "log_tail": clipped(list(log_tail)[-LOG_LINES:]),
+        "gpus": clipped(gpu_lines(evidence.gpus) or [f"no GPU readings ({evidence.gpu_error or evidence.gpu_source})"]),
     }

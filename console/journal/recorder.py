@@ -60,14 +60,28 @@ def verdict_of(data: dict) -> Verdict:
     return Verdict(data["verdict"], data["summary"], list(data["evidence"]), data["next_step"], step)
 
 
-class JournalRecorder:
+class VerdictRecorder:
+    """Journals the changes of one verdict (a run's, or a Slurm job's: its nodes' worst)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.verdict_name: str | None = None
+
+    def verdict(self, verdict: Verdict) -> None:
+        """Queue `verdict` when its name differs from the last one journaled."""
+        if verdict.name == self.verdict_name:
+            return
+        previous, self.verdict_name = self.verdict_name, verdict.name
+        self.journal.add("verdict", f"{verdict.name}: {verdict.summary}", {**verdict_data(verdict), "previous": previous})
+
+
+class JournalRecorder(VerdictRecorder):
     """Journals one RunState's news; `observe()` once a second, `verdict()` on each diagnosis."""
 
     def __init__(self, journal: Journal, state: RunState, *, wall: Callable[[], float] = time.time) -> None:
-        self.journal = journal
+        super().__init__(journal)
         self.state = state
         self.wall = wall
-        self.verdict_name: str | None = None
         self._last_event: Event | None = state.events[-1] if state.events else None
         self._lines_before = state.lines_received
         """Lines held before this recorder began: their problems are not news."""
@@ -93,13 +107,6 @@ class JournalRecorder:
         self._connection_changes()
         self._gpu_memory()
         self._gpu_history()
-
-    def verdict(self, verdict) -> None:
-        """Queue `verdict` when its name differs from the last one journaled."""
-        if verdict.name == self.verdict_name:
-            return
-        previous, self.verdict_name = self.verdict_name, verdict.name
-        self.journal.add("verdict", f"{verdict.name}: {verdict.summary}", {**verdict_data(verdict), "previous": previous})
 
     def _log_events(self) -> None:
         fresh: list[Event] = []

@@ -56,11 +56,14 @@ SAVED_PARTS = (("evidence", "why"), ("processes", "processes"), ("stacks", "stac
 
 
 def saved_evidence_lines(data: dict) -> list[str]:
-    """An automatic restart's saved evidence as indented lines: the verdict, then each part under its heading."""
+    """An automatic restart's saved evidence as indented lines: the verdict, then each part under its
+    heading; a Slurm job's, then each node's own (its `nodes`) under the node's name."""
     lines = [f"{data['verdict']}: {data['summary']}"]
     for key, heading in SAVED_PARTS:
         if data.get(key):
             lines += [f"{heading}:", *(f"  {line}" for line in data[key])]
+    for node in data.get("nodes", ()):
+        lines += [f"node {node['node']}:", *(f"  {line}" for line in saved_evidence_lines(node))]
     return lines
 
 

@@ -98,15 +98,27 @@ def journal_path(config: Config) -> Path:
     Two watches of one run share the file (its lease makes one of them the writer); two runs never
     do, even when every flag-only run is named "run". The name is readable
     (`root@gpu1-pct200-train-….sqlite3`) with a short hash of the exact identity.
+
+    A Slurm job's (`[target] slurm_job`) is the job's: its ID on the cluster whose Slurm is asked
+    (the `[target] host` its commands run on, a login node, else this machine), whatever the config
+    names of the run (`login1-slurm-4242-….sqlite3`): `pulse journal --slurm-job ID` finds it.
     """
     target = config.target
+    if target.slurm_job:
+        control = target.host or "local"
+        return _journal_file((control, f"slurm-{target.slurm_job}"), ("slurm", control, str(target.port or ""), target.slurm_job))
     container = target.container.describe().replace(" ", "") if target.container else ""
     run = config.run
-    identity = "\0".join((target.host or "local", str(target.port or ""), container, run.name,
-                          run.log or "", run.match or "", run.pidfile or ""))
-    readable = re.sub(r"[^A-Za-z0-9@._-]+", "_", "-".join(p for p in (target.host or "local", container, config.run.name) if p))
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-    return paths.state_dir() / "journal" / f"{readable[:80]}-{digest}.sqlite3"
+    identity = (target.host or "local", str(target.port or ""), container, run.name, run.log or "", run.match or "",
+                run.pidfile or "")
+    return _journal_file((target.host or "local", container, config.run.name), identity)
+
+
+def _journal_file(readable: tuple[str, ...], identity: tuple[str, ...]) -> Path:
+    """The journal file named by the `readable` parts (filename-safe, cut short) and a hash of the exact `identity`."""
+    name = re.sub(r"[^A-Za-z0-9@._-]+", "_", "-".join(p for p in readable if p))
+    digest = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:8]
+    return paths.state_dir() / "journal" / f"{name[:80]}-{digest}.sqlite3"
 
 
 def last_demo_pointer() -> Path:

@@ -81,15 +81,26 @@ def test_a_fleet_watch_serves_each_nodes_series(sshd, tmp_path: Path, writer: Pa
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("target", "args", "message"),
     [
-        ([], "pulse: watch: the target is 2 hosts (a, b): the run journal and alerts are kept for one machine; a fleet's"
-             " watch serves each node's metrics: give --metrics HOST:PORT, or --host NODE"),
-        (["--metrics", ":0", "--restart-on", "hung", "--max-restarts", "1"],
-         "the restart policy acts on one machine (a fleet's would requeue or resubmit the job: not built)"),
+        (["--hosts", "a,b"], [],
+         "pulse: watch: the target is 2 hosts (a, b): the run journal and alerts are kept for one machine or a Slurm"
+         " job; a host list's watch serves each node's metrics: give --metrics HOST:PORT, or --host NODE"),
+        (["--hosts", "a,b"], ["--metrics", ":0", "--restart-on", "hung", "--max-restarts", "1"],
+         "pulse: watch: the target is 2 hosts (a, b): the restart policy restarts a fleet only through Slurm (its"
+         " requeue or resubmit): give --slurm-job ID, or --host NODE, or drop --restart-on"),
+        (["--slurm-job", "4242"], ["--restart-on", "hung", "--max-restarts", "1", "--read-only"],
+         "pulse watch: --read-only: the restart policy (--restart-on, [watch] restart_on) restarts the run; drop one of them"),
+        (["--slurm-job", "4242"], ["--restart-on", "hung"], "pulse watch: --restart-on: needs --max-restarts N (or [watch]"
+                                                           " max_restarts): how many automatic restarts a window allows"),
+        (["--hosts", "a,b"], ["journal"], "pulse: journal: the target is 2 hosts (a, b): the run journal is kept for one"
+                                          " machine or a Slurm job; give --host NODE, or --slurm-job ID"),
     ],
 )
-def test_what_a_fleet_watch_cannot_do_is_one_line(tmp_path: Path, args, message) -> None:
-    watch = pulse("watch", "--hosts", "a,b", "--match", "x", *args, tmp_path=tmp_path)
+def test_what_a_fleet_watch_cannot_do_is_one_line(tmp_path: Path, target, args, message) -> None:
+    """Refused before any fleet is formed or journal opened: no Slurm is asked (job 4242 need not exist)."""
+    command = ["journal", *target, "--match", "x"] if args == ["journal"] else ["watch", *target, "--match", "x", *args]
+    watch = pulse(*command, tmp_path=tmp_path)
     out, err = watch.communicate(timeout=30)
-    assert watch.returncode == 2 and len(err.splitlines()) == 1 and message.removeprefix("pulse: ") in err, err
+    assert watch.returncode == 2 and err.splitlines() == [message.removeprefix("pulse: ")], err
+    assert not (tmp_path / "state").exists()

@@ -219,7 +219,33 @@ def test_restart_by_requeue_is_verified_on_the_node(slurm: Slurm, tmp_path: Path
     assert " Restarts=1 " in restarts and "JobState=RUNNING" in restarts
     entry = json.loads(audit.read_text().splitlines()[-1])
     assert entry["action"] == "fleet restart" and entry["outcome"].startswith("ok")
-    assert [s["step"] for s in entry["steps"]] == ["stop", "wait", "start", "verify"]
+    assert [s["step"] for s in entry["steps"]] == ["lock", "stop", "wait", "start", "verify"]
+
+
+async def test_a_job_whose_restart_lock_is_held_is_not_restarted(slurm: Slurm, healthy_job, tmp_path: Path) -> None:
+    """Another restart of the job (a watch, a person) holds its lock: the restart fails at its lock step, naming
+    the holder, and asks nothing of Slurm (the job keeps running, never requeued)."""
+    import asyncio
+
+    from console.fleet.fleet_actions import job_lock_file
+    from console.observe.remote_process import take_lock
+
+    job_id, _, _ = healthy_job
+    config = tmp_path / "fleet.toml"
+    config.write_text(f'audit_log = "{tmp_path}/audit.jsonl"\n[target]\nreach = "srun"\n[run]\nmatch = \'{match("healthy")}\'\n')
+    owner = {"what": "restart", "host": "login2", "user": "operator", "pid": 4242}
+    lock = await take_lock(LocalTarget(), job_lock_file(job_id), owner)
+    try:
+        done = await asyncio.to_thread(pulse, "restart", str(config), "--slurm-job", job_id, "--yes", env=slurm.env())
+    finally:
+        await lock.release()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"[FAIL] lock: another restart of job {job_id} holds its lock " in done.stdout
+    assert "by Pulse PID 4242 on login2 (user operator)" in done.stdout and "; nothing done" in done.stdout
+    shown = slurm.run("scontrol", "show", "job", "-o", job_id)
+    assert " Restarts=0 " in shown and "JobState=RUNNING" in shown
+    entry = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
+    assert entry["action"] == "fleet restart" and [s["step"] for s in entry["steps"]] == ["lock"]
 
 
 def test_restart_by_resubmit_cancels_and_submits(slurm: Slurm, tmp_path: Path) -> None:

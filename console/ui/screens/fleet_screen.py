@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Static
 
 from console.config import Config
 from console.fleet.fleet import Fleet, FleetError, FleetNode, NodeRow
+from console.fleet.fleet_actions import restarted_job
 from console.ui.dialogs.action_screen import ActionScreen
 from console.ui.dialogs.confirm_screen import ConfirmScreen
 from console.ui.panes.key_hints import KeyHints
@@ -422,15 +423,6 @@ class FleetApp(ThemedApp):
 
         screen = ConfirmScreen("Restart the job through Slurm", plan.describe(), dangerous=True, hidden=plan.hidden)
         self.push_screen(screen, callback=confirmed)
-
-
-def restarted_job(event) -> str | None:
-    """The job ID Slurm runs after a restart, from the restart's `start` step once it is OK."""
-    from console.actions.audit import StepEvent, StepStatus
-
-    if isinstance(event, StepEvent) and event.step == "start" and event.status is StepStatus.OK:
-        return event.data.get("job_id")
-    return None
 
 
 def run_fleet_console(config: Config, args: argparse.Namespace) -> int:

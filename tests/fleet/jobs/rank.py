@@ -4,7 +4,9 @@
 queue whose producer thread died (as in an all-reduce that never completes); the last rank is
 stuck in its data loader. `straggler`: every rank but the last spins in its all-reduce (busy,
 as a rank in `torch.cuda.synchronize` is) while the last is stuck in its data loader. All but
-`healthy` then print nothing more.
+`healthy` then print nothing more. `stalls`: prints throughput every 0.2 s for 5 s, then waits
+forever, idle (as a rank whose collective never completes): a job that trains, then hangs, each
+time it runs.
 """
 
 import os
@@ -37,6 +39,11 @@ if sys.argv[1] == "healthy":
         step += 1
         print(f"rank {rank} step {step} tokens/s: 1000.0 loss 1.50", flush=True)
         time.sleep(0.2)
+elif sys.argv[1] == "stalls":
+    for step in range(1, 26):
+        print(f"rank {rank} step {step} tokens/s: 1000.0 loss 1.50", flush=True)
+        time.sleep(0.2)
+    threading.Event().wait()
 elif rank == ranks - 1:
     load_batch()
 elif sys.argv[1] == "straggler":
