@@ -773,6 +773,15 @@ def _flag_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+#: The flags that set one key each, as given: flag → (table, field).
+_FLAG_KEYS = {
+    "host": ("target", "host"), "port": ("target", "port"), "known_hosts": ("target", "known_hosts"),
+    "ssh_config": ("target", "ssh_config"), "py_spy": ("target", "py_spy"), "reach": ("target", "reach"),
+    "match": ("run", "match"), "launch": ("run", "launch"), "grace": ("run", "grace_s"),
+    "baseline": ("metrics", "baseline_tokens_per_s"), "stall_after": ("stall", "log_silent_s"),
+}
+
+
 def load_from_args(args: argparse.Namespace) -> Config:
     """The config file named on the command line (if any) with the target flags laid over it.
 
@@ -781,12 +790,11 @@ def load_from_args(args: argparse.Namespace) -> Config:
     if message := _flag_problem(args):
         raise ConfigError([message])
     config = load_config(args.config) if getattr(args, "config", None) else Config()
-    t, u, m = config.target, config.run, config.metrics
     def get(name: str) -> Any:  # a flag's value as argparse typed it; None when not given
         return getattr(args, name, None)
 
     given = lambda name: get(name) is not None  # noqa: E731
-    container = t.container
+    container = config.target.container
     for kind in CONTAINER_KINDS:
         if given(kind):
             container = Container(kind, get(kind), get("namespace") if kind == "kubectl" else None)
@@ -802,42 +810,23 @@ def load_from_args(args: argparse.Namespace) -> Config:
     for flag, check in (("baseline", _positive), ("grace", _not_negative), ("stall_after", _positive)):
         if get(flag) is not None and (message := check(get(flag))):
             raise ConfigError([f"--{flag.replace('_', '-')}: {message}, not {get(flag):g}"])
-    slurm_job, hosts = t.slurm_job, t.hosts
+    target: dict[str, Any] = {"container": container}
     if given("slurm_job"):
         if not _SLURM_JOB_ID.fullmatch(get("slurm_job")):
             raise ConfigError([f"--slurm-job: {get('slurm_job')!r} is not a Slurm job ID (digits)"])
-        slurm_job, hosts = get("slurm_job"), ()
+        target.update(slurm_job=get("slurm_job"), hosts=())
     if given("hosts"):
-        hosts, slurm_job = tuple(h.strip() for h in get("hosts").split(",")), None
-    flag_or = lambda name, value: get(name) if given(name) else value  # noqa: E731
-    target = replace(
-        t,
-        host=flag_or("host", t.host),
-        port=flag_or("port", t.port),
-        container=container,
-        known_hosts=flag_or("known_hosts", t.known_hosts),
-        ssh_config=flag_or("ssh_config", t.ssh_config),
-        py_spy=flag_or("py_spy", t.py_spy),
-        accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
-        slurm_job=slurm_job,
-        hosts=hosts,
-        reach=get("reach") or t.reach,
-    )
-    _check_ssh_files(target, args, config.source)
-    run = replace(
-        u,
-        log=under_cwd(get("log"), u.cwd) if given("log") else u.log,
-        match=flag_or("match", u.match),
-        pidfile=under_cwd(get("pidfile"), u.cwd) if given("pidfile") else u.pidfile,
-        launch=flag_or("launch", u.launch),
-        grace_s=flag_or("grace", u.grace_s),
-    )
-    metrics = replace(m, baseline_tokens_per_s=get("baseline") or m.baseline_tokens_per_s)
-    stall = config.stall
-    if get("stall_after") is not None:
-        stall = replace(stall, log_silent_s=get("stall_after"))
-    return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall,
-                   watch=_watch_flags(config.watch, args))
+        target.update(hosts=tuple(h.strip() for h in get("hosts").split(",")), slurm_job=None)
+    if get("accept_new_host_key"):  # store_true: False is not given
+        target["accept_new_host_key"] = True
+    changes = {"target": target, "run": {flag: under_cwd(get(flag), config.run.cwd) for flag in ("log", "pidfile")
+                                         if given(flag)}}
+    for flag, (table, key) in _FLAG_KEYS.items():
+        if given(flag):
+            changes.setdefault(table, {})[key] = get(flag)
+    config = replace(config, **{table: replace(getattr(config, table), **values) for table, values in changes.items()})
+    _check_ssh_files(config.target, args, config.source)
+    return replace(config, target=_with_local_py_spy(config.target), watch=_watch_flags(config.watch, args))
 
 
 def _watch_flags(watch: WatchConfig, args) -> WatchConfig:
@@ -889,7 +878,7 @@ def _with_local_py_spy(target: TargetConfig) -> TargetConfig:
     """On this machine, outside a container, the default `py-spy` falls back to the one installed with
     Pulse when none is on PATH (pipx puts only `pulse` there)."""
     local = target.host is None and target.container is None and not (target.slurm_job or target.hosts)
-    if not local or target.py_spy != "py-spy" or shutil.which("py-spy"):
+    if not local or target.py_spy != TargetConfig().py_spy or shutil.which(target.py_spy):
         return target
     installed = Path(sys.executable).with_name("py-spy")
     return replace(target, py_spy=str(installed)) if installed.is_file() else target
