@@ -11,7 +11,6 @@ type (or its TomlKey, where the type does not say it all) is how the key is read
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -49,8 +48,7 @@ def _percent(value: float) -> str | None:
 
 
 def _one_of(*choices: str) -> Callable[[str], str | None]:
-    words = f"must be {', '.join(choices[:-1])} or {choices[-1]}"
-    return lambda value: None if value in choices else words
+    return lambda value: None if value in choices else f"must be {', '.join(choices[:-1])} or {choices[-1]}"
 
 
 def _regex(value: str) -> str | None:
@@ -114,10 +112,6 @@ def _entries_problem(hosts: list[str]) -> str | None:
         if message := value_problem(host):
             return f"entry {number} {message}"
     return None
-
-
-def _job_id(value: str | int) -> str:
-    return str(value).strip()
 
 
 def _int_list(name: str) -> Callable[[list], str | None]:
@@ -201,9 +195,8 @@ def _key(default: Any = MISSING, check: Callable[[Any], str | None] | None = Non
     return field(default=default, default_factory=factory, metadata={"toml": TomlKey(check, **how)})
 
 
-def _not_a_key(default: Any) -> Any:
-    """A field Pulse fills in (where a key was set, a fleet node's job): no key sets it."""
-    return field(default=default, metadata={"toml": None})
+#: The metadata of a field Pulse fills in (where a key was set, a fleet node's job): no key sets it.
+_NOT_A_KEY = {"toml": None}
 
 
 def _container(r: _Reader, path: str, value: Any) -> Container | None:
@@ -276,8 +269,7 @@ def _actions(r: _Reader, path: str, value: Any) -> tuple[CustomAction, ...]:
             r.problem(at, "must be a table")
             continue
         # A required key left out reads as empty, so that each is named below.
-        action = CustomAction(**{"name": "", "key": "", "command": "", **r.values(table, at, CustomAction)},
-                              key_source=r.where(f"{at}.key"))
+        action = r.fields(table, at, CustomAction, name="", key="", command="", key_source=r.where(f"{at}.key"))
         for name in ("name", "key", "command"):
             if not getattr(action, name):
                 r.problem(f"{at}.{name}", "is required")
@@ -311,7 +303,7 @@ class TargetConfig:
     """The interpreter on the target that runs Pulse's agent (any Python 3.8+)."""
     py_spy: str = _key("py-spy", _path_value)
     nvidia_smi: str = _key("nvidia-smi", _path_value)
-    slurm_job: str | None = _key(None, _name_value, types=(str, int), parse=_job_id)
+    slurm_job: str | None = _key(None, _name_value, types=(str, int), parse=lambda v: str(v).strip())
     """A Slurm job ID: the run is that job, on every node Slurm gave it (see console/fleet)."""
     hosts: tuple[str, ...] = _key((), _host_list)
     """The run's nodes when there is no scheduler: each reached like `host`."""
@@ -330,7 +322,7 @@ class RunConfig:
     match: str | None = _key(None, _regex)
     """A regex over /proc/PID/cmdline that finds the run's processes."""
     pidfile: str | None = _key(None, _path_value)
-    slurm_job: str | None = _not_a_key(None)
+    slurm_job: str | None = field(default=None, metadata=_NOT_A_KEY)
     """The Slurm job whose processes are the run's, on one node of a fleet (`match` narrows within it)."""
     env: dict[str, str] = _key(factory=dict, read=_env)
     grace_s: float = _key(30.0, _not_negative)
@@ -390,7 +382,7 @@ class CustomAction:
     description: str = ""
     mutating: bool = True
     """Changes something unless the config says `mutating = false`: refused under --read-only."""
-    key_source: str = _not_a_key("")
+    key_source: str = field(default="", metadata=_NOT_A_KEY)
     """Where the config sets `key`, as an error about it starts: 'pulse.toml:3: actions[0].key'."""
 
 
@@ -425,7 +417,7 @@ class WatchConfig:
 
     restart_on: tuple[str, ...] = _key((), _verdict_names)
     """Verdicts that restart the run once they have lasted `restart_after_s` (none: never restarts)."""
-    restart_on_source: str = _not_a_key("")
+    restart_on_source: str = field(default="", metadata=_NOT_A_KEY)
     """Where the config sets `restart_on`, as an error about it starts: 'run.toml:12: watch.restart_on'."""
     max_restarts: int | None = _key(None, lambda v: None if v >= 1 else "must be 1 or more")
     """The most automatic restarts within `restart_window_s`; required with `restart_on`."""
@@ -450,7 +442,7 @@ class Config:
     stall: StallConfig = field(default_factory=StallConfig)
     actions: tuple[CustomAction, ...] = _key((), read=_actions)
     audit_log: str = DEFAULT_AUDIT_LOG
-    source: str = _not_a_key("<flags>")
+    source: str = field(default="<flags>", metadata=_NOT_A_KEY)
     """The file this came from, for messages."""
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
@@ -496,21 +488,17 @@ _TYPE_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true 
                dict: "a table", list: "an array"}
 #: A field's type (`X` of `X | None`) → the TOML types its key takes, and how its value is made from them.
 _FROM_TOML: dict[type, tuple[tuple[type, ...], Callable[[Any], Any] | None]] = {
-    str: ((str,), None), bool: ((bool,), None), int: ((int,), None), float: ((int, float), float),
-    tuple: ((list,), tuple),
-}
+    str: ((str,), None), bool: ((bool,), None), int: ((int,), None), float: ((int, float), float), tuple: ((list,), tuple)}
+_KEYS: dict[type, dict[str, tuple[Field, TomlKey, Any]]] = {}  # each class's, worked out on its first read
 
 
-@functools.cache
 def _keys(cls: type) -> dict[str, tuple[Field, TomlKey, Any]]:
     """The fields of a config dataclass that keys set, by key, each with how it is read and its type."""
-    hints = get_type_hints(cls)
-    keys = {}
-    for f in fields(cls):
-        how = f.metadata.get("toml", TomlKey())
-        if how is not None:
-            keys[how.name or f.name] = (f, how, hints[f.name])
-    return keys
+    if cls not in _KEYS:
+        hints = get_type_hints(cls)
+        _KEYS[cls] = {how.name or f.name: (f, how, hints[f.name]) for f in fields(cls)
+                      if (how := f.metadata.get("toml", TomlKey())) is not None}
+    return _KEYS[cls]
 
 
 def _bare(hint: Any) -> Any:
@@ -520,7 +508,7 @@ def _bare(hint: Any) -> Any:
     return get_origin(hint) or hint
 
 
-T = TypeVar("T")
+Table = TypeVar("Table")
 
 
 class _Reader:
@@ -576,15 +564,14 @@ class _Reader:
             return None
         return value
 
-    def values(self, data: Any, path: str, cls: type) -> dict[str, Any]:
-        """The fields of `cls` that the table `data` at `path` sets, by name; a field whose key is absent or
-        has a problem (named) is left out, to take its dataclass default."""
-        table = self.table(data, path, cls)
-        values = {}
+    def fields(self, data: Any, path: str, cls: type[Table], **unset: Any) -> Table:
+        """A `cls` from the table `data` at `path`, each field from its key; a field whose key is absent or has
+        a problem (named) takes its value in `unset`, else its default."""
+        table, values = self.table(data, path, cls), dict(unset)
         for key, (f, how, hint) in _keys(cls).items():
-            at = f"{path}.{key}" if path else key
             if key not in table:
                 continue
+            at = f"{path}.{key}" if path else key
             if isinstance(hint, type) and is_dataclass(hint):
                 values[f.name] = self.fields(table[key], at, hint)
             elif how.read is not None:
@@ -593,11 +580,7 @@ class _Reader:
                 kinds, parse = (how.types, how.parse) if how.types else _FROM_TOML[_bare(hint)]
                 if (value := self.get(table, at, kinds, how.check)) is not None:
                     values[f.name] = value if parse is None else parse(value)
-        return values
-
-    def fields(self, data: Any, path: str, cls: type[T], **given: Any) -> T:
-        """A `cls` from the table `data` at `path` (values(), with `given` fields on top)."""
-        return cls(**{**self.values(data, path, cls), **given})
+        return cls(**values)
 
 
 #: A config is a few kilobytes; anything near this is not one (a log, /dev/zero, a mistake).
