@@ -3,6 +3,9 @@
 Loaded from TOML (see README) or built from command-line flags. Validation errors
 name file, line and key; loading does no I/O beyond reading the one file (and checking,
 unread, the ssh_config and known_hosts files it names: read_regular_file).
+
+Each table is a dataclass and each key one of its fields: the field's default is the key's, and its
+type (or its TomlKey, where the type does not say it all) is how the key is read and checked.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import shutil
 import stat
 import sys
 import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from console.paths import audit_log_path
 from console.model import CONTAINER_KINDS, Container, MetricPattern
@@ -28,248 +32,7 @@ from console.placeholders import CUSTOM_PLACEHOLDERS, WARMUP_PLACEHOLDERS, place
 from console.units import parse_duration
 from console.user_patterns import compile_metric_pattern
 
-
-@dataclass(frozen=True, slots=True)
-class TargetConfig:
-    host: str | None = None
-    """`user@host` or a ~/.ssh/config alias; None means this machine."""
-    port: int | None = None
-    container: Container | None = None
-    accept_new_host_key: bool = False
-    """Trust an unknown host key on first connection (never a changed one)."""
-    known_hosts: str | None = None
-    """A known_hosts file to check against instead of ~/.ssh/known_hosts."""
-    ssh_config: str | None = None
-    """An ssh_config file to read instead of ~/.ssh/config."""
-    python: str = "python3"
-    """The interpreter on the target that runs Pulse's agent (any Python 3.8+)."""
-    py_spy: str = "py-spy"
-    nvidia_smi: str = "nvidia-smi"
-    slurm_job: str | None = None
-    """A Slurm job ID: the run is that job, on every node Slurm gave it (see console/fleet)."""
-    hosts: tuple[str, ...] = ()
-    """The run's nodes when there is no scheduler: each reached like `host`."""
-    reach: str = "ssh"
-    """How a Slurm job's nodes are reached: 'ssh' (~/.ssh/config, ProxyJump) or 'srun' (--overlap in the job)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunConfig:
-    name: str = "run"
-    launch: str | None = None
-    """The exact command that starts the run (used by restart)."""
-    cwd: str | None = None
-    log: str | None = None
-    """The log path; may contain `{started}` (restart fills it with a timestamp) or a glob."""
-    match: str | None = None
-    """A regex over /proc/PID/cmdline that finds the run's processes."""
-    pidfile: str | None = None
-    slurm_job: str | None = None
-    """The Slurm job whose processes are the run's, on one node of a fleet (`match` narrows within it)."""
-    env: dict[str, str] = field(default_factory=dict)
-    grace_s: float = 30.0
-    """SIGTERM → SIGKILL grace period for restart."""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuConfig:
-    roles: dict[int, str] = field(default_factory=dict)
-    """GPU index → role name (e.g. 'target', 'drafter')."""
-    source: str = "auto"
-    """'auto' (NVML, then nvidia-smi), 'nvml' or 'nvidia-smi'."""
-    poll_s: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsConfig:
-    baseline_tokens_per_s: float | None = None
-    baseline_samples_per_s: float | None = None
-    baseline_it_per_s: float | None = None
-    slow_fraction: float = 0.8
-    """Throughput below this fraction of baseline is `slow`."""
-    patterns: tuple[MetricPattern, ...] = ()
-
-    def baseline(self, metric: str) -> float | None:
-        return getattr(self, f"baseline_{metric}", None)
-
-
-@dataclass(frozen=True, slots=True)
-class WarmupConfig:
-    command: str | None = None
-    """Template with {gpu} and {seq_len}."""
-    gpus: tuple[int, ...] = ()
-    seq_lens: tuple[int, ...] = ()
-    triton_cache_dir: str = "~/.triton/cache"
-    step_timeout_s: float = 1800.0
-
-
-@dataclass(frozen=True, slots=True)
-class StallConfig:
-    log_silent_s: float | None = None
-    """Silence that makes a stall, set explicitly; None learns it from the run's rhythm (console.diagnose)."""
-    cpu_idle_pct: float = 5.0
-    """A process under this CPU% (by delta) counts as idle."""
-    gpu_idle_pct: float = 5.0
-    sample_window_s: float = 1.5
-
-
-@dataclass(frozen=True, slots=True)
-class CustomAction:
-    name: str
-    key: str
-    command: str
-    """Template with {pid}, {pids}, {log}, {gpu}, {host}."""
-    confirm: bool = True
-    dangerous: bool = False
-    description: str = ""
-    mutating: bool = True
-    """Changes something unless the config says `mutating = false`: refused under --read-only."""
-    key_source: str = ""
-    """Where the config sets `key`, as an error about it starts: 'pulse.toml:3: actions[0].key'."""
-
-
-@dataclass(frozen=True, slots=True)
-class AlertsConfig:
-    """Where alerts go when the verdict gets worse or recovers (see console/alerts.py)."""
-
-    terminal: bool = True
-    """Ring the bell and send an OSC 9 / OSC 777 desktop notification to the terminal."""
-    command: str | None = None
-    """A shell command that gets the alert as JSON on stdin and PULSE_ALERT_* variables."""
-    webhook: str | None = None
-    """An http(s) URL the alert is POSTed to as JSON."""
-    webhook_format: str = "json"
-    """'json' (the alert object), 'slack' ({"text": …}) or 'discord' ({"content": …})."""
-    hold_s: float = 30.0
-    """A worse verdict must last this long before it is announced."""
-    recover_s: float = 60.0
-    """A recovery must last this long before it is announced."""
-    min_interval_s: float = 300.0
-    """At most one alert this often; one held back is sent when the interval ends, if still true."""
-    timeout_s: float = 10.0
-    """Each delivery attempt's limit."""
-    retries: int = 2
-    """Further attempts of a webhook after a failed one."""
-
-
-@dataclass(frozen=True, slots=True)
-class WatchConfig:
-    """What `pulse watch` does beyond the journal and the alerts: its restart policy and its metrics
-    endpoint (console/journal/policy.py, console/journal/metrics.py). Flags of the same names win."""
-
-    restart_on: tuple[str, ...] = ()
-    """Verdicts that restart the run once they have lasted `restart_after_s` (none: never restarts)."""
-    restart_on_source: str = ""
-    """Where the config sets `restart_on`, as an error about it starts: 'run.toml:12: watch.restart_on'."""
-    max_restarts: int | None = None
-    """The most automatic restarts within `restart_window_s`; required with `restart_on`."""
-    restart_window_s: float = 6 * 3600.0
-    restart_after_s: float = 600.0
-    metrics: tuple[str, int] | None = None
-    """(host, port) of the Prometheus endpoint; None serves none."""
-
-
-DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    target: TargetConfig = field(default_factory=TargetConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-    gpus: GpuConfig = field(default_factory=GpuConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)
-    stall: StallConfig = field(default_factory=StallConfig)
-    actions: tuple[CustomAction, ...] = ()
-    audit_log: str = DEFAULT_AUDIT_LOG
-    source: str = "<flags>"
-    """The file this came from, for messages."""
-    alerts: AlertsConfig = field(default_factory=AlertsConfig)
-    watch: WatchConfig = field(default_factory=WatchConfig)
-
-
-class ConfigError(Exception):
-    """One or more problems, one line each: `file:line: key: what is wrong`."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-# -- loading ------------------------------------------------------------------
-
-_TABLE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
-_ARRAY_TABLE = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]\s*(#.*)?$")
-_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"']+(?:\s*\.\s*[A-Za-z0-9_\-\"']+)*)\s*=")
-
-
-def _key_lines(text: str) -> dict[str, int]:
-    """Map 'table.key' paths to the line that sets them (tomllib gives no positions)."""
-    lines: dict[str, int] = {}
-    table = ""
-    counts: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if m := _ARRAY_TABLE.match(line):
-            name = m.group(1).replace('"', "").replace("'", "")
-            index = counts.get(name, 0)
-            counts[name] = index + 1
-            table = f"{name}[{index}]"
-            lines.setdefault(table, number)
-        elif m := _TABLE.match(line):
-            table = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
-            lines.setdefault(table, number)
-        elif m := _KEY.match(line):
-            key = re.sub(r"\s*\.\s*", ".", m.group(1)).replace('"', "").replace("'", "")
-            lines.setdefault(f"{table}.{key}" if table else key, number)
-    return lines
-
-
-_TYPE_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true or false",
-               dict: "a table", list: "an array"}
-
-
-class _Reader:
-    """Typed access to one table, collecting problems as `file:line: key: message`."""
-
-    def __init__(self, source: str, lines: dict[str, int], problems: list[str]) -> None:
-        self.source, self.lines, self.problems = source, lines, problems
-
-    def where(self, path: str) -> str:
-        """'file:line: path', the line of `path` or of the nearest table above it that has one."""
-        parts = path.split(".")
-        line = None
-        while parts and line is None:
-            line = self.lines.get(".".join(parts))
-            parts.pop()
-        return f"{self.source}:{line}: {path}" if line else f"{self.source}: {path}"
-
-    def problem(self, path: str, message: str) -> None:
-        self.problems.append(f"{self.where(path)}: {message}")
-
-    def table(self, data: dict, path: str, allowed: tuple[str, ...]) -> dict:
-        value = data.get(path.rsplit(".", 1)[-1], {}) if "." not in path else data
-        if not isinstance(value, dict):
-            self.problem(path, "must be a table")
-            return {}
-        for key in value:
-            if key not in allowed:
-                self.problem(f"{path}.{key}", f"unknown key (known: {', '.join(allowed)})")
-        return value
-
-    def get(self, table: dict, path: str, kind: type | tuple, default: Any = None, check: Callable | None = None):
-        key = path.rsplit(".", 1)[-1]
-        if key not in table:
-            return default
-        value = table[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            names = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
-            self.problem(path, f"must be {names}, not {json.dumps(value, default=str)}")
-            return default
-        if check is not None and (message := check(value)):
-            self.problem(path, message)
-            return default
-        return value
+# -- what a value may be: each check says what is wrong with a value of the right type, or None --------
 
 
 def _positive(value: float) -> str | None:
@@ -284,8 +47,8 @@ def _percent(value: float) -> str | None:
     return None if math.isfinite(value) and 0 <= value <= 100 else "must be a percentage, 0 to 100"
 
 
-def _optional_float(value: float | None) -> float | None:
-    return None if value is None else float(value)
+def _one_of(*choices: str) -> Callable[[str], str | None]:
+    return lambda value: None if value in choices else f"must be {', '.join(choices[:-1])} or {choices[-1]}"
 
 
 def _regex(value: str) -> str | None:
@@ -351,17 +114,473 @@ def _entries_problem(hosts: list[str]) -> str | None:
     return None
 
 
-def _job_id(value: str | int | None) -> str | None:
-    return None if value is None else str(value).strip()
-
-
-def _int_list(name: str):
+def _int_list(name: str) -> Callable[[list], str | None]:
     def check(value: list) -> str | None:
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
             return f"{name} must be a list of non-negative integers"
         return None
 
     return check
+
+
+def _webhook_url(value: str) -> str | None:
+    return None if re.match(r"https?://[^\s/]+", value) else "must be an http:// or https:// URL"
+
+
+def _duration(value: str | int | float) -> str | None:
+    if isinstance(value, str):
+        try:
+            value = parse_duration(value)
+        except ValueError as exc:
+            return str(exc)
+    return _positive(value)
+
+
+def _seconds(value: str | int | float) -> float:
+    """A checked duration key's value ('10m', or a number of seconds) in seconds."""
+    return parse_duration(value) if isinstance(value, str) else float(value)
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """'HOST:PORT', ':PORT' or 'PORT' (on 127.0.0.1), '[::1]:PORT' → (host, port); port 0 takes a free one.
+    ValueError saying what an address looks like otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host, port = "", text.strip()
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not port.isdigit() or int(port) > 65535 or any(c.isspace() or c in "[]/" for c in host) or host.startswith("-"):
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or :9464 for this machine only)")
+    return host or "127.0.0.1", int(port)
+
+
+def _listen(value: str) -> str | None:
+    try:
+        listen_address(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _verdict_names(value: list) -> str | None:
+    # Which names are verdicts is console.diagnose's to say (a layer above): the watch checks them.
+    return None if value and all(isinstance(v, str) and v for v in value) else 'must be a list of verdict names, e.g. ["hung"]'
+
+
+# -- how a field is read from its key --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TomlKey:
+    """How a config field is read from its key, where the field's name and type do not say it all."""
+
+    check: Callable[[Any], str | None] | None = None
+    """What is wrong with a value of the right type (one of the checks above)."""
+    name: str = ""
+    """The key, when it is not the field's name ('restart_window' sets restart_window_s)."""
+    types: tuple[type, ...] = ()
+    """The TOML types the key takes, when the field's type does not say them (a duration: '6h' or seconds)."""
+    parse: Callable[[Any], Any] | None = None
+    """The field's value from a checked value of one of `types`."""
+    read: Callable[[_Reader, str, Any], Any] | None = None
+    """The field's value from the key's whole value, which holds several settings: it checks the value
+    itself and names each problem at its own key ('gpus.roles.b')."""
+
+
+_DURATION = (str, int, float)
+
+
+def _key(default: Any = MISSING, check: Callable[[Any], str | None] | None = None, *,
+         factory: Callable[[], Any] | Any = MISSING, **how: Any) -> Any:
+    """A field read from its key as `how` (TomlKey's fields) says, taking `default` when the key is absent."""
+    return field(default=default, default_factory=factory, metadata={"toml": TomlKey(check, **how)})
+
+
+#: The metadata of a field Pulse fills in (where a key was set, a fleet node's job): no key sets it.
+_NOT_A_KEY = {"toml": None}
+
+
+def _container(r: _Reader, path: str, value: Any) -> Container | None:
+    """`{ kind = "pct", id = "200" }`; kind "none", or no kind, is no container."""
+    if not isinstance(value, dict):
+        r.problem(path, 'must be a table like { kind = "pct", id = "200" }')
+        return None
+    r.table(value, path, Container)
+    kind = r.get(value, f"{path}.kind", (str,))
+    if kind in (None, "none"):
+        return None
+    if kind not in CONTAINER_KINDS:
+        r.problem(f"{path}.kind", f"must be {', '.join(CONTAINER_KINDS)} or none, not {kind!r}")
+        return None
+    if "id" not in value:
+        r.problem(f"{path}.id", f"is required for a {kind} container")
+        return None
+    cid = r.get(value, f"{path}.id", (str, int), _name_value)
+    return None if cid is None else Container(kind, str(cid), r.get(value, f"{path}.namespace", (str,), _name_value))
+
+
+def _env(r: _Reader, path: str, value: Any) -> dict[str, str]:
+    env = {}
+    for key, text in r.entries(path, value):
+        if isinstance(text, str):
+            env[key] = text
+        else:
+            r.problem(f"{path}.{key}", f"must be a string, not {type(text).__name__}")
+    return env
+
+
+def _roles(r: _Reader, path: str, value: Any) -> dict[int, str]:
+    """GPU index → role, from `role = [indices]`: one role per GPU."""
+    roles: dict[int, str] = {}
+    for role, indices in r.entries(path, value):
+        if not isinstance(indices, list) or _int_list("")(indices):
+            r.problem(f"{path}.{role}", "must be a list of GPU indices, e.g. [0, 1, 2]")
+            continue
+        for index in indices:
+            if index in roles:
+                r.problem(f"{path}.{role}", f"GPU {index} already has role {roles[index]!r}")
+            roles[index] = role
+    return roles
+
+
+def _patterns(r: _Reader, path: str, value: Any) -> tuple[MetricPattern, ...]:
+    patterns: list[MetricPattern] = []
+    for name, regex in r.entries(path, value):
+        if not isinstance(regex, str):
+            r.problem(f"{path}.{name}", "must be a string")
+            continue
+        try:
+            compile_metric_pattern(regex, name)
+        except ValueError as exc:
+            r.problem(f"{path}.{name}", str(exc))
+        else:
+            patterns.append(MetricPattern(name, regex))
+    return tuple(patterns)
+
+
+def _actions(r: _Reader, path: str, value: Any) -> tuple[CustomAction, ...]:
+    """The [[actions]] that are whole: a name, a one-character key and a command."""
+    if not isinstance(value, list):
+        r.problem(path, "must be an array of tables: [[actions]]")
+        return ()
+    actions = []
+    for i, table in enumerate(value):
+        at = f"{path}[{i}]"
+        if not isinstance(table, dict):
+            r.problem(at, "must be a table")
+            continue
+        # A required key left out reads as empty, so that each is named below.
+        action = r.fields(table, at, CustomAction, name="", key="", command="", key_source=r.where(f"{at}.key"))
+        for name in ("name", "key", "command"):
+            if not getattr(action, name):
+                r.problem(f"{at}.{name}", "is required")
+        if action.key and len(action.key) != 1:
+            r.problem(f"{at}.key", "must be a single character")
+        if action.command and (why := placeholder_refusal(action.command, CUSTOM_PLACEHOLDERS)):
+            r.problem(f"{at}.command", why)
+        if action.dangerous and not action.mutating:
+            r.problem(f"{at}.mutating", "a dangerous action changes something: drop mutating = false or dangerous")
+        if action.name and action.command and len(action.key) == 1:
+            actions.append(action)
+    return tuple(actions)
+
+
+# -- the tables ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    host: str | None = _key(None, _name_value)
+    """`user@host` or a ~/.ssh/config alias; None means this machine."""
+    port: int | None = _key(None, lambda v: None if 0 < v < 65536 else "must be 1-65535")
+    container: Container | None = _key(None, read=_container)
+    accept_new_host_key: bool = False
+    """Trust an unknown host key on first connection (never a changed one)."""
+    known_hosts: str | None = _key(None, _path_value)
+    """A known_hosts file to check against instead of ~/.ssh/known_hosts."""
+    ssh_config: str | None = _key(None, _path_value)
+    """An ssh_config file to read instead of ~/.ssh/config."""
+    python: str = _key("python3", _path_value)
+    """The interpreter on the target that runs Pulse's agent (any Python 3.8+)."""
+    py_spy: str = _key("py-spy", _path_value)
+    nvidia_smi: str = _key("nvidia-smi", _path_value)
+    slurm_job: str | None = _key(None, _name_value, types=(str, int), parse=lambda v: str(v).strip())
+    """A Slurm job ID: the run is that job, on every node Slurm gave it (see console/fleet)."""
+    hosts: tuple[str, ...] = _key((), _host_list)
+    """The run's nodes when there is no scheduler: each reached like `host`."""
+    reach: str = _key("ssh", _one_of("ssh", "srun"))
+    """How a Slurm job's nodes are reached: 'ssh' (~/.ssh/config, ProxyJump) or 'srun' (--overlap in the job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    name: str = "run"
+    launch: str | None = None
+    """The exact command that starts the run (used by restart)."""
+    cwd: str | None = _key(None, _path_value)
+    log: str | None = _key(None, _path_value)
+    """The log path; may contain `{started}` (restart fills it with a timestamp) or a glob."""
+    match: str | None = _key(None, _regex)
+    """A regex over /proc/PID/cmdline that finds the run's processes."""
+    pidfile: str | None = _key(None, _path_value)
+    slurm_job: str | None = field(default=None, metadata=_NOT_A_KEY)
+    """The Slurm job whose processes are the run's, on one node of a fleet (`match` narrows within it)."""
+    env: dict[str, str] = _key(factory=dict, read=_env)
+    grace_s: float = _key(30.0, _not_negative)
+    """SIGTERM → SIGKILL grace period for restart."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuConfig:
+    roles: dict[int, str] = _key(factory=dict, read=_roles)
+    """GPU index → role name (e.g. 'target', 'drafter')."""
+    source: str = _key("auto", _one_of("auto", "nvml", "nvidia-smi"))
+    """'auto' (NVML, then nvidia-smi), 'nvml' or 'nvidia-smi'."""
+    poll_s: float = _key(1.0, _positive)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    baseline_tokens_per_s: float | None = _key(None, _positive)
+    baseline_samples_per_s: float | None = _key(None, _positive)
+    baseline_it_per_s: float | None = _key(None, _positive)
+    slow_fraction: float = _key(0.8, lambda v: None if 0 < v <= 1 else "must be in (0, 1]")
+    """Throughput below this fraction of baseline is `slow`."""
+    patterns: tuple[MetricPattern, ...] = _key((), read=_patterns)
+
+    def baseline(self, metric: str) -> float | None:
+        return getattr(self, f"baseline_{metric}", None)
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupConfig:
+    command: str | None = None
+    """Template with {gpu} and {seq_len}."""
+    gpus: tuple[int, ...] = _key((), _int_list("warmup.gpus"))
+    seq_lens: tuple[int, ...] = _key((), _int_list("warmup.seq_lens"))
+    triton_cache_dir: str = "~/.triton/cache"
+    step_timeout_s: float = _key(1800.0, _positive)
+
+
+@dataclass(frozen=True, slots=True)
+class StallConfig:
+    log_silent_s: float | None = _key(None, _positive)
+    """Silence that makes a stall, set explicitly; None learns it from the run's rhythm (console.diagnose)."""
+    cpu_idle_pct: float = _key(5.0, _percent)
+    """A process under this CPU% (by delta) counts as idle."""
+    gpu_idle_pct: float = _key(5.0, _percent)
+    sample_window_s: float = _key(1.5, _positive)
+
+
+@dataclass(frozen=True, slots=True)
+class CustomAction:
+    name: str
+    key: str
+    command: str
+    """Template with {pid}, {pids}, {log}, {gpu}, {host}."""
+    confirm: bool = True
+    dangerous: bool = False
+    description: str = ""
+    mutating: bool = True
+    """Changes something unless the config says `mutating = false`: refused under --read-only."""
+    key_source: str = field(default="", metadata=_NOT_A_KEY)
+    """Where the config sets `key`, as an error about it starts: 'pulse.toml:3: actions[0].key'."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlertsConfig:
+    """Where alerts go when the verdict gets worse or recovers (see console/alerts.py)."""
+
+    terminal: bool = True
+    """Ring the bell and send an OSC 9 / OSC 777 desktop notification to the terminal."""
+    command: str | None = None
+    """A shell command that gets the alert as JSON on stdin and PULSE_ALERT_* variables."""
+    webhook: str | None = _key(None, _webhook_url)
+    """An http(s) URL the alert is POSTed to as JSON."""
+    webhook_format: str = _key("json", _one_of("json", "slack", "discord"))
+    """'json' (the alert object), 'slack' ({"text": …}) or 'discord' ({"content": …})."""
+    hold_s: float = _key(30.0, _not_negative)
+    """A worse verdict must last this long before it is announced."""
+    recover_s: float = _key(60.0, _not_negative)
+    """A recovery must last this long before it is announced."""
+    min_interval_s: float = _key(300.0, _not_negative)
+    """At most one alert this often; one held back is sent when the interval ends, if still true."""
+    timeout_s: float = _key(10.0, _positive)
+    """Each delivery attempt's limit."""
+    retries: int = _key(2, lambda v: None if 0 <= v <= 10 else "must be 0-10")
+    """Further attempts of a webhook after a failed one."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """What `pulse watch` does beyond the journal and the alerts: its restart policy and its metrics
+    endpoint (console/journal/policy.py, console/journal/metrics.py). Flags of the same names win."""
+
+    restart_on: tuple[str, ...] = _key((), _verdict_names)
+    """Verdicts that restart the run once they have lasted `restart_after_s` (none: never restarts)."""
+    restart_on_source: str = field(default="", metadata=_NOT_A_KEY)
+    """Where the config sets `restart_on`, as an error about it starts: 'run.toml:12: watch.restart_on'."""
+    max_restarts: int | None = _key(None, lambda v: None if v >= 1 else "must be 1 or more")
+    """The most automatic restarts within `restart_window_s`; required with `restart_on`."""
+    restart_window_s: float = _key(6 * 3600.0, _duration, name="restart_window", types=_DURATION, parse=_seconds)
+    restart_after_s: float = _key(600.0, _duration, name="restart_after", types=_DURATION, parse=_seconds)
+    metrics: tuple[str, int] | None = _key(None, _listen, types=(str,), parse=listen_address)
+    """(host, port) of the Prometheus endpoint; None serves none."""
+
+
+DEFAULT_AUDIT_LOG = str(audit_log_path())  # ~/.local/state/pulse/audit.jsonl on Linux
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole file: a table per field, and the keys `actions` and `audit_log`."""
+
+    target: TargetConfig = field(default_factory=TargetConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    gpus: GpuConfig = field(default_factory=GpuConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    stall: StallConfig = field(default_factory=StallConfig)
+    actions: tuple[CustomAction, ...] = _key((), read=_actions)
+    audit_log: str = DEFAULT_AUDIT_LOG
+    source: str = field(default="<flags>", metadata=_NOT_A_KEY)
+    """The file this came from, for messages."""
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+
+
+class ConfigError(Exception):
+    """One or more problems, one line each: `file:line: key: what is wrong`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# -- loading ------------------------------------------------------------------
+
+_TABLE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
+_ARRAY_TABLE = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"']+(?:\s*\.\s*[A-Za-z0-9_\-\"']+)*)\s*=")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Map 'table.key' paths to the line that sets them (tomllib gives no positions)."""
+    lines: dict[str, int] = {}
+    table = ""
+    counts: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if m := _ARRAY_TABLE.match(line):
+            name = m.group(1).replace('"', "").replace("'", "")
+            index = counts.get(name, 0)
+            counts[name] = index + 1
+            table = f"{name}[{index}]"
+            lines.setdefault(table, number)
+        elif m := _TABLE.match(line):
+            table = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            lines.setdefault(table, number)
+        elif m := _KEY.match(line):
+            key = re.sub(r"\s*\.\s*", ".", m.group(1)).replace('"', "").replace("'", "")
+            lines.setdefault(f"{table}.{key}" if table else key, number)
+    return lines
+
+
+_TYPE_NAMES = {str: "a string", int: "a number", float: "a number", bool: "true or false",
+               dict: "a table", list: "an array"}
+#: A field's type (`X` of `X | None`) → the TOML types its key takes, and how its value is made from them.
+_FROM_TOML: dict[type, tuple[tuple[type, ...], Callable[[Any], Any] | None]] = {
+    str: ((str,), None), bool: ((bool,), None), int: ((int,), None), float: ((int, float), float), tuple: ((list,), tuple)}
+_KEYS: dict[type, dict[str, tuple[Field, TomlKey, Any]]] = {}  # each class's, worked out on its first read
+
+
+def _keys(cls: type) -> dict[str, tuple[Field, TomlKey, Any]]:
+    """The fields of a config dataclass that keys set, by key, each with how it is read and its type."""
+    if cls not in _KEYS:
+        hints = get_type_hints(cls)
+        _KEYS[cls] = {how.name or f.name: (f, how, hints[f.name]) for f in fields(cls)
+                      if (how := f.metadata.get("toml", TomlKey())) is not None}
+    return _KEYS[cls]
+
+
+def _bare(hint: Any) -> Any:
+    """`X` of `X | None`, and `tuple` of `tuple[int, ...]`."""
+    if get_origin(hint) is UnionType:
+        hint = next(arg for arg in get_args(hint) if arg is not NoneType)
+    return get_origin(hint) or hint
+
+
+Table = TypeVar("Table")
+
+
+class _Reader:
+    """Typed access to one file's tables, collecting problems as `file:line: key: message`."""
+
+    def __init__(self, source: str, lines: dict[str, int], problems: list[str]) -> None:
+        self.source, self.lines, self.problems = source, lines, problems
+
+    def where(self, path: str) -> str:
+        """'file:line: path', the line of `path` or of the nearest table above it that has one."""
+        parts = path.split(".")
+        line = None
+        while parts and line is None:
+            line = self.lines.get(".".join(parts))
+            parts.pop()
+        return f"{self.source}:{line}: {path}" if line else f"{self.source}: {path}"
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(f"{self.where(path)}: {message}")
+
+    def table(self, value: Any, path: str, cls: type) -> dict:
+        """`value` when it is a table of `cls`'s keys ('' the file's); every other key named."""
+        if not isinstance(value, dict):
+            self.problem(path, "must be a table")
+            return {}
+        known = _keys(cls)
+        for key in value:
+            if key not in known:
+                self.problem(f"{path}.{key}" if path else key,
+                             f"unknown {'key' if path else 'section'} (known: {', '.join(known)})")
+        return value
+
+    def entries(self, path: str, value: Any) -> Iterable[tuple[str, Any]]:
+        """The keys and values of a table that holds one setting per key (gpus.roles)."""
+        return value.items() if self.is_a(path, value, (dict,)) else ()
+
+    def is_a(self, path: str, value: Any, kinds: tuple[type, ...]) -> bool:
+        """Whether `value` is one of the TOML types `kinds` (true is no number); the problem named when not."""
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
+            self.problem(path, f"must be {names}, not {json.dumps(value, default=str)}")
+            return False
+        return True
+
+    def get(self, table: dict, path: str, kinds: tuple[type, ...], check: Callable[[Any], str | None] | None = None) -> Any:
+        """The value of `path`'s key in `table` when it is of `kinds` and `check` finds nothing wrong;
+        None when the key is absent or has a problem (named). TOML has no null: None is never a value."""
+        key = path.rsplit(".", 1)[-1]
+        if key not in table or not self.is_a(path, value := table[key], kinds):
+            return None
+        if check is not None and (message := check(value)):
+            self.problem(path, message)
+            return None
+        return value
+
+    def fields(self, data: Any, path: str, cls: type[Table], **unset: Any) -> Table:
+        """A `cls` from the table `data` at `path`, each field from its key; a field whose key is absent or has
+        a problem (named) takes its value in `unset`, else its default."""
+        table, values = self.table(data, path, cls), dict(unset)
+        for key, (f, how, hint) in _keys(cls).items():
+            if key not in table:
+                continue
+            at = f"{path}.{key}" if path else key
+            if isinstance(hint, type) and is_dataclass(hint):
+                values[f.name] = self.fields(table[key], at, hint)
+            elif how.read is not None:
+                values[f.name] = how.read(self, at, table[key])
+            else:
+                kinds, parse = (how.types, how.parse) if how.types else _FROM_TOML[_bare(hint)]
+                if (value := self.get(table, at, kinds, how.check)) is not None:
+                    values[f.name] = value if parse is None else parse(value)
+        return cls(**values)
 
 
 #: A config is a few kilobytes; anything near this is not one (a log, /dev/zero, a mistake).
@@ -424,233 +643,22 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         raise ConfigError([f"{source}: invalid TOML: {message}"]) from None
     problems: list[str] = []
     r = _Reader(source, _key_lines(text), problems)
-    for key in data:
-        if key not in ("target", "run", "gpus", "metrics", "warmup", "stall", "actions", "audit_log", "alerts", "watch"):
-            r.problem(key, "unknown section (known: target, run, gpus, metrics, warmup, stall, actions, audit_log, alerts,"
-                           " watch)")
-
-    t = r.table(data, "target", ("host", "port", "container", "accept_new_host_key", "known_hosts",
-                                 "ssh_config", "python", "py_spy", "nvidia_smi", "slurm_job", "hosts", "reach"))
-    container = None
-    if "container" in t:
-        c = t["container"]
-        if not isinstance(c, dict):
-            r.problem("target.container", 'must be a table like { kind = "pct", id = "200" }')
-        else:
-            for key in c:
-                if key not in ("kind", "id", "namespace"):
-                    r.problem(f"target.container.{key}", "unknown key (known: kind, id, namespace)")
-            kind = r.get(c, "target.container.kind", str, "none")
-            if kind != "none" and kind not in CONTAINER_KINDS:
-                r.problem("target.container.kind", f"must be {', '.join(CONTAINER_KINDS)} or none, not {kind!r}")
-            elif kind != "none":
-                if "id" not in c:
-                    r.problem("target.container.id", f"is required for a {kind} container")
-                elif (cid := r.get(c, "target.container.id", (str, int), None, _name_value)) is not None:
-                    container = Container(kind, str(cid), r.get(c, "target.container.namespace", str, None, _name_value))
-    target = TargetConfig(
-        host=r.get(t, "target.host", str, None, _name_value),
-        port=r.get(t, "target.port", int, None, lambda v: None if 0 < v < 65536 else "must be 1-65535"),
-        container=container,
-        accept_new_host_key=r.get(t, "target.accept_new_host_key", bool, False),
-        known_hosts=r.get(t, "target.known_hosts", str, None, _path_value),
-        ssh_config=r.get(t, "target.ssh_config", str, None, _path_value),
-        python=r.get(t, "target.python", str, "python3", _path_value),
-        py_spy=r.get(t, "target.py_spy", str, "py-spy", _path_value),
-        nvidia_smi=r.get(t, "target.nvidia_smi", str, "nvidia-smi", _path_value),
-        slurm_job=_job_id(r.get(t, "target.slurm_job", (str, int), None, _name_value)),
-        hosts=tuple(r.get(t, "target.hosts", list, [], _host_list)),
-        reach=r.get(t, "target.reach", str, "ssh", lambda v: None if v in ("ssh", "srun") else "must be ssh or srun"),
-    )
+    config = r.fields(data, "", Config, source=source)
+    target, run, warmup, watch = config.target, config.run, config.warmup, config.watch
     if target.slurm_job is not None and not _SLURM_JOB_ID.fullmatch(target.slurm_job):
         r.problem("target.slurm_job", f"must be a Slurm job ID (digits), not {target.slurm_job!r}")
     if target.slurm_job is not None and target.hosts:
         r.problem("target.hosts", "give either slurm_job or hosts, not both")
-
-    u = r.table(data, "run", ("name", "launch", "cwd", "log", "match", "pidfile", "env", "grace_s"))
-    env = r.get(u, "run.env", dict, {})
-    for key, value in env.items():
-        if not isinstance(value, str):
-            r.problem(f"run.env.{key}", f"must be a string, not {type(value).__name__}")
-    cwd = r.get(u, "run.cwd", str, None, _path_value)
-    run = RunConfig(
-        name=r.get(u, "run.name", str, "run"),
-        launch=r.get(u, "run.launch", str),
-        cwd=cwd,
-        log=under_cwd(r.get(u, "run.log", str, None, _path_value), cwd),
-        match=r.get(u, "run.match", str, None, _regex),
-        pidfile=under_cwd(r.get(u, "run.pidfile", str, None, _path_value), cwd),
-        env={k: v for k, v in env.items() if isinstance(v, str)},
-        grace_s=float(r.get(u, "run.grace_s", (int, float), 30.0, _not_negative)),
-    )
-
-    g = r.table(data, "gpus", ("roles", "source", "poll_s"))
-    roles: dict[int, str] = {}
-    for role, indices in r.get(g, "gpus.roles", dict, {}).items():
-        if not isinstance(indices, list) or _int_list("")(indices):
-            r.problem(f"gpus.roles.{role}", "must be a list of GPU indices, e.g. [0, 1, 2]")
-            continue
-        for index in indices:
-            if index in roles:
-                r.problem(f"gpus.roles.{role}", f"GPU {index} already has role {roles[index]!r}")
-            roles[index] = role
-    gpus = GpuConfig(
-        roles=roles,
-        source=r.get(g, "gpus.source", str, "auto",
-                     lambda v: None if v in ("auto", "nvml", "nvidia-smi") else "must be auto, nvml or nvidia-smi"),
-        poll_s=float(r.get(g, "gpus.poll_s", (int, float), 1.0, _positive)),
-    )
-
-    mt = r.table(data, "metrics", ("baseline_tokens_per_s", "baseline_samples_per_s", "baseline_it_per_s",
-                                  "slow_fraction", "patterns"))
-    patterns: list[MetricPattern] = []
-    for name, regex in r.get(mt, "metrics.patterns", dict, {}).items():
-        if not isinstance(regex, str):
-            r.problem(f"metrics.patterns.{name}", "must be a string")
-            continue
-        try:
-            compile_metric_pattern(regex, name)
-        except ValueError as exc:
-            r.problem(f"metrics.patterns.{name}", str(exc))
-        else:
-            patterns.append(MetricPattern(name, regex))
-    number = (int, float)
-    metrics = MetricsConfig(
-        baseline_tokens_per_s=r.get(mt, "metrics.baseline_tokens_per_s", number, None, _positive),
-        baseline_samples_per_s=r.get(mt, "metrics.baseline_samples_per_s", number, None, _positive),
-        baseline_it_per_s=r.get(mt, "metrics.baseline_it_per_s", number, None, _positive),
-        slow_fraction=float(r.get(mt, "metrics.slow_fraction", number, 0.8,
-                                  lambda v: None if 0 < v <= 1 else "must be in (0, 1]")),
-        patterns=tuple(patterns),
-    )
-
-    w = r.table(data, "warmup", ("command", "gpus", "seq_lens", "triton_cache_dir", "step_timeout_s"))
-    warmup = WarmupConfig(
-        command=r.get(w, "warmup.command", str),
-        gpus=tuple(r.get(w, "warmup.gpus", list, [], _int_list("warmup.gpus"))),
-        seq_lens=tuple(r.get(w, "warmup.seq_lens", list, [], _int_list("warmup.seq_lens"))),
-        triton_cache_dir=r.get(w, "warmup.triton_cache_dir", str, "~/.triton/cache"),
-        step_timeout_s=float(r.get(w, "warmup.step_timeout_s", number, 1800.0, _positive)),
-    )
     if warmup.command and not (warmup.gpus and warmup.seq_lens):
         r.problem("warmup.command", "needs warmup.gpus and warmup.seq_lens")
     if warmup.command and (why := placeholder_refusal(warmup.command, WARMUP_PLACEHOLDERS)):
         r.problem("warmup.command", why)
-
-    s = r.table(data, "stall", ("log_silent_s", "cpu_idle_pct", "gpu_idle_pct", "sample_window_s"))
-    stall = StallConfig(
-        log_silent_s=_optional_float(r.get(s, "stall.log_silent_s", number, None, _positive)),
-        cpu_idle_pct=float(r.get(s, "stall.cpu_idle_pct", number, 5.0, _percent)),
-        gpu_idle_pct=float(r.get(s, "stall.gpu_idle_pct", number, 5.0, _percent)),
-        sample_window_s=float(r.get(s, "stall.sample_window_s", number, 1.5, _positive)),
-    )
-
-    actions: list[CustomAction] = []
-    raw_actions = data.get("actions", [])
-    if not isinstance(raw_actions, list):
-        r.problem("actions", "must be an array of tables: [[actions]]")
-        raw_actions = []
-    for i, a in enumerate(raw_actions):
-        path = f"actions[{i}]"
-        if not isinstance(a, dict):
-            r.problem(path, "must be a table")
-            continue
-        a = r.table({path: a}, path, ("name", "key", "command", "confirm", "dangerous", "description", "mutating"))
-        name, key, command = (r.get(a, f"{path}.{k}", str) for k in ("name", "key", "command"))
-        for field_name, value in (("name", name), ("key", key), ("command", command)):
-            if not value:
-                r.problem(f"{path}.{field_name}", "is required")
-        if key and len(key) != 1:
-            r.problem(f"{path}.key", "must be a single character")
-        if command and (why := placeholder_refusal(command, CUSTOM_PLACEHOLDERS)):
-            r.problem(f"{path}.command", why)
-        dangerous, mutating = r.get(a, f"{path}.dangerous", bool, False), r.get(a, f"{path}.mutating", bool, True)
-        if dangerous and not mutating:
-            r.problem(f"{path}.mutating", "a dangerous action changes something: drop mutating = false or dangerous")
-        if name and key and command and len(key) == 1:
-            actions.append(CustomAction(name, key, command, r.get(a, f"{path}.confirm", bool, True), dangerous,
-                                        r.get(a, f"{path}.description", str, ""), mutating, r.where(f"{path}.key")))
-
-    audit_log = r.get(data, "audit_log", str, DEFAULT_AUDIT_LOG)
-    alerts = _alerts(r, data)
-    watch = _watch(r, data)
     if problems:
         raise ConfigError(problems)
-    return Config(target, run, gpus, metrics, warmup, stall, tuple(actions), audit_log, source, alerts, watch)
-
-
-def _webhook_url(value: str) -> str | None:
-    return None if re.match(r"https?://[^\s/]+", value) else "must be an http:// or https:// URL"
-
-
-def _alerts(r: _Reader, data: dict) -> AlertsConfig:
-    a = r.table(data, "alerts", ("terminal", "command", "webhook", "webhook_format", "hold_s", "recover_s",
-                                 "min_interval_s", "timeout_s", "retries"))
-    number = (int, float)
-    return AlertsConfig(
-        terminal=r.get(a, "alerts.terminal", bool, True),
-        command=r.get(a, "alerts.command", str),
-        webhook=r.get(a, "alerts.webhook", str, None, _webhook_url),
-        webhook_format=r.get(a, "alerts.webhook_format", str, "json",
-                             lambda v: None if v in ("json", "slack", "discord") else "must be json, slack or discord"),
-        hold_s=float(r.get(a, "alerts.hold_s", number, 30.0, _not_negative)),
-        recover_s=float(r.get(a, "alerts.recover_s", number, 60.0, _not_negative)),
-        min_interval_s=float(r.get(a, "alerts.min_interval_s", number, 300.0, _not_negative)),
-        timeout_s=float(r.get(a, "alerts.timeout_s", number, 10.0, _positive)),
-        retries=r.get(a, "alerts.retries", int, 2, lambda v: None if 0 <= v <= 10 else "must be 0-10"),
-    )
-
-
-def _duration(value: str | int | float) -> str | None:
-    if isinstance(value, str):
-        try:
-            value = parse_duration(value)
-        except ValueError as exc:
-            return str(exc)
-    return _positive(value)
-
-
-def _seconds(value: str | int | float) -> float:
-    """A checked duration key's value ('10m', or a number of seconds) in seconds."""
-    return parse_duration(value) if isinstance(value, str) else float(value)
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    """'HOST:PORT', ':PORT' or 'PORT' (on 127.0.0.1), '[::1]:PORT' → (host, port); port 0 takes a free one.
-    ValueError saying what an address looks like otherwise."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep:
-        host, port = "", text.strip()
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not port.isdigit() or int(port) > 65535 or any(c.isspace() or c in "[]/" for c in host) or host.startswith("-"):
-        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or :9464 for this machine only)")
-    return host or "127.0.0.1", int(port)
-
-
-def _listen(value: str) -> str | None:
-    try:
-        listen_address(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _verdict_names(value: list) -> str | None:
-    # Which names are verdicts is console.diagnose's to say (a layer above): the watch checks them.
-    return None if value and all(isinstance(v, str) and v for v in value) else 'must be a list of verdict names, e.g. ["hung"]'
-
-
-def _watch(r: _Reader, data: dict) -> WatchConfig:
-    w = r.table(data, "watch", ("restart_on", "max_restarts", "restart_window", "restart_after", "metrics"))
-    duration = (str, int, float)
-    restart_on = tuple(r.get(w, "watch.restart_on", list, [], _verdict_names))
-    max_restarts = r.get(w, "watch.max_restarts", int, None, lambda v: None if v >= 1 else "must be 1 or more")
-    window_s = _seconds(r.get(w, "watch.restart_window", duration, 6 * 3600.0, _duration))
-    after_s = _seconds(r.get(w, "watch.restart_after", duration, 600.0, _duration))
-    metrics = r.get(w, "watch.metrics", str, None, _listen)
-    source = r.where("watch.restart_on") if restart_on else ""
-    return WatchConfig(restart_on, source, max_restarts, window_s, after_s,
-                       None if metrics is None else listen_address(metrics))
+    if watch.restart_on:
+        watch = replace(watch, restart_on_source=r.where("watch.restart_on"))
+    return replace(config, run=replace(run, log=under_cwd(run.log, run.cwd), pidfile=under_cwd(run.pidfile, run.cwd)),
+                   watch=watch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -748,6 +756,15 @@ def _flag_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+#: The flags that set one key each, as given: flag → (table, field).
+_FLAG_KEYS = {
+    "host": ("target", "host"), "port": ("target", "port"), "known_hosts": ("target", "known_hosts"),
+    "ssh_config": ("target", "ssh_config"), "py_spy": ("target", "py_spy"), "reach": ("target", "reach"),
+    "match": ("run", "match"), "launch": ("run", "launch"), "grace": ("run", "grace_s"),
+    "baseline": ("metrics", "baseline_tokens_per_s"), "stall_after": ("stall", "log_silent_s"),
+}
+
+
 def load_from_args(args: argparse.Namespace) -> Config:
     """The config file named on the command line (if any) with the target flags laid over it.
 
@@ -756,12 +773,11 @@ def load_from_args(args: argparse.Namespace) -> Config:
     if message := _flag_problem(args):
         raise ConfigError([message])
     config = load_config(args.config) if getattr(args, "config", None) else Config()
-    t, u, m = config.target, config.run, config.metrics
     def get(name: str) -> Any:  # a flag's value as argparse typed it; None when not given
         return getattr(args, name, None)
 
     given = lambda name: get(name) is not None  # noqa: E731
-    container = t.container
+    container = config.target.container
     for kind in CONTAINER_KINDS:
         if given(kind):
             container = Container(kind, get(kind), get("namespace") if kind == "kubectl" else None)
@@ -777,42 +793,23 @@ def load_from_args(args: argparse.Namespace) -> Config:
     for flag, check in (("baseline", _positive), ("grace", _not_negative), ("stall_after", _positive)):
         if get(flag) is not None and (message := check(get(flag))):
             raise ConfigError([f"--{flag.replace('_', '-')}: {message}, not {get(flag):g}"])
-    slurm_job, hosts = t.slurm_job, t.hosts
+    target: dict[str, Any] = {"container": container}
     if given("slurm_job"):
         if not _SLURM_JOB_ID.fullmatch(get("slurm_job")):
             raise ConfigError([f"--slurm-job: {get('slurm_job')!r} is not a Slurm job ID (digits)"])
-        slurm_job, hosts = get("slurm_job"), ()
+        target.update(slurm_job=get("slurm_job"), hosts=())
     if given("hosts"):
-        hosts, slurm_job = tuple(h.strip() for h in get("hosts").split(",")), None
-    flag_or = lambda name, value: get(name) if given(name) else value  # noqa: E731
-    target = replace(
-        t,
-        host=flag_or("host", t.host),
-        port=flag_or("port", t.port),
-        container=container,
-        known_hosts=flag_or("known_hosts", t.known_hosts),
-        ssh_config=flag_or("ssh_config", t.ssh_config),
-        py_spy=flag_or("py_spy", t.py_spy),
-        accept_new_host_key=bool(get("accept_new_host_key")) or t.accept_new_host_key,
-        slurm_job=slurm_job,
-        hosts=hosts,
-        reach=get("reach") or t.reach,
-    )
-    _check_ssh_files(target, args, config.source)
-    run = replace(
-        u,
-        log=under_cwd(get("log"), u.cwd) if given("log") else u.log,
-        match=flag_or("match", u.match),
-        pidfile=under_cwd(get("pidfile"), u.cwd) if given("pidfile") else u.pidfile,
-        launch=flag_or("launch", u.launch),
-        grace_s=flag_or("grace", u.grace_s),
-    )
-    metrics = replace(m, baseline_tokens_per_s=get("baseline") or m.baseline_tokens_per_s)
-    stall = config.stall
-    if get("stall_after") is not None:
-        stall = replace(stall, log_silent_s=get("stall_after"))
-    return replace(config, target=_with_local_py_spy(target), run=run, metrics=metrics, stall=stall,
-                   watch=_watch_flags(config.watch, args))
+        target.update(hosts=tuple(h.strip() for h in get("hosts").split(",")), slurm_job=None)
+    if get("accept_new_host_key"):  # store_true: False is not given
+        target["accept_new_host_key"] = True
+    changes = {"target": target, "run": {flag: under_cwd(get(flag), config.run.cwd) for flag in ("log", "pidfile")
+                                         if given(flag)}}
+    for flag, (table, key) in _FLAG_KEYS.items():
+        if given(flag):
+            changes.setdefault(table, {})[key] = get(flag)
+    config = replace(config, **{table: replace(getattr(config, table), **values) for table, values in changes.items()})
+    _check_ssh_files(config.target, args, config.source)
+    return replace(config, target=_with_local_py_spy(config.target), watch=_watch_flags(config.watch, args))
 
 
 def _watch_flags(watch: WatchConfig, args) -> WatchConfig:
@@ -864,7 +861,7 @@ def _with_local_py_spy(target: TargetConfig) -> TargetConfig:
     """On this machine, outside a container, the default `py-spy` falls back to the one installed with
     Pulse when none is on PATH (pipx puts only `pulse` there)."""
     local = target.host is None and target.container is None and not (target.slurm_job or target.hosts)
-    if not local or target.py_spy != "py-spy" or shutil.which("py-spy"):
+    if not local or target.py_spy != TargetConfig().py_spy or shutil.which(target.py_spy):
         return target
     installed = Path(sys.executable).with_name("py-spy")
     return replace(target, py_spy=str(installed)) if installed.is_file() else target

@@ -2,12 +2,15 @@
 
 import argparse
 import json
+from dataclasses import MISSING, Field, fields
 
 import pytest
 
 from console.cli import build_command_parser
-from console.config import Config, ConfigError, load_config, load_from_args, parse_config
-from console.model import Container
+from console.config import (AlertsConfig, Config, ConfigError, CustomAction, GpuConfig, MetricsConfig, RunConfig,
+                            StallConfig, TargetConfig, WarmupConfig, WatchConfig, load_config, load_from_args,
+                            parse_config)
+from console.model import Container, MetricPattern
 
 DESIGN_EXAMPLE = """
 [target]
@@ -59,6 +62,86 @@ def test_design_example_loads():
 
 def test_empty_config_is_local_defaults():
     assert parse_config("", "empty.toml") == Config(source="empty.toml")
+
+
+#: Each table ("" the file's own keys) and its dataclass.
+TABLES = {"": Config, "target": TargetConfig, "run": RunConfig, "gpus": GpuConfig, "metrics": MetricsConfig,
+          "warmup": WarmupConfig, "stall": StallConfig, "actions": CustomAction, "alerts": AlertsConfig,
+          "watch": WatchConfig}
+#: Fields Pulse fills in, that no key sets.
+SET_BY_PULSE = {"": {"source"}, "run": {"slurm_job"}, "actions": {"key_source"}, "watch": {"restart_on_source"}}
+#: Every key of every table, as TOML, with the field it sets and the value it gives there, none the default
+#: (a table's keys in one or more files: target's slurm_job and hosts exclude each other). A field added to a
+#: dataclass fails the test below until it is here or in SET_BY_PULSE.
+EVERY_KEY: dict[str, list[dict[str, tuple[str, str, object]]]] = {
+    "": [{"audit_log": ('"/var/pulse/audit.jsonl"', "audit_log", "/var/pulse/audit.jsonl")}],
+    "target": [
+        {"host": ('"gpu-box"', "host", "gpu-box"), "port": ("2222", "port", 2222),
+         "container": ('{ kind = "kubectl", id = "pod-0", namespace = "ml" }', "container", Container("kubectl", "pod-0", "ml")),
+         "accept_new_host_key": ("true", "accept_new_host_key", True), "known_hosts": ('"/k"', "known_hosts", "/k"),
+         "ssh_config": ('"/s"', "ssh_config", "/s"), "python": ('"python3.12"', "python", "python3.12"),
+         "py_spy": ('"/opt/py-spy"', "py_spy", "/opt/py-spy"), "nvidia_smi": ('"/opt/smi"', "nvidia_smi", "/opt/smi"),
+         "slurm_job": ("4242", "slurm_job", "4242"), "reach": ('"srun"', "reach", "srun")},
+        {"hosts": ('["n1", "n2"]', "hosts", ("n1", "n2"))},
+    ],
+    "run": [{"name": ('"train"', "name", "train"), "launch": ('"python3 train.py"', "launch", "python3 train.py"),
+             "cwd": ('"~/proj"', "cwd", "~/proj"), "log": ('"out.log"', "log", "~/proj/out.log"),
+             "match": ("'train\\.py'", "match", "train\\.py"), "pidfile": ('"/run.pid"', "pidfile", "/run.pid"),
+             "env": ('{ A = "1" }', "env", {"A": "1"}), "grace_s": ("5", "grace_s", 5.0)}],
+    "gpus": [{"roles": ("{ target = [0, 1] }", "roles", {0: "target", 1: "target"}),
+              "source": ('"nvml"', "source", "nvml"), "poll_s": ("2", "poll_s", 2.0)}],
+    "metrics": [{"baseline_tokens_per_s": ("14200", "baseline_tokens_per_s", 14200.0),
+                 "baseline_samples_per_s": ("30", "baseline_samples_per_s", 30.0),
+                 "baseline_it_per_s": ("2.5", "baseline_it_per_s", 2.5), "slow_fraction": ("0.5", "slow_fraction", 0.5),
+                 "patterns": ("{ loss = 'loss (?P<value>[0-9.]+)' }", "patterns",
+                              (MetricPattern("loss", "loss (?P<value>[0-9.]+)"),))}],
+    "warmup": [{"command": ('"w --gpu {gpu} --seq-len {seq_len}"', "command", "w --gpu {gpu} --seq-len {seq_len}"),
+                "gpus": ("[0]", "gpus", (0,)), "seq_lens": ("[8]", "seq_lens", (8,)),
+                "triton_cache_dir": ('"/t"', "triton_cache_dir", "/t"), "step_timeout_s": ("60", "step_timeout_s", 60.0)}],
+    "stall": [{"log_silent_s": ("300", "log_silent_s", 300.0), "cpu_idle_pct": ("10", "cpu_idle_pct", 10.0),
+               "gpu_idle_pct": ("20", "gpu_idle_pct", 20.0), "sample_window_s": ("3", "sample_window_s", 3.0)}],
+    "actions": [
+        {"name": ('"n"', "name", "n"), "key": ('"g"', "key", "g"), "command": ('"c {gpu}"', "command", "c {gpu}"),
+         "confirm": ("false", "confirm", False), "dangerous": ("true", "dangerous", True),
+         "description": ('"d"', "description", "d")},
+        {"name": ('"n"', "name", "n"), "key": ('"g"', "key", "g"), "command": ('"c"', "command", "c"),
+         "mutating": ("false", "mutating", False)},
+    ],
+    "alerts": [{"terminal": ("false", "terminal", False), "command": ('"notify"', "command", "notify"),
+                "webhook": ('"https://h/x"', "webhook", "https://h/x"), "webhook_format": ('"slack"', "webhook_format", "slack"),
+                "hold_s": ("1", "hold_s", 1.0), "recover_s": ("2", "recover_s", 2.0),
+                "min_interval_s": ("3", "min_interval_s", 3.0), "timeout_s": ("4", "timeout_s", 4.0),
+                "retries": ("5", "retries", 5)}],
+    "watch": [{"restart_on": ('["hung"]', "restart_on", ("hung",)), "max_restarts": ("3", "max_restarts", 3),
+               "restart_window": ('"2h"', "restart_window_s", 7200.0), "restart_after": ("90", "restart_after_s", 90.0),
+               "metrics": ('":9464"', "metrics", ("127.0.0.1", 9464))}],
+}
+
+
+def default_of(f: Field) -> object:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_field_is_one_key_read_with_the_fields_default_when_absent(table):
+    """The reader reads each field from its key and refuses every other key; a field not set keeps its default."""
+    cls, files = TABLES[table], EVERY_KEY[table]
+    header = "[[actions]]\n" if table == "actions" else f"[{table}]\n" if table else ""
+    with pytest.raises(ConfigError) as unknown:
+        parse_config(f"{header}not_a_key = 1\n", "c.toml")
+    known = unknown.value.problems[0].split("(known: ")[1].rstrip(")").split(", ")
+    tables = {t for t in TABLES if t} if not table else set()  # the file's keys include its tables
+    keys = {key for sample in files for key in sample} | tables
+    assert set(known) == keys and len(known) == len(keys)
+    set_by_keys = {name for sample in files for _, name, _ in sample.values()} | tables
+    assert set_by_keys | SET_BY_PULSE.get(table, set()) == {f.name for f in fields(cls)}
+    defaults = {f.name: default_of(f) for f in fields(cls) if f.name not in SET_BY_PULSE.get(table, set())}
+    for sample in files:
+        config = parse_config(header + "".join(f"{key} = {text}\n" for key, (text, _, _) in sample.items()), "c.toml")
+        read = config.actions[0] if table == "actions" else getattr(config, table) if table else config
+        expected = {name: value for _, name, value in sample.values()}
+        assert all(value != defaults[name] for name, value in expected.items())
+        assert {name: getattr(read, name) for name in defaults} == {**defaults, **expected}
 
 
 @pytest.mark.parametrize(
