@@ -26,8 +26,9 @@ from console.config import Config
 from console.observe import agent, sampler
 from console.observe.protocol import check_hello
 from console.remote.program import program_script
+from tests.shipped import shipped
 
-AGENT = Path(agent.__file__)
+AGENT = shipped(agent)
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3"
 #: The fields of the H200 captures (fixtures/h200/README.md).
@@ -103,7 +104,7 @@ def agent_args(
 
 
 def agent_argv(match: str = "", **options) -> list[str]:
-    """argv that runs the agent file under this interpreter."""
+    """argv that runs the agent, as shipped, under this interpreter."""
     return [sys.executable, "-u", str(AGENT), *agent_args(match, **options)]
 
 
@@ -404,9 +405,9 @@ def test_a_scan_reads_the_cmdline_only_of_processes_it_does_not_know(monkeypatch
     read: list[int] = []
     read_argv = agent.read_argv
 
-    def counted(proc_dir: str) -> list[str]:
+    def counted(proc_dir: str, limit: int) -> list[str]:
         read.append(int(os.path.basename(proc_dir)))
-        return read_argv(proc_dir)
+        return read_argv(proc_dir, limit)
 
     monkeypatch.setattr(agent, "read_argv", counted)
     cache = agent.ArgvCache()
