@@ -6,8 +6,10 @@ It starts --others `sleep` processes that are not the run, and a run of one Pyth
 four worker children, then takes --samples readings through the agent's own ProcessWatch (match
 mode, as the console's default, and pidfile mode), timing each in CPU time. The anchor, measured in
 the same run on the same box, is one pass that reads every process's /proc/PID/stat and nothing
-else: what a sample that looks at the whole machine cannot cost less than. A sample whose cost
-follows the run tree comes out well under 1× the anchor; one that reads the whole /proc, above it.
+else: what a sample that looks at the whole machine cannot cost less than. The floor is what the
+run's tree itself takes from /proc (the listing, each process's files, its threads' stats),
+read raw: a sample that costs what /proc costs comes out near it, one that reads the whole
+/proc above the anchor.
 Run it against another checkout's `console` by putting that checkout first on PYTHONPATH.
 """
 
@@ -23,9 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from console.observe import agent  # noqa: E402
+from console.observe import agent
 
 #: The run: a parent that starts four children, all asleep, all named by the match.
 RUN = (
@@ -51,6 +51,21 @@ def stat_pass() -> None:
                 pass
             finally:
                 os.close(fd)
+
+
+def tree_reads(pids: list) -> None:
+    """The floor: what a sample of the run's tree reads of /proc (the listing, then each process's
+    stat, status, environment, stdout link and threads' stats), parsed by no one."""
+    os.listdir("/proc")
+    for pid in pids:
+        folder = "/proc/%d" % pid
+        for name in ("stat", "status", "environ"):
+            with open("%s/%s" % (folder, name), "rb") as file:
+                file.read()
+        os.readlink(folder + "/fd/1")
+        for tid in os.listdir(folder + "/task"):
+            with open("%s/task/%s/stat" % (folder, tid), "rb") as file:
+                file.read()
 
 
 def cpu_ms(call, samples: int) -> float:
@@ -89,9 +104,12 @@ def main() -> int:
             wait_for_tree(by_pidfile, 1 + WORKERS)
             processes = sum(name.isdigit() for name in os.listdir("/proc"))
             anchor = cpu_ms(stat_pass, args.samples)
+            tree = [record["pid"] for record in by_match.read()[0]]
+            floor = cpu_ms(lambda: tree_reads(tree), args.samples)
             print("%d processes visible, the run's tree %d; median CPU of %d samples" % (
-                processes, 1 + WORKERS, args.samples))
+                processes, len(tree), args.samples))
             print("  anchor: one stat read of every process  %7.3f ms  1.00x" % anchor)
+            print("  floor: the tree's own /proc reads        %7.3f ms  %.2fx" % (floor, floor / anchor))
             for mode, watch in (("match", by_match), ("pidfile", by_pidfile)):
                 took = cpu_ms(watch.read, args.samples)
                 print("  agent sample, %-7s                   %7.3f ms  %.2fx" % (mode, took, took / anchor))

@@ -471,6 +471,68 @@ def test_an_exec_is_seen_by_the_next_scan(monkeypatch: pytest.MonkeyPatch, spawn
     wait_until(lambda: {p["pid"]: p["cmdline"] for p in watch.read()[0]} == expected, "the python's exec")
 
 
+def counting_stat_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The PIDs whose stat the agent's ProcessTable reads from now on, in order (the real reads, counted)."""
+    read: list[int] = []
+    read_stat = agent.read_stat
+
+    def counted(path: str) -> dict:
+        words = path.split("/")
+        if len(words) == 4:  # /proc/PID/stat, not a thread's /proc/PID/task/TID/stat
+            read.append(int(words[2]))
+        return read_stat(path)
+
+    monkeypatch.setattr(agent, "read_stat", counted)
+    return read
+
+
+def test_a_sample_reads_the_run_and_new_processes_finds_a_late_one_and_drops_an_ended_one(
+    monkeypatch: pytest.MonkeyPatch, spawn
+) -> None:
+    """Once the run is found, a sample reads the stat of the run's tree and of processes new since the
+    last (and of the young, whose argv may still change), not of every process on the machine."""
+    monkeypatch.setattr(agent, "FULL_SCAN_EVERY_S", 3600.0)
+    name = unique_name()
+    sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
+    others = {spawn(["sleep", "300"]).pid for _ in range(20)}
+    first = spawn([*sleep, name])
+    watch = agent.ProcessWatch(name, "")
+    wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [first.pid], "the run")
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)  # nothing counts as young: only the tree and new PIDs are read
+    watch.read()  # every process read once more, and its argv kept
+    read = counting_stat_reads(monkeypatch)
+    assert [p["pid"] for p in watch.read()[0]] == [first.pid]
+    assert first.pid in read and not others & set(read)  # the run is read, the processes that are not, not
+    assert others <= watch.table.records.keys()
+    later = spawn([*sleep, f"{name}_later"])
+    assert wait_until(lambda: {p["pid"] for p in watch.read()[0]} == {first.pid, later.pid}, "the process started later")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [later.pid], "the ended process dropped")
+    assert first.pid not in watch.table.records and first.pid not in watch.tree
+
+
+def test_an_exec_outside_the_run_into_a_second_run_is_found_by_the_full_read(
+    monkeypatch: pytest.MonkeyPatch, spawn
+) -> None:
+    """A settled process that is not the run keeps its last reading until the next full read of every process."""
+    monkeypatch.setattr(agent, "FULL_SCAN_EVERY_S", 3600.0)
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)
+    name = unique_name()
+    run = spawn([sys.executable, "-c", "import time; time.sleep(300)", name])
+    then = [sys.executable, "-c", "import time; time.sleep(300)", f"{name}_second"]
+    other = spawn(["bash", "-c", 'read -r argv; eval "exec $argv"'], stdin=subprocess.PIPE)  # comm changes
+    watch = agent.ProcessWatch(name, "")
+    wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [run.pid], "the run")
+    wait_until(lambda: other.pid in watch.table.records and watch.table.argv_cache.holds(watch.table.records[other.pid]),
+               "the other process, read and settled")
+    other.stdin.write(shlex.join(then).encode() + b"\n")
+    other.stdin.flush()
+    wait_until(lambda: name.encode() in Path(f"/proc/{other.pid}/cmdline").read_bytes(), "the exec")
+    monkeypatch.setattr(agent, "FULL_SCAN_EVERY_S", 0.0)  # the full read is due
+    assert {p["pid"] for p in watch.read()[0]} == {run.pid, other.pid}
+
+
 def test_log_status_takes_the_newest_match_of_a_glob(tmp_path: Path) -> None:
     old, new = tmp_path / "train_1.log", tmp_path / "train_2.log"
     old.write_text("a\n")

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Container, Dict, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Any, Container, Dict, Iterable, List, Optional, Set, Tuple
 
 from console.observe.procfs import (
     CLOCK_TICKS,
@@ -349,24 +349,28 @@ class ProcessTable:
         self.records: Dict[int, Record] = {}
         self.read_now: Set[int] = set()
         """The PIDs whose stat the last update read."""
+        self.unsettled: Set[int] = set()
+        """The PIDs whose argv the cache did not keep when last read: read again every update."""
 
-    def update(self, wanted: Container[int] = (), full: bool = False) -> List[Record]:
+    def update(self, wanted: AbstractSet[int] = frozenset(), full: bool = False) -> List[Record]:
         """Every visible process as a stat record plus its argv (those that vanish while read are left out)."""
-        since = since_boot()
-        records: Dict[int, Record] = {}
+        listed = {int(name) for name in os.listdir(self.proc_root) if name.isdigit()}
+        vanished = self.records.keys() - listed
+        for pid in vanished:
+            del self.records[pid]
+        self.unsettled -= vanished
         self.read_now = set()
-        for name in os.listdir(self.proc_root):
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            record = self.records.get(pid)
-            if record is None or full or pid in wanted or not self.argv_cache.holds(record):
-                record = self._read(pid, since)
-            if record is not None:
-                records[pid] = record
-        self.records = records
-        self.argv_cache.keep_only(records.values())
-        return list(records.values())
+        since = since_boot()
+        for pid in listed if full else (listed - self.records.keys()) | (listed & (wanted | self.unsettled)):
+            record = self._read(pid, since)
+            if record is None:
+                self.records.pop(pid, None)
+                self.unsettled.discard(pid)
+            else:
+                self.records[pid] = record
+        if full or vanished:  # an entry left by an exec outside these waits for the next full update
+            self.argv_cache.keep_only(self.records.values())
+        return list(self.records.values())
 
     def current(self, record: Record) -> Optional[Record]:
         """`record` as its stat says now (read again unless the last update read it); None when
@@ -389,6 +393,10 @@ class ProcessTable:
         except (OSError, ValueError, IndexError):
             return None
         self.read_now.add(pid)
+        if self.argv_cache.holds(record):
+            self.unsettled.discard(pid)
+        else:
+            self.unsettled.add(pid)
         return record
 
 
@@ -668,7 +676,7 @@ class ProcessWatch:
         """(the run's records, None), or ([], why none)."""
         self_pids = ancestry(procs, own_pid(self.proc_root))
         if self.pidfile:
-            pid, error = pidfile_run_pid(self.pidfile, {record["pid"] for record in procs})
+            pid, error = pidfile_run_pid(self.pidfile, self.table.records)
             return ([], error) if pid is None else (run_tree(procs, [pid], self_pids), None)
         if self.slurm_job and self.regex is None:
             members = self._job_members(procs, self_pids)
