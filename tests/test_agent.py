@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from console.config import Config
-from console.observe import agent, sampler
+from console.observe import agent, procfs, sampler
 from console.observe.protocol import check_hello
 from console.remote.program import program_script
 from tests.shipped import shipped
@@ -55,7 +55,7 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = WAIT
 def alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     try:
-        return agent.parse_stat(Path(f"/proc/{pid}/stat").read_text())["state"] != "Z"
+        return procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text())["state"] != "Z"
     except FileNotFoundError:
         return False
 
@@ -191,13 +191,14 @@ def test_a_shell_running_a_script_file_can_be_the_run() -> None:
 
 def test_parse_stat_survives_odd_command_names() -> None:
     line = "4242 (a) b (c)) S 7 4242 4242 0 -1 4194560 1 0 0 0 150 50 0 0 20 0 18 0 9000 1 2560 x"
-    parsed = agent.parse_stat(line)
+    parsed = procfs.parse_stat(line)
     assert parsed["comm"] == "a) b (c)"
     assert (parsed["state"], parsed["ppid"], parsed["cpu_ticks"]) == ("S", 7, 200)
     assert (parsed["threads"], parsed["start_ticks"], parsed["rss_pages"]) == (18, 9000, 2560)
+    assert (parsed["pgid"], parsed["sid"]) == (4242, 4242)
     assert not parsed["kernel_thread"]
     kworker = "1234 (kworker/0:1-events) I 2 0 0 0 -1 69238880 0 0 0 0 0 5 0 0 20 0 1 0 150 0 0 x"
-    assert agent.parse_stat(kworker)["kernel_thread"]  # flags 0x4208060: PF_KTHREAD set
+    assert procfs.parse_stat(kworker)["kernel_thread"]  # flags 0x4208060: PF_KTHREAD set
 
 
 def test_nspid_from_the_h200_status_capture_and_a_nested_one() -> None:
@@ -305,7 +306,7 @@ BUSY_WORKERS = textwrap.dedent(
 
 
 def busy_ticks(pid: int) -> int:
-    return agent.parse_stat(Path(f"/proc/{pid}/stat").read_text())["cpu_ticks"]
+    return procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text())["cpu_ticks"]
 
 
 def test_cpu_pct_is_a_delta_not_the_lifetime_average(spawn) -> None:
@@ -333,7 +334,7 @@ def test_cpu_pct_is_a_delta_not_the_lifetime_average(spawn) -> None:
     assert threads["worker0"] > 10 and threads["worker1"] > 10
     (main_thread,) = [t for t in second[busy.pid]["thread_cpu"] if t["tid"] == busy.pid]
     assert main_thread["cpu_pct"] < 5 and main_thread["state"] == "S"
-    stat = agent.parse_stat(Path(f"/proc/{idle.pid}/stat").read_text())
+    stat = procfs.parse_stat(Path(f"/proc/{idle.pid}/stat").read_text())
     lifetime_pct = stat["cpu_ticks"] / agent.CLOCK_TICKS / second[idle.pid]["elapsed_s"] * 100
     assert lifetime_pct > 10
     assert second[idle.pid]["cpu_pct"] < 5
@@ -369,6 +370,22 @@ def test_a_fifo_as_pidfile_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     processes, error = agent.ProcessWatch("", str(fifo)).read()
     assert processes == [] and error.startswith(f"pidfile {fifo} is not a regular file")
+
+
+def test_a_pidfile_is_read_as_the_restart_reads_it_never_through_a_link(tmp_path: Path, spawn) -> None:
+    """The watch and the restart's probe share one reader (procfs.read_pidfile): what one refuses, so does the other."""
+    run = spawn([sys.executable, "-c", "import time; time.sleep(300)"])
+    real = tmp_path / "real.pid"
+    real.write_text(f"{run.pid}\n")
+    link = tmp_path / "run.pid"
+    link.symlink_to(real)
+    assert agent.ProcessWatch("", str(link)).read() == (
+        [], f"pidfile {link} is a symbolic link (to {real}): point [run] pidfile at the file itself")
+    assert [p["pid"] for p in agent.ProcessWatch("", str(real)).read()[0]] == [run.pid]
+    real.write_text(f"{run.pid}\n" + "#" * procfs.PIDFILE_MAX_BYTES)
+    assert agent.ProcessWatch("", str(real)).read()[1].startswith(f"pidfile {real} is {real.stat().st_size} bytes")
+    real.write_text(f"{run.pid} {run.pid}\n")  # not one PID: the restart's guards refuse it too
+    assert "does not hold a PID" in agent.ProcessWatch("", str(real)).read()[1]
 
 
 def test_unbuffered_from_the_flag_or_the_environment(spawn) -> None:

@@ -1,6 +1,7 @@
 """Pulse's sampling agent: one JSON line per interval about the run's processes, GPUs and log.
 
-console.observe.sampler sends this file's text to the target through
+console.observe.sampler sends this file's text, after that of console/observe/procfs.py (its
+reader of /proc and pidfiles: console.remote.program.program_source), to the target through
 console.remote.program.open_program; there it runs under any Python 3.8+ with the standard
 library only (and pynvml when the target has it). It is also importable, so tests call
 its pieces directly. It takes named options (`pulse-agent --help`). Its first line is the
@@ -39,7 +40,6 @@ from typing import AbstractSet, Any, Container, Dict, Iterable, List, Optional, 
 from console.observe.procfs import (
     CLOCK_TICKS,
     Record,
-    parse_stat,
     pidfile_pid,
     read_argv,
     read_pidfile,

@@ -1,6 +1,7 @@
 """Pulse's process agent: start a process on the target, read processes, signal them by identity.
 
-console.observe.remote_process sends this file's text to the target through
+console.observe.remote_process sends this file's text, after that of console/observe/procfs.py
+(its reader of /proc and pidfiles: console.remote.program.program_source), to the target through
 console.remote.program.open_program; there it runs under any Python 3.8+ with the standard
 library only. A process is named by its PID and its start time (field 22 of /proc/PID/stat,
 in clock ticks since boot): a PID alone may belong to another process by the time a signal
