@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from console.model import GpuReading, ProcessReading
+from console.model import GpuReading, ProcessReading, run_pids
 from console.observe.pyspy_run import DumpError, record
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
@@ -141,12 +141,12 @@ async def read_slow_look(
               if pid in (after.get("majflt") or {})}
     looks = process_looks(alive, records, _sched(before), _sched(after), faults=faults,
                           affinity={int(pid): n for pid, n in (after.get("affinity") or {}).items()})
-    run_pids = frozenset(pid for p in alive for pid in (p.pid, *p.nspid))
+    run_pids_any_namespace = run_pids(alive)
     shares = {g.index: g.process_sm_pct for g in gpus}
     gpu_looks = tuple(
         GpuLook(g["index"], g.get("util"), g.get("sm"), g.get("sm_max"),
                 g["power_mw"] / 1000 if "power_mw" in g else None, g["limit_mw"] / 1000 if "limit_mw" in g else None,
-                g.get("throttle"), shares.get(g["index"]), run_pids)
+                g.get("throttle"), shares.get(g["index"]), run_pids_any_namespace)
         for g in after.get("gpus") or ()
         if isinstance(g, dict) and "index" in g
     )

@@ -23,11 +23,12 @@ from pathlib import Path
 import pytest
 
 from console.config import Config
-from console.observe import agent, sampler
+from console.observe import agent, procfs, sampler
 from console.observe.protocol import check_hello
 from console.remote.program import program_script
+from tests.shipped import shipped
 
-AGENT = Path(agent.__file__)
+AGENT = shipped(agent)
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 PYTHON38 = Path.home() / ".pyenv/versions/3.8.18/bin/python3"
 #: The fields of the H200 captures (fixtures/h200/README.md).
@@ -54,7 +55,7 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = WAIT
 def alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     try:
-        return agent.parse_stat(Path(f"/proc/{pid}/stat").read_text())["state"] != "Z"
+        return procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text())["state"] != "Z"
     except FileNotFoundError:
         return False
 
@@ -103,7 +104,7 @@ def agent_args(
 
 
 def agent_argv(match: str = "", **options) -> list[str]:
-    """argv that runs the agent file under this interpreter."""
+    """argv that runs the agent, as shipped, under this interpreter."""
     return [sys.executable, "-u", str(AGENT), *agent_args(match, **options)]
 
 
@@ -190,13 +191,14 @@ def test_a_shell_running_a_script_file_can_be_the_run() -> None:
 
 def test_parse_stat_survives_odd_command_names() -> None:
     line = "4242 (a) b (c)) S 7 4242 4242 0 -1 4194560 1 0 0 0 150 50 0 0 20 0 18 0 9000 1 2560 x"
-    parsed = agent.parse_stat(line)
+    parsed = procfs.parse_stat(line)
     assert parsed["comm"] == "a) b (c)"
     assert (parsed["state"], parsed["ppid"], parsed["cpu_ticks"]) == ("S", 7, 200)
     assert (parsed["threads"], parsed["start_ticks"], parsed["rss_pages"]) == (18, 9000, 2560)
+    assert (parsed["pgid"], parsed["sid"]) == (4242, 4242)
     assert not parsed["kernel_thread"]
     kworker = "1234 (kworker/0:1-events) I 2 0 0 0 -1 69238880 0 0 0 0 0 5 0 0 20 0 1 0 150 0 0 x"
-    assert agent.parse_stat(kworker)["kernel_thread"]  # flags 0x4208060: PF_KTHREAD set
+    assert procfs.parse_stat(kworker)["kernel_thread"]  # flags 0x4208060: PF_KTHREAD set
 
 
 def test_nspid_from_the_h200_status_capture_and_a_nested_one() -> None:
@@ -304,7 +306,7 @@ BUSY_WORKERS = textwrap.dedent(
 
 
 def busy_ticks(pid: int) -> int:
-    return agent.parse_stat(Path(f"/proc/{pid}/stat").read_text())["cpu_ticks"]
+    return procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text())["cpu_ticks"]
 
 
 def test_cpu_pct_is_a_delta_not_the_lifetime_average(spawn) -> None:
@@ -332,7 +334,7 @@ def test_cpu_pct_is_a_delta_not_the_lifetime_average(spawn) -> None:
     assert threads["worker0"] > 10 and threads["worker1"] > 10
     (main_thread,) = [t for t in second[busy.pid]["thread_cpu"] if t["tid"] == busy.pid]
     assert main_thread["cpu_pct"] < 5 and main_thread["state"] == "S"
-    stat = agent.parse_stat(Path(f"/proc/{idle.pid}/stat").read_text())
+    stat = procfs.parse_stat(Path(f"/proc/{idle.pid}/stat").read_text())
     lifetime_pct = stat["cpu_ticks"] / agent.CLOCK_TICKS / second[idle.pid]["elapsed_s"] * 100
     assert lifetime_pct > 10
     assert second[idle.pid]["cpu_pct"] < 5
@@ -370,6 +372,22 @@ def test_a_fifo_as_pidfile_is_refused_without_blocking(tmp_path: Path) -> None:
     assert processes == [] and error.startswith(f"pidfile {fifo} is not a regular file")
 
 
+def test_a_pidfile_is_read_as_the_restart_reads_it_never_through_a_link(tmp_path: Path, spawn) -> None:
+    """The watch and the restart's probe share one reader (procfs.read_pidfile): what one refuses, so does the other."""
+    run = spawn([sys.executable, "-c", "import time; time.sleep(300)"])
+    real = tmp_path / "real.pid"
+    real.write_text(f"{run.pid}\n")
+    link = tmp_path / "run.pid"
+    link.symlink_to(real)
+    assert agent.ProcessWatch("", str(link)).read() == (
+        [], f"pidfile {link} is a symbolic link (to {real}): point [run] pidfile at the file itself")
+    assert [p["pid"] for p in agent.ProcessWatch("", str(real)).read()[0]] == [run.pid]
+    real.write_text(f"{run.pid}\n" + "#" * procfs.PIDFILE_MAX_BYTES)
+    assert agent.ProcessWatch("", str(real)).read()[1].startswith(f"pidfile {real} is {real.stat().st_size} bytes")
+    real.write_text(f"{run.pid} {run.pid}\n")  # not one PID: the restart's guards refuse it too
+    assert "does not hold a PID" in agent.ProcessWatch("", str(real)).read()[1]
+
+
 def test_unbuffered_from_the_flag_or_the_environment(spawn) -> None:
     name = unique_name()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -404,9 +422,9 @@ def test_a_scan_reads_the_cmdline_only_of_processes_it_does_not_know(monkeypatch
     read: list[int] = []
     read_argv = agent.read_argv
 
-    def counted(proc_dir: str) -> list[str]:
+    def counted(proc_dir: str, limit: int) -> list[str]:
         read.append(int(os.path.basename(proc_dir)))
-        return read_argv(proc_dir)
+        return read_argv(proc_dir, limit)
 
     monkeypatch.setattr(agent, "read_argv", counted)
     cache = agent.ArgvCache()
@@ -468,6 +486,68 @@ def test_an_exec_is_seen_by_the_next_scan(monkeypatch: pytest.MonkeyPatch, spawn
     python.stdin.flush()
     expected = {launcher.pid: " ".join(then), python.pid: " ".join(then)}
     wait_until(lambda: {p["pid"]: p["cmdline"] for p in watch.read()[0]} == expected, "the python's exec")
+
+
+def counting_stat_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The PIDs whose stat the agent's ProcessTable reads from now on, in order (the real reads, counted)."""
+    read: list[int] = []
+    read_stat = agent.read_stat
+
+    def counted(path: str) -> dict:
+        words = path.split("/")
+        if len(words) == 4:  # /proc/PID/stat, not a thread's /proc/PID/task/TID/stat
+            read.append(int(words[2]))
+        return read_stat(path)
+
+    monkeypatch.setattr(agent, "read_stat", counted)
+    return read
+
+
+def test_a_sample_reads_the_run_and_new_processes_finds_a_late_one_and_drops_an_ended_one(
+    monkeypatch: pytest.MonkeyPatch, spawn
+) -> None:
+    """Once the run is found, a sample reads the stat of the run's tree and of processes new since the
+    last (and of the young, whose argv may still change), not of every process on the machine."""
+    monkeypatch.setattr(agent, "FULL_SCAN_EVERY_S", 3600.0)
+    name = unique_name()
+    sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
+    others = {spawn(["sleep", "300"]).pid for _ in range(20)}
+    first = spawn([*sleep, name])
+    watch = agent.ProcessWatch(name, "")
+    wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [first.pid], "the run")
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)  # nothing counts as young: only the tree and new PIDs are read
+    watch.read()  # every process read once more, and its argv kept
+    read = counting_stat_reads(monkeypatch)
+    assert [p["pid"] for p in watch.read()[0]] == [first.pid]
+    assert first.pid in read and not others & set(read)  # the run is read, the processes that are not, not
+    assert others <= watch.table.records.keys()
+    later = spawn([*sleep, f"{name}_later"])
+    assert wait_until(lambda: {p["pid"] for p in watch.read()[0]} == {first.pid, later.pid}, "the process started later")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [later.pid], "the ended process dropped")
+    assert first.pid not in watch.table.records and first.pid not in watch.tree
+
+
+def test_an_exec_outside_the_run_into_a_second_run_is_found_by_the_full_read(
+    monkeypatch: pytest.MonkeyPatch, spawn
+) -> None:
+    """A settled process that is not the run keeps its last reading until the next full read of every process."""
+    monkeypatch.setattr(agent, "FULL_SCAN_EVERY_S", 3600.0)
+    monkeypatch.setattr(agent, "ARGV_SETTLE_S", 0.0)
+    name = unique_name()
+    run = spawn([sys.executable, "-c", "import time; time.sleep(300)", name])
+    then = [sys.executable, "-c", "import time; time.sleep(300)", f"{name}_second"]
+    other = spawn(["bash", "-c", 'read -r argv; eval "exec $argv"'], stdin=subprocess.PIPE)  # comm changes
+    watch = agent.ProcessWatch(name, "")
+    wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [run.pid], "the run")
+    wait_until(lambda: other.pid in watch.table.records and watch.table.argv_cache.holds(watch.table.records[other.pid]),
+               "the other process, read and settled")
+    other.stdin.write(shlex.join(then).encode() + b"\n")
+    other.stdin.flush()
+    wait_until(lambda: name.encode() in Path(f"/proc/{other.pid}/cmdline").read_bytes(), "the exec")
+    monkeypatch.setattr(agent, "FULL_SCAN_EVERY_S", 0.0)  # the full read is due
+    assert {p["pid"] for p in watch.read()[0]} == {run.pid, other.pid}
 
 
 def test_log_status_takes_the_newest_match_of_a_glob(tmp_path: Path) -> None:

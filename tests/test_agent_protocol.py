@@ -1,7 +1,8 @@
 """The agents' protocol: what they may import, the oldest Python they claim, the hello, strict parsing.
 
-Both agents run on the target under whatever Python is there, with only the standard library
-(pynvml loaded lazily, when the target has it). Each announces itself with a hello line; the
+The agents run on the target under whatever Python is there, with only the standard library
+(pynvml loaded lazily, when the target has it), each shipped as one program with the console
+modules it imports (console.remote.program.program_source). Each announces itself with a hello line; the
 console refuses another protocol version in one line, and a field an agent leaves out is an
 error it shows, never a silent zero.
 """
@@ -18,18 +19,18 @@ from pathlib import Path
 import pytest
 
 from console.config import Config, GpuConfig, RunConfig
-from console.observe import agent, follow, follow_agent, process_agent, remote_process, sampler
+from console.observe import agent, follow, follow_agent, procfs, process_agent, remote_process, sampler
 from console.observe.follow import FRAME_FIELDS, FollowProtocolError, LogFollower, check_frame
 from console.observe.protocol import ProtocolError, check_hello
 from console.observe.sampler import SampleError, parse_sample, sample_once
+from console.remote.program import program_source
 from console.remote.target import LocalTarget, TargetError
+from tests.shipped import shipped
 from tests.test_agent import agent_argv, run_agent
 
-AGENTS = {
-    "pulse-agent": Path(agent.__file__),
-    "pulse-follow": Path(follow_agent.__file__),
-    "pulse-process": Path(process_agent.__file__),
-}
+MODULES = {"pulse-agent": agent, "pulse-follow": follow_agent, "pulse-process": process_agent}
+#: Each agent as it is shipped, one file a program.
+AGENTS = {program: shipped(module) for program, module in MODULES.items()}
 #: The oldest Python the agents claim to run on (their docstrings say so).
 OLDEST_PYTHON = "3.8"
 WAIT_S = 60.0
@@ -56,6 +57,33 @@ def test_an_agent_imports_only_the_standard_library_and_pynvml_lazily(program: s
             assert not at_module_level, "pynvml must load lazily: most targets run the agent without it"
         else:
             assert name in sys.stdlib_module_names, f"{program} imports {name}, not in the standard library"
+
+
+def top_level_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level by def, class or assignment."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def test_the_agents_that_read_processes_ship_the_one_reader_of_proc_with_them() -> None:
+    procfs_text = Path(procfs.__file__).read_text()
+    for module in (agent, process_agent):
+        text = Path(module.__file__).read_text()
+        assert "from console.observe.procfs import" in text
+        source = program_source(module)
+        compile(source, module.PROGRAM, "exec")  # one __future__ line, at the top
+        assert source.count("from __future__ import annotations") == 1
+        assert "def parse_stat(" in source and "def read_pidfile(" in source
+        assert source.startswith(procfs_text[: procfs_text.index("from __future__")])
+        # One program, one namespace: an agent never defines again what procfs defines.
+        assert not top_level_names(ast.parse(procfs_text)) & top_level_names(ast.parse(text))
+    assert program_source(follow_agent) == Path(follow_agent.__file__).read_text()  # it imports no console module
 
 
 def test_the_agents_run_on_the_oldest_python_they_claim() -> None:

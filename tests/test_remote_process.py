@@ -16,7 +16,7 @@ import pytest
 
 from console.actions.audit import StepStatus
 from console.actions.custom import stream_grouped
-from console.observe import process_agent
+from console.observe.procfs import stat_of
 from console.observe.remote_process import (
     AgentRefused,
     ProcessRef,
@@ -50,7 +50,7 @@ async def read_all(started) -> bytes:
 
 
 def start_ticks(pid: int) -> int:
-    return process_agent.read_identity(pid)[2]
+    return stat_of(pid)["start_ticks"]
 
 
 async def test_start_names_the_process_before_its_first_word_and_keeps_its_status(target):

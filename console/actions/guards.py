@@ -23,6 +23,7 @@ from fnmatch import fnmatchcase
 
 from console.model import GpuReading, ProcessReading
 from console.observe.agent import PULSE_PROGRAM_MARK, SHELLS
+from console.observe.procfs import pidfile_pid
 from console.observe.textsafe import sanitize
 from console.observe.remote_process import probe as probe_processes
 from console.remote.target import Target, TargetError
@@ -314,13 +315,14 @@ def pidfile_refusals(pidfile: str | None, found: Probe, pulse_pids: set[int], no
     if found.pidfile == "toolarge":
         return [f"pidfile {pidfile} is {found.pidfile_text} bytes, not a pidfile (one PID is a few bytes);"
                 " point [run] pidfile at the file the launch writes"]
-    text = found.pidfile_text.strip()
-    if not text.isdigit():
+    named_pid = pidfile_pid(found.pidfile_text)
+    if named_pid is None:
+        text = found.pidfile_text.strip()
         held = f"holds {text[:40]!r}" if text else "is empty"
         return [f"pidfile {pidfile} {held}, not a PID: whether the run is alive cannot be told;"
                 " remove it once no run is alive"]
     if found.named is None:
-        notes.append(f"pidfile {pidfile} names PID {int(text)}, which is not running (stale)")
+        notes.append(f"pidfile {pidfile} names PID {named_pid}, which is not running (stale)")
         return []
     why = protected_reason(found.named, pulse_pids)
     return [f"pidfile {pidfile} names {found.named.label()}, which is {why}"] if why else []

@@ -1,6 +1,7 @@
 """Pulse's sampling agent: one JSON line per interval about the run's processes, GPUs and log.
 
-console.observe.sampler sends this file's text to the target through
+console.observe.sampler sends this file's text, after that of console/observe/procfs.py (its
+reader of /proc and pidfiles: console.remote.program.program_source), to the target through
 console.remote.program.open_program; there it runs under any Python 3.8+ with the standard
 library only (and pynvml when the target has it). It is also importable, so tests call
 its pieces directly. It takes named options (`pulse-agent --help`). Its first line is the
@@ -30,12 +31,22 @@ import re
 import select
 import shlex
 import signal
-import stat
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import AbstractSet, Any, Container, Dict, Iterable, List, Optional, Set, Tuple
+
+from console.observe.procfs import (
+    CLOCK_TICKS,
+    Record,
+    pidfile_pid,
+    read_argv,
+    read_pidfile,
+    read_stat,
+    read_text,
+    since_boot,
+)
 
 #: Programs whose command line may contain the run's pattern without being the run: the
 #: operator's ssh session and launchers, searchers, pagers and editors, and tools pointed at the run.
@@ -73,15 +84,10 @@ APPS_EVERY_S = 5.0
 #: A GPU's memory.used moving by more than this since the last ask means a run started or
 #: stopped there: the apps are asked for at once rather than at the next APPS_EVERY_S.
 APPS_MEMORY_JUMP_MIB = 1024.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 MIB = 1024 * 1024
-#: The kernel's flag for its own threads (field 9 of /proc/PID/stat): their command line is always empty.
-PF_KTHREAD = 0x00200000
 #: Seconds after its start from which a process's argv is taken as final (see ArgvCache).
 ARGV_SETTLE_S = 2.0
-
-Record = Dict[str, Any]
 
 #: The version of what this program prints; the console refuses an agent that speaks another.
 PROTOCOL = 1
@@ -89,25 +95,6 @@ PROGRAM = "pulse-agent"
 
 
 # -- /proc parsing (pure) ------------------------------------------------------------------
-
-
-def parse_stat(text: str) -> Record:
-    """The fields Pulse uses from one /proc/PID/stat (or task/TID/stat) line."""
-    # comm sits in parentheses and may itself hold spaces and ')': split at the last one.
-    open_at = text.index("(")
-    close_at = text.rindex(")")
-    rest = text[close_at + 2 :].split()
-    return {
-        "pid": int(text[:open_at]),
-        "comm": text[open_at + 1 : close_at],
-        "state": rest[0],
-        "ppid": int(rest[1]),
-        "cpu_ticks": int(rest[11]) + int(rest[12]),
-        "threads": int(rest[17]),
-        "start_ticks": int(rest[19]),
-        "rss_pages": int(rest[21]),
-        "kernel_thread": bool(int(rest[6]) & PF_KTHREAD),
-    }
 
 
 def parse_nspid(status_text: str) -> Tuple[int, ...]:
@@ -219,8 +206,6 @@ MATCH_CHARS = 4096
 #: MAX_ARG_STRLEN), so a launcher's whole `-c` string is stepped over and the match still sees
 #: what follows it.
 ARGV_READ_BYTES = (128 << 10) + 2 * MATCH_CHARS
-#: The most of any other /proc text file that is read (an environment is kilobytes).
-PROC_READ_BYTES = 1 << 20
 #: A command line is sent to the console up to this many characters (it shows less), then CMDLINE_CUT.
 CMDLINE_CHARS = 960
 CMDLINE_CUT = " …[cut]"
@@ -236,7 +221,13 @@ def _match_expired(signum: int, frame: Any) -> None:
     raise MatchTimedOut()
 
 
-def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[int]) -> List[Record]:
+#: What select_run_processes found of each PID's command line: (the argv searched, whether it matched).
+Searched = Dict[int, Tuple[List[str], bool]]
+
+
+def select_run_processes(
+    procs: List[Record], pattern: Any, self_pids: Iterable[int], searched: Optional[Searched] = None
+) -> List[Record]:
     """The run's processes: those whose command line matches `pattern`, and their descendants.
 
     `procs` are records with pid, ppid, comm and argv. A match never counts when it is one of
@@ -248,70 +239,47 @@ def select_run_processes(procs: List[Record], pattern: Any, self_pids: Iterable[
     Each search gets MATCH_BUDGET_S of CPU time (SIGVTALRM; the standard `re` checks for
     signals while it backtracks) and raises MatchTimedOut past it. Off the main thread, where
     no signal can be set, it runs unbounded on the capped line.
+
+    With `searched` (kept by the caller from one call to the next, for one pattern), a process whose
+    argv is the very list searched last time (ArgvCache hands out one list while it holds one
+    reading) is not searched again; `searched` is left holding what `procs` found.
     """
     regex = re.compile(pattern) if isinstance(pattern, str) else pattern
     bounded = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     previous = signal.signal(signal.SIGVTALRM, _match_expired) if bounded else None
     excluded = set(self_pids)
-    matched = []
+    before = searched if searched is not None else {}
+    found: Searched = {}
     try:
         for record in procs:
-            if record["pid"] in excluded:
+            pid, argv = record["pid"], record["argv"]
+            if pid in excluded:
+                continue
+            last = before.get(pid)
+            if last is not None and last[0] is argv:
+                found[pid] = last
                 continue
             words = match_words(record)
             if not words:
+                found[pid] = (argv, False)
                 continue
             if bounded:
                 signal.setitimer(signal.ITIMER_VIRTUAL, MATCH_BUDGET_S)
             try:
-                found = regex.search(" ".join(words), 0, MATCH_CHARS)
+                found[pid] = (argv, regex.search(" ".join(words), 0, MATCH_CHARS) is not None)
             finally:
                 if bounded:
                     signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-            if found:
-                matched.append(record["pid"])
     finally:
         if bounded:
             signal.signal(signal.SIGVTALRM, previous)
-    return run_tree(procs, matched, excluded)
+    if searched is not None:
+        searched.clear()
+        searched.update(found)
+    return run_tree(procs, [pid for pid, (_, matched) in found.items() if matched], excluded)
 
 
 # -- /proc reading -------------------------------------------------------------------------
-
-
-def _read_text(path: str, limit: int = PROC_READ_BYTES) -> str:
-    """The first `limit` bytes of a /proc file, as text."""
-    # os.open/os.read rather than open(): a sample reads hundreds of these small files, and a
-    # file object costs more than the read itself.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, min(65536, left))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def read_stat(path: str) -> Record:
-    """parse_stat of a /proc stat file, in one read: the kernel hands over the whole line at once."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return parse_stat(os.read(fd, 4096).decode("utf-8", "replace"))
-    finally:
-        os.close(fd)
-
-
-def read_argv(proc_dir: str) -> List[str]:
-    """A process's argv from its /proc/PID/cmdline ([] for a kernel thread or a zombie), its first
-    ARGV_READ_BYTES only."""
-    raw = _read_text(proc_dir + "/cmdline", ARGV_READ_BYTES)
-    return raw.rstrip("\0").split("\0") if raw else []
 
 
 def shipped_cmdline(argv: List[str]) -> str:
@@ -340,42 +308,104 @@ class ArgvCache:
         known = self._argv.get(key)
         if known is not None:
             return known
-        argv = read_argv(proc_dir)
+        argv = read_argv(proc_dir, ARGV_READ_BYTES)
         settled = uptime - record["start_ticks"] / CLOCK_TICKS >= ARGV_SETTLE_S
         if settled and (argv or record["kernel_thread"]):
             self._argv[key] = argv
         return argv
 
+    def holds(self, record: Record) -> bool:
+        """True when `record`'s argv is known and settled: it is not read again while its stat says the same."""
+        return (record["pid"], record["start_ticks"], record["comm"]) in self._argv
+
     def __len__(self) -> int:
         return len(self._argv)
 
-    def keep_only(self, records: List[Record]) -> None:
+    def keep_only(self, records: Iterable[Record]) -> None:
         """Forget processes not among `records` (they ended), so the cache stays bounded."""
         alive = {(record["pid"], record["start_ticks"], record["comm"]) for record in records}
         for key in [key for key in self._argv if key not in alive]:
             del self._argv[key]
 
 
+#: Seconds between two samples that read every process's stat, once the run is found (ProcessTable).
+FULL_SCAN_EVERY_S = 30.0
+
+
+class ProcessTable:
+    """The visible processes, kept from one sample to the next, so that a sample costs what the run's tree costs.
+
+    Each update lists /proc (one directory read) and reads the stat of the processes it is asked
+    for (the run's tree), of those it has not seen before, and of those whose argv is not settled
+    (ArgvCache: young, mid-exec); any other process keeps its last reading. A process outside the
+    tree that execs, or a PID reused between two updates, shows only in a `full` update, which
+    reads every one again: ProcessWatch asks for one while the run is not found and every
+    FULL_SCAN_EVERY_S.
+    """
+
+    def __init__(self, proc_root: str = "/proc", argv_cache: Optional[ArgvCache] = None) -> None:
+        self.proc_root = proc_root
+        self.argv_cache = argv_cache if argv_cache is not None else ArgvCache()
+        self.records: Dict[int, Record] = {}
+        self.read_now: Set[int] = set()
+        """The PIDs whose stat the last update read."""
+        self.unsettled: Set[int] = set()
+        """The PIDs whose argv the cache did not keep when last read: read again every update."""
+
+    def update(self, wanted: AbstractSet[int] = frozenset(), full: bool = False) -> List[Record]:
+        """Every visible process as a stat record plus its argv (those that vanish while read are left out)."""
+        listed = {int(name) for name in os.listdir(self.proc_root) if name.isdigit()}
+        vanished = self.records.keys() - listed
+        for pid in vanished:
+            del self.records[pid]
+        self.unsettled -= vanished
+        self.read_now = set()
+        since = since_boot()
+        for pid in listed if full else (listed - self.records.keys()) | (listed & (wanted | self.unsettled)):
+            record = self._read(pid, since)
+            if record is None:
+                self.records.pop(pid, None)
+                self.unsettled.discard(pid)
+            else:
+                self.records[pid] = record
+        if full or vanished:  # an entry left by an exec outside these waits for the next full update
+            self.argv_cache.keep_only(self.records.values())
+        return list(self.records.values())
+
+    def current(self, record: Record) -> Optional[Record]:
+        """`record` as its stat says now (read again unless the last update read it); None when
+        the process ended or its PID was reused since."""
+        pid = record["pid"]
+        if pid in self.read_now:
+            return record
+        fresh = self._read(pid, since_boot())
+        if fresh is None:
+            self.records.pop(pid, None)
+            return None
+        self.records[pid] = fresh
+        return fresh if fresh["start_ticks"] == record["start_ticks"] else None
+
+    def _read(self, pid: int, since: float) -> Optional[Record]:
+        proc_dir = "%s/%d" % (self.proc_root, pid)
+        try:
+            record = read_stat(proc_dir + "/stat")
+            record["argv"] = self.argv_cache.argv(proc_dir, record, since)
+        except (OSError, ValueError, IndexError):
+            return None
+        self.read_now.add(pid)
+        if self.argv_cache.holds(record):
+            self.unsettled.discard(pid)
+        else:
+            self.unsettled.add(pid)
+        return record
+
+
 def scan_processes(proc_root: str = "/proc", argv_cache: Optional[ArgvCache] = None) -> List[Record]:
-    """Every visible process as a stat record plus its argv; processes that vanish are skipped.
+    """Every visible process as a stat record plus its argv, read now; processes that vanish are skipped.
 
     With `argv_cache`, a process's cmdline is read only while the cache does not hold it.
     """
-    uptime = read_uptime(proc_root) if argv_cache is not None else 0.0
-    records = []
-    for name in os.listdir(proc_root):
-        if not name.isdigit():
-            continue
-        proc_dir = "%s/%s" % (proc_root, name)
-        try:
-            record = read_stat(proc_dir + "/stat")
-            record["argv"] = read_argv(proc_dir) if argv_cache is None else argv_cache.argv(proc_dir, record, uptime)
-        except (OSError, ValueError, IndexError):
-            continue
-        records.append(record)
-    if argv_cache is not None:
-        argv_cache.keep_only(records)
-    return records
+    return ProcessTable(proc_root, argv_cache).update(full=True)
 
 
 def own_pid(proc_root: str = "/proc") -> int:
@@ -384,10 +414,6 @@ def own_pid(proc_root: str = "/proc") -> int:
         return int(os.readlink(proc_root + "/self"))
     except (OSError, ValueError):
         return os.getpid()
-
-
-def read_uptime(proc_root: str = "/proc") -> float:
-    return float(_read_text(proc_root + "/uptime").split()[0])
 
 
 def in_pid_namespace(proc_root: str = "/proc") -> bool:
@@ -403,7 +429,7 @@ def in_pid_namespace(proc_root: str = "/proc") -> bool:
         return int(link[link.index("[") + 1 : link.rindex("]")]) != INIT_PID_NAMESPACE_INODE
     except (OSError, ValueError):
         try:
-            return len(parse_nspid(_read_text(proc_root + "/self/status"))) > 1
+            return len(parse_nspid(read_text(proc_root + "/self/status"))) > 1
         except OSError:
             return False
 
@@ -485,7 +511,7 @@ class JobCache:
 def read_environ(proc_dir: str) -> Optional[List[str]]:
     """A process's environment entries (NAME=value); None when unreadable (another user's process)."""
     try:
-        return _read_text(proc_dir + "/environ").split("\0")
+        return read_text(proc_dir + "/environ").split("\0")
     except OSError:
         return None
 
@@ -532,18 +558,16 @@ def _thread_cpu(proc_dir: str, meter: CpuMeter, now: float) -> List[Record]:
 
 
 def describe_process(
-    record: Record, children: List[int], meter: CpuMeter, now: float, uptime: float, proc_root: str = "/proc"
+    stat: Record, children: List[int], meter: CpuMeter, now: float, uptime: float, proc_root: str = "/proc"
 ) -> Optional[Record]:
-    """One process's reading for the JSON line; None when it vanished while being read."""
-    pid = record["pid"]
+    """One process's reading for the JSON line, from its stat record (with argv) read this sample;
+    None when it vanished while being read."""
+    pid = stat["pid"]
     proc_dir = "%s/%d" % (proc_root, pid)
     try:
-        stat = read_stat(proc_dir + "/stat")
-        status = _read_text(proc_dir + "/status")
-    except (OSError, ValueError, IndexError):
+        status = read_text(proc_dir + "/status")
+    except OSError:
         return None
-    if stat["start_ticks"] != record["start_ticks"]:
-        return None  # the PID was reused since the scan
     try:
         stdout: Optional[str] = os.readlink(proc_dir + "/fd/1")
     except OSError:
@@ -558,42 +582,35 @@ def describe_process(
         "rss_mib": round(stat["rss_pages"] * PAGE_BYTES / MIB, 1),
         "cpu_pct": meter.rate(("process", pid, stat["start_ticks"]), stat["cpu_ticks"], now),
         "cpu_s": round(stat["cpu_ticks"] / CLOCK_TICKS, 2),
-        "cmdline": shipped_cmdline(record["argv"]),
+        "cmdline": shipped_cmdline(stat["argv"]),
         "nspid": list(parse_nspid(status)),
         "stdout": stdout,
-        "unbuffered": _unbuffered(environ, record["argv"]),
+        "unbuffered": _unbuffered(environ, stat["argv"]),
         "env": run_env(environ),
         "children": children,
         "thread_cpu": _thread_cpu(proc_dir, meter, now),
     }
 
 
-#: A pidfile holds one PID and a newline; anything longer is not one.
-PIDFILE_MAX_BYTES = 64
-
-
-def read_pidfile(path: str, procs: List[Record]) -> Tuple[Optional[int], Optional[str]]:
-    """The run's PID from a pidfile, or an error saying why there is none."""
-    path_on_disk = os.path.expanduser(path)
-    try:
-        # O_NONBLOCK: a FIFO must not block the agent on open; only a few bytes are read, so a
-        # huge file costs nothing. The type is checked on what was opened, not on the name.
-        fd = os.open(path_on_disk, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None, "pidfile %s is not a regular file: point [run] pidfile at the file the launch writes" % path
-            text = os.read(fd, PIDFILE_MAX_BYTES).decode("utf-8", "replace").strip()
-        finally:
-            os.close(fd)
-    except FileNotFoundError:
+def pidfile_run_pid(path: str, running: Container[int]) -> Tuple[Optional[int], Optional[str]]:
+    """The run's PID from a pidfile (procfs.read_pidfile: bounded, never through a link), or an
+    error saying why there is none; `running` holds the PIDs that run now."""
+    status, text, _ = read_pidfile(path)
+    if status == "missing":
         return None, "pidfile %s does not exist: is the run started?" % path
-    except OSError as exc:
-        return None, "pidfile %s cannot be read: %s" % (path, exc.strerror)
-    words = text.split()
-    if not words or not words[0].isdigit():
-        return None, "pidfile %s does not hold a PID (it holds %r)" % (path, text[:40])
-    pid = int(words[0])
-    if not any(record["pid"] == pid for record in procs):
+    if status == "symlink":
+        return None, "pidfile %s is a symbolic link (to %s): point [run] pidfile at the file itself" % (path, text)
+    if status == "notregular":
+        return None, "pidfile %s is not a regular file: point [run] pidfile at the file the launch writes" % path
+    if status == "toolarge":
+        return None, "pidfile %s is %s bytes, not a pidfile: point [run] pidfile at the file the launch writes" % (
+            path, text)
+    if status == "unreadable":
+        return None, "pidfile %s cannot be read: %s" % (path, text)
+    pid = pidfile_pid(text)
+    if pid is None:
+        return None, "pidfile %s does not hold a PID (it holds %r)" % (path, text.strip()[:40])
+    if pid not in running:
         return None, "pidfile %s names PID %d, which is not running (stale pidfile)" % (path, pid)
     return pid, None
 
@@ -603,6 +620,8 @@ class ProcessWatch:
 
     With a Slurm job, the run is the job's processes (SLURM_JOB_ID in their environment), and
     `match`, when given, narrows within them: another job's process never counts, whatever it runs.
+    A sample reads the stat of the run's tree and of new processes only (ProcessTable); every
+    process's, while the run is not found and every FULL_SCAN_EVERY_S.
     """
 
     def __init__(self, match: str, pidfile: str, proc_root: str = "/proc", slurm_job: str = "") -> None:
@@ -612,6 +631,11 @@ class ProcessWatch:
         self.job_cache = JobCache(proc_root)
         self.meter = CpuMeter()
         self.argv_cache = ArgvCache()
+        self.table = ProcessTable(proc_root, self.argv_cache)
+        self.searched: Searched = {}
+        self.tree: Set[int] = set()
+        """The run's PIDs in the last sample: read every sample."""
+        self.full_at = -FULL_SCAN_EVERY_S
         self.regex: Optional[re.Pattern[str]] = None
         self.config_error: Optional[str] = None
         if match and not pidfile:
@@ -626,41 +650,47 @@ class ProcessWatch:
         """(process readings, error text or None)."""
         if self.config_error:
             return [], self.config_error
-        procs = scan_processes(self.proc_root, self.argv_cache)
-        self_pids = ancestry(procs, own_pid(self.proc_root))
-        if self.pidfile:
-            pid, error = read_pidfile(self.pidfile, procs)
-            if pid is None:
-                return [], error
-            chosen = run_tree(procs, [pid], self_pids)
-        elif self.slurm_job and self.regex is None:
-            members = self._job_members(procs, self_pids)
-            chosen = run_tree(members, [r["pid"] for r in members if match_words(r) is not None], self_pids)
-        else:
-            candidates = self._job_members(procs, self_pids) if self.slurm_job else procs
-            try:
-                chosen = select_run_processes(candidates, self.regex, self_pids)
-            except MatchTimedOut:
-                pattern = self.regex.pattern if self.regex is not None else ""  # only a regex runs out of time
-                self.config_error = (
-                    "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
-                    % (pattern, MATCH_BUDGET_S)
-                )
-                return [], self.config_error
+        now = time.monotonic()
+        full = not self.tree or now - self.full_at >= FULL_SCAN_EVERY_S
+        if full:
+            self.full_at = now
+        procs = self.table.update(self.tree, full)
+        chosen, error = self._choose(procs)
         children: Dict[int, List[int]] = {}
         for record in procs:
             children.setdefault(record["ppid"], []).append(record["pid"])
-        now = time.monotonic()
-        uptime = read_uptime(self.proc_root)
+        uptime = since_boot()
         readings = []
         for record in chosen:
-            reading = describe_process(
-                record, sorted(children.get(record["pid"], [])), self.meter, now, uptime, self.proc_root
+            fresh = self.table.current(record)
+            reading = None if fresh is None else describe_process(
+                fresh, sorted(children.get(record["pid"], [])), self.meter, now, uptime, self.proc_root
             )
             if reading is not None:
                 readings.append(reading)
         self.meter.next_sample()
-        return readings, None
+        self.tree = {reading["pid"] for reading in readings}
+        return readings, error
+
+    def _choose(self, procs: List[Record]) -> Tuple[List[Record], Optional[str]]:
+        """(the run's records, None), or ([], why none)."""
+        self_pids = ancestry(procs, own_pid(self.proc_root))
+        if self.pidfile:
+            pid, error = pidfile_run_pid(self.pidfile, self.table.records)
+            return ([], error) if pid is None else (run_tree(procs, [pid], self_pids), None)
+        if self.slurm_job and self.regex is None:
+            members = self._job_members(procs, self_pids)
+            return run_tree(members, [r["pid"] for r in members if match_words(r) is not None], self_pids), None
+        candidates = self._job_members(procs, self_pids) if self.slurm_job else procs
+        try:
+            return select_run_processes(candidates, self.regex, self_pids, self.searched), None
+        except MatchTimedOut:
+            pattern = self.regex.pattern if self.regex is not None else ""  # only a regex runs out of time
+            self.config_error = (
+                "the match regex %r took more than %g s of CPU on one command line: disabled; fix [run] match"
+                % (pattern, MATCH_BUDGET_S)
+            )
+            return [], self.config_error
 
     def _job_members(self, procs: List[Record], self_pids: List[int]) -> List[Record]:
         members = [r for r in procs if r["pid"] not in self_pids and self.job_cache.job(r) == self.slurm_job]

@@ -13,7 +13,6 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from console.backoff import Backoff
 from console.config import Config
@@ -23,11 +22,11 @@ from console.observe.lines import LineReader
 from console.user_patterns import MetricPatterns
 from console.observe.protocol import Hello, ProtocolError, check_hello
 from console.observe.textsafe import sanitize, sanitize_styled, split_lines
-from console.remote.program import open_program, reap
+from console.remote.program import open_program, program_source, reap
 from console.remote.target import Target, TargetError
 from console.stall import writes_in
 
-AGENT_SOURCE = Path(follow_agent.__file__).read_text()
+AGENT_SOURCE = program_source(follow_agent)
 AGENT_NAME = follow_agent.PROGRAM
 MAX_LINE_BYTES = 16 * 1024
 BACKLOG_BYTES = 1 << 20

@@ -1,6 +1,7 @@
 """Pulse's process agent: start a process on the target, read processes, signal them by identity.
 
-console.observe.remote_process sends this file's text to the target through
+console.observe.remote_process sends this file's text, after that of console/observe/procfs.py
+(its reader of /proc and pidfiles: console.remote.program.program_source), to the target through
 console.remote.program.open_program; there it runs under any Python 3.8+ with the standard
 library only. A process is named by its PID and its start time (field 22 of /proc/PID/stat,
 in clock ticks since boot): a PID alone may belong to another process by the time a signal
@@ -65,59 +66,25 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from console.observe.procfs import CLOCK_TICKS, Record, pidfile_pid, read_argv, read_pidfile, since_boot, stat_of
+
 PROTOCOL = 1
 PROGRAM = "pulse-process"
 #: Exit status when ARGV could not be started (the shell's "command not found").
 CANNOT_START = 127
 STOP_POLL_S = 0.05
-#: A command line is read up to this many bytes: enough for the guards' names, bounded for the answer.
-ARGV_MAX_BYTES = 512
+#: A command line is answered up to this many characters: enough for the guards' names, bounded for the answer.
+ARGV_ANSWER_CHARS = 512
 #: How much of a command line is searched for the mark of a program Pulse runs.
 CMDLINE_READ_BYTES = 65536
-#: A pidfile holds a PID: a larger file is refused unread.
-PIDFILE_MAX_BYTES = 64
 #: A lock file holds one owner record: what is read of it is bounded.
 LOCK_MAX_BYTES = 4096
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-Record = Dict[str, Any]
-
-
-def read_stat(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, List[str]]]:
-    """(comm, the fields after it) of /proc/PID/stat, or None when there is no such process."""
-    try:
-        with open("%s/%d/stat" % (proc_root, pid), "rb") as stat:
-            text = stat.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    # comm sits in parentheses and may itself hold spaces and ')': the fields follow the last one.
-    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-
-
-def read_identity(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, int, int]]:
-    """(state, pgid, start_ticks) of `pid`, or None when there is no such process."""
-    found = read_stat(pid, proc_root)
-    if found is None:
-        return None
-    fields = found[1]
-    return fields[0], int(fields[2]), int(fields[19])
 
 
 def is_same(pid: int, start_ticks: int) -> Optional[bool]:
     """True while `pid` is the process that started at `start_ticks`, False once reused, None when gone."""
-    found = read_identity(pid)
-    return None if found is None else found[2] == start_ticks
-
-
-def boot_time() -> float:
-    """Wall-clock time at boot, on the clock that process start times count from: CLOCK_BOOTTIME
-    (shifted as they are in a time namespace), not /proc/uptime, which lxcfs rewrites in a container."""
-    try:
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):
-        with open("/proc/uptime") as uptime:
-            since_boot = float(uptime.read().split()[0])
-    return time.time() - since_boot
+    found = stat_of(pid)
+    return None if found is None else found["start_ticks"] == start_ticks
 
 
 def write_line(record: Record) -> None:
@@ -225,8 +192,8 @@ def spawn(args: argparse.Namespace, log: Optional[str]) -> Tuple[Optional[Spawne
         os.close(go_write)
         os.waitpid(pid, 0)
         return None, failure or "cannot start %s" % args.argv[0]
-    identity = read_identity(pid)  # it waits on the go pipe: its stat is there
-    return Spawned(pid, identity[2] if identity is not None else -1, go_write, failed_read), None
+    found = stat_of(pid)  # it waits on the go pipe: its stat is there
+    return Spawned(pid, found["start_ticks"] if found is not None else -1, go_write, failed_read), None
 
 
 def exit_status(status: int) -> int:
@@ -286,10 +253,10 @@ def launch(args: argparse.Namespace) -> int:
 
 def info(args: argparse.Namespace) -> int:
     for pid in args.pids:
-        found = read_identity(pid)
+        found = stat_of(pid)
         if found is not None:
-            state, pgid, start_ticks = found
-            write_line({"ev": "process", "pid": pid, "state": state, "pgid": pgid, "start_ticks": start_ticks})
+            write_line({"ev": "process", "pid": pid, "state": found["state"], "pgid": found["pgid"],
+                        "start_ticks": found["start_ticks"]})
     return 0
 
 
@@ -354,8 +321,8 @@ def group_running(pgid: int, proc_root: str = "/proc") -> bool:
     """True while a process of group `pgid` runs (a zombie has ended: it only waits to be reaped)."""
     for name in os.listdir(proc_root):
         if name.isdigit():
-            found = read_identity(int(name), proc_root)
-            if found is not None and found[1] == pgid and found[0] != "Z":
+            found = stat_of(int(name), proc_root)
+            if found is not None and found["pgid"] == pgid and found["state"] != "Z":
                 return True
     return False
 
@@ -388,54 +355,22 @@ def stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(kind: str, pid: int, mark: bytes) -> Optional[Record]:
+def describe(kind: str, pid: int, mark: str) -> Optional[Record]:
     """What the restart's guards need of `pid`: its place (parent, group, session), start, names,
     and whether its command line carries `mark` (a program Pulse runs); None when it is gone."""
-    found = read_stat(pid)
+    found = stat_of(pid)
     if found is None:
         return None
-    comm, fields = found
     try:
-        with open("/proc/%d/cmdline" % pid, "rb") as cmdline:
-            words = cmdline.read(CMDLINE_READ_BYTES)
+        words = "\0".join(read_argv("/proc/%d" % pid, CMDLINE_READ_BYTES))
     except OSError:
-        words = b""
-    argv = [word.decode("utf-8", "replace") for word in words[:ARGV_MAX_BYTES].split(b"\0")]
-    while argv and not argv[-1]:
-        argv.pop()
-    return {"ev": "process", "kind": kind, "pid": pid, "state": fields[0], "ppid": int(fields[1]),
-            "pgid": int(fields[2]), "sid": int(fields[3]), "start_ticks": int(fields[19]),
-            "started": round(boot_time() + int(fields[19]) / CLOCK_TICKS, 2),
-            "pulse": bool(mark) and mark in words, "comm": comm, "argv": argv}
-
-
-def read_pidfile(path: str) -> Tuple[str, str, Optional[float]]:
-    """(missing | symlink | notregular | toolarge | unreadable | text, where it points, its size,
-    error or text, its mtime): never opens anything but a small regular file, never through a link."""
-    path = os.path.expanduser(path)
-    try:
-        if not os.path.lexists(path):
-            return "missing", "", None
-        if os.path.islink(path):
-            return "symlink", os.readlink(path), None
-        if not os.path.isfile(path):
-            return "notregular", "", None
-        size = os.stat(path).st_size
-        if size > PIDFILE_MAX_BYTES:
-            return "toolarge", str(size), None
-        # O_NONBLOCK: a FIFO put there since the check opens at once instead of waiting for a
-        # writer; O_NOFOLLOW: nor is a link put there since read through.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        try:
-            info = os.fstat(fd)
-            data = os.read(fd, PIDFILE_MAX_BYTES) if stat.S_ISREG(info.st_mode) else b""
-        finally:
-            os.close(fd)
-    except FileNotFoundError:
-        return "missing", "", None  # removed since the first look
-    except OSError as exc:
-        return "unreadable", exc.strerror or str(exc), None
-    return "text", "".join(c if c.isprintable() else " " for c in data.decode("ascii", "replace")), info.st_mtime
+        words = ""
+    answered = words[:ARGV_ANSWER_CHARS].rstrip("\0")
+    argv = answered.split("\0") if answered else []
+    started = time.time() - since_boot() + found["start_ticks"] / CLOCK_TICKS
+    return {"ev": "process", "kind": kind, "pid": pid, "state": found["state"], "ppid": found["ppid"],
+            "pgid": found["pgid"], "sid": found["sid"], "start_ticks": found["start_ticks"],
+            "started": round(started, 2), "pulse": bool(mark) and mark in words, "comm": found["comm"], "argv": argv}
 
 
 def read_lock_owner(fd: int) -> Optional[Record]:
@@ -468,8 +403,8 @@ def holder_alive(owner: Record) -> bool:
     pid, start_ticks = owner.get("holder_pid"), owner.get("holder_start_ticks")
     if not isinstance(pid, int) or not isinstance(start_ticks, int) or pid <= 0:
         return False
-    found = read_identity(pid)
-    return found is not None and found[2] == start_ticks and found[0] not in ("Z", "X")
+    found = stat_of(pid)
+    return found is not None and found["start_ticks"] == start_ticks and found["state"] not in ("Z", "X")
 
 
 def peek_lock(path: str) -> Record:
@@ -531,8 +466,8 @@ def hold_lock(args: argparse.Namespace) -> int:
         os.close(fd)
         return 0
     previous = seen_now(read_lock_owner(fd))  # the flock was free: whoever wrote this is gone
-    identity = read_identity(os.getpid())
-    owner.update(holder_pid=os.getpid(), holder_start_ticks=identity[2] if identity else -1, since=time.time())
+    found = stat_of(os.getpid())
+    owner.update(holder_pid=os.getpid(), holder_start_ticks=found["start_ticks"] if found else -1, since=time.time())
     record = json.dumps(owner).encode() + b"\n"
     os.pwrite(fd, record, 0)
     os.ftruncate(fd, len(record))
@@ -542,7 +477,7 @@ def hold_lock(args: argparse.Namespace) -> int:
 
 
 def probe(args: argparse.Namespace) -> int:
-    mark = args.mark.encode()
+    mark = args.mark
     pid = os.getpid()  # exec'd by the probing shell: this is that shell, then its ancestors
     while pid > 0:
         found = describe("self", pid, mark)
@@ -557,17 +492,17 @@ def probe(args: argparse.Namespace) -> int:
     wanted = set(args.pids)
     if wanted:
         for name in os.listdir("/proc"):
-            identity = read_identity(int(name)) if name.isdigit() else None
-            if identity is not None and identity[1] in wanted:
-                write_line({"ev": "member", "pid": int(name), "pgid": identity[1]})
+            found = stat_of(int(name)) if name.isdigit() else None
+            if found is not None and found["pgid"] in wanted:
+                write_line({"ev": "member", "pid": found["pid"], "pgid": found["pgid"]})
     if args.lock:
         write_line(peek_lock(args.lock))
     if args.pidfile:
         status, text, mtime = read_pidfile(args.pidfile)
         write_line({"ev": "pidfile", "status": status, "text": text, "mtime": mtime})
-        number = text.strip()
-        if status == "text" and number.isdigit() and len(number) <= 9:
-            found = describe("named", int(number), mark)
+        named = pidfile_pid(text) if status == "text" else None
+        if named is not None:
+            found = describe("named", named, mark)
             if found is not None:
                 write_line(found)
     return 0

@@ -22,15 +22,14 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from console.observe import process_agent
 from console.observe.protocol import ProtocolError, check_hello, field
 from console.observe.textsafe import sanitize
-from console.remote.program import BANNER_MAX_BYTES, open_program, reap
+from console.remote.program import BANNER_MAX_BYTES, open_program, program_source, reap
 from console.remote.target import Channel, LineReader, Target, TargetError, read_all
 
-AGENT_SOURCE = Path(process_agent.__file__).read_text()
+AGENT_SOURCE = program_source(process_agent)
 AGENT_NAME = "pulse-process"
 #: How long a read or a signal may take, login shell and interpreter start included.
 PROBE_TIMEOUT_S = 15.0

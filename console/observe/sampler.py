@@ -13,7 +13,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
 
 from console.config import Config
 from console.model import GpuProcess, GpuReading, LogStatus, ProcessReading, Sample, ThreadCpu, file_kind, run_pids
@@ -22,10 +21,10 @@ from console.observe.follow import log_pattern
 from console.observe.protocol import Hello, ProtocolError, check_hello, field
 from console.observe.roles import label_processes
 from console.observe.textsafe import sanitize
-from console.remote.program import BANNER_MAX_BYTES, open_program, reap
+from console.remote.program import BANNER_MAX_BYTES, open_program, program_source, reap
 from console.remote.target import LineReader, Target, TargetError
 
-AGENT_SOURCE = Path(agent.__file__).read_text()
+AGENT_SOURCE = program_source(agent)
 AGENT_NAME = agent.PROGRAM
 #: No line for this long means the agent or the link is stuck (an nvidia-smi call may take SMI_TIMEOUT_S twice).
 STALE_MIN_S = 4 * agent.SMI_TIMEOUT_S
