@@ -50,7 +50,7 @@ def nvml_line(**overrides) -> dict:
             {
                 "index": 0, "uuid": "GPU-06eb1f4e-90e3-123f-e50b-b07664ee52f9", "name": "NVIDIA H200",
                 "memory_used_mib": 21619, "memory_total_mib": 143771, "utilization_pct": 0.0,
-                "temperature_c": 38, "power_w": 122.83, "power_limit_w": 700.0,
+                "temperature_c": 38, "power_w": 122.83, "power_limit_w": 700.0, "sm_clock_mhz": 345,
                 "processes": [{"pid": 447, "used_mib": 21610, "name": "python3"}], "error": None,
             }
         ],
@@ -86,7 +86,7 @@ def test_an_nvml_line_becomes_a_sample() -> None:
     assert gpu == GpuReading(
         index=0, uuid="GPU-06eb1f4e-90e3-123f-e50b-b07664ee52f9", name="NVIDIA H200",
         memory_used_mib=21619, memory_total_mib=143771, utilization_pct=0.0, temperature_c=38,
-        power_w=122.83, power_limit_w=700.0, processes=(GpuProcess(447, 21610, "python3"),),
+        power_w=122.83, power_limit_w=700.0, sm_clock_mhz=345, processes=(GpuProcess(447, 21610, "python3"),),
     )  # fmt: skip
     (process,) = sample.processes
     assert (process.pid, process.children, process.unbuffered, process.nspid) == (12, (13,), True, (12,))

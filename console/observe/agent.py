@@ -708,7 +708,7 @@ def _text(value: Any) -> str:
 #: A GPU the driver would not name: the keys of a reading, with nothing read.
 UNREAD_GPU: Record = {
     "uuid": "", "name": "", "memory_used_mib": None, "memory_total_mib": None, "utilization_pct": None,
-    "temperature_c": None, "power_w": None, "power_limit_w": None, "processes": [],
+    "temperature_c": None, "power_w": None, "power_limit_w": None, "sm_clock_mhz": None, "processes": [],
 }  # fmt: skip
 
 
@@ -774,6 +774,7 @@ class NvmlGpus:
             "temperature_c": self._field(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
             "power_w": power_mw / 1000.0 if power_mw is not None else None,
             "power_limit_w": limit_mw / 1000.0 if limit_mw is not None else None,
+            "sm_clock_mhz": self._field(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
             "processes": processes,
             "error": None,
         }

@@ -155,6 +155,7 @@ def _nvml_gpu(raw: object) -> GpuReading:
         temperature_c=_number(gpu("temperature_c"), "temperature_c"),
         power_w=_number(gpu("power_w"), "power_w"),
         power_limit_w=_number(gpu("power_limit_w"), "power_limit_w"),
+        sm_clock_mhz=_number(gpu("sm_clock_mhz"), "sm_clock_mhz"),
         processes=processes,
         error=_optional_text(gpu("error")),
     )
