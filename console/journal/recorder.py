@@ -99,6 +99,11 @@ class JournalRecorder(VerdictRecorder):
         """A state time (the state's monotonic clock) as Unix time."""
         return self.wall() - (self.state.clock() - monotonic)
 
+    def held_points(self) -> dict[str, tuple[tuple[float, float], ...]]:
+        """The journaled series as the state holds them, each point at its Unix time: finer than the
+        journal's minutes (read on the event loop: the follower appends to them there)."""
+        return {name: tuple((self.to_wall(p.time), p.value) for p in self.state.series[name]) for name in METRICS}
+
     def observe(self) -> None:
         """Queue what changed in the state since the last call."""
         self._log_events()
