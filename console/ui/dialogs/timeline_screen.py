@@ -1,6 +1,6 @@
 """The run's history (`h`): the journal's events beside a plot of throughput and loss.
 
-Problem verdicts are labelled bands in a strip above the curves (a block over them hid both),
+Problem verdicts are labelled bands in a strip below the curves (a block over them hid both),
 restarts and problem lines are vertical marks.
 Enter on an event whose log line this console still holds closes the screen with that line's
 number, and the app jumps the log there.
@@ -27,24 +27,27 @@ from console.verdicts import level as verdict_level
 #: Colours of the plot's marks (plotext colour names).
 BAND_COLOURS = {"warn": "orange", "crit": "red"}
 RATE_COLOUR, LOSS_COLOUR, RESTART_COLOUR, PROBLEM_COLOUR = "cyan", "magenta", "green", "red"
-#: The share of the plot's height above the lines, where the verdict bands run as a strip.
+#: The share of the plot's height below the lines, where the verdict bands run as a strip.
 BAND_ROOM = 0.15
+#: The share above them, where the legend is drawn (three rows of a plot at 120×40).
+LEGEND_ROOM = 0.15
 BAND_MARKER = "▀"
 KIND_STYLES = {"verdict": "bold", "problem": "red", "action": "green", "alert": "yellow", "connection": "cyan"}
 
 
 class TimelinePlot(PlotextPlot):
-    """Throughput (left axis) and loss (right axis), each verdict's band a labelled strip above them, and marks."""
+    """Throughput (left axis) and loss (right axis), each verdict's band a labelled strip below them, and marks."""
 
     def show(self, view: TimelineView) -> None:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
         unit = RATE_UNITS.get(view.rate_metric or "", "rate")
-        # Each axis leaves its top BAND_ROOM free: the bands' strip runs there, over no line.
+        # Each axis leaves its bottom BAND_ROOM free, where the bands' strip runs over no line, and
+        # its top LEGEND_ROOM, where the legend (top left) hides none.
         rate_low, rate_high = _headroom(view.rate[1])
         loss_low, loss_high = _headroom(view.loss[1])
-        strip = rate_high - (rate_high - rate_low) * BAND_ROOM / 3
+        strip = rate_low + (rate_high - rate_low) * BAND_ROOM / 3
         labelled: set[str] = set()
         for name, start, end in view.bands:
             colour = BAND_COLOURS[verdict_level(name)]
@@ -71,10 +74,10 @@ class TimelinePlot(PlotextPlot):
 
 
 def _headroom(values: tuple[float, ...]) -> tuple[float, float]:
-    """An axis's range over `values` with BAND_ROOM of it left free at the top."""
+    """An axis's range over `values` with BAND_ROOM of it left free at the bottom and LEGEND_ROOM at the top."""
     low, high = min(values, default=0.0), max(values, default=1.0)
-    span = high - low or abs(high) * 0.1 or 1.0
-    return low - span * 0.05, high + span * BAND_ROOM / (1 - BAND_ROOM)
+    whole = (high - low or abs(high) * 0.1 or 1.0) / (1 - BAND_ROOM - LEGEND_ROOM)
+    return low - whole * BAND_ROOM, high + whole * LEGEND_ROOM
 
 
 def _round_axis(values: tuple[float, ...]) -> tuple[list[float], list[str]]:
