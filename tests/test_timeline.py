@@ -6,7 +6,7 @@ medians), and eight GPU-memory high-water lines from one sample came before the 
 
 from __future__ import annotations
 
-from console.journal.report import Window, clock_ticks, merged_points, timeline_events, timeline_view
+from console.journal.report import Window, clock_ticks, merged_points, report_markdown, timeline_events, timeline_view
 from console.journal.store import Entry, Minute
 from tests.snapshot_apps.timeline import RATE_EVERY_S, RATE_VALUES, WALL_END, short_history
 
@@ -89,3 +89,11 @@ def test_a_window_without_held_points_plots_the_journals_minutes():
     view = timeline_view(Window(100 * 60.0, 110 * 60.0, [], minutes))
     assert view.rate_metric is None and len(view.loss[0]) == 10
     assert view.loss[0][-1] == -30.0
+
+
+def test_the_journal_and_the_report_write_gpu_memory_in_gib(tmp_path):
+    window, _ = short_history(tmp_path / "run.sqlite3")
+    texts = [e.text for e in window.of("gpu_memory")]
+    assert len(texts) == 8 and texts[4] == "GPU 4 memory high-water 123.4 GiB of 140.4 GiB", texts
+    report = report_markdown(window, host="local", run="dflash-7b")
+    assert "- GPU 4: 123.4 GiB of 140.4 GiB (2025-12-02 05:30:00)" in report and "MiB" not in report

@@ -16,6 +16,7 @@ from console.journal.store import Journal
 from console.model import ConnectionStatus, Event, LineKind, LogLine, Sample
 from console.observe.problems import GRAVITY
 from console.state import RATE_METRICS, Point, RunState
+from console.units import format_gib
 
 #: A GPU's memory is journaled again when it passes its high-water mark by this much.
 HIGH_WATER_STEP_MIB = 1024
@@ -196,10 +197,10 @@ class JournalRecorder(VerdictRecorder):
             if high is not None and used < high + HIGH_WATER_STEP_MIB:
                 continue
             self._high_water[gpu.index] = used
-            of = f" of {gpu.memory_total_mib} MiB" if gpu.memory_total_mib else ""
+            of = f" of {format_gib(gpu.memory_total_mib)}" if gpu.memory_total_mib else ""
             self.journal.add(
                 "gpu_memory",
-                f"GPU {gpu.index} memory high-water {used} MiB{of}",
+                f"GPU {gpu.index} memory high-water {format_gib(used)}{of}",
                 {"gpu": gpu.index, "used_mib": used, "total_mib": gpu.memory_total_mib},
             )
 

@@ -231,7 +231,7 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
         high[e.data["gpu"]] = e
     if high:
         out += ["", "## GPU memory high-water", ""]
-        out += [f"- GPU {gpu}: {e.data['used_mib']:,} MiB" + (f" of {e.data['total_mib']:,}" if e.data.get("total_mib") else "")
+        out += [f"- GPU {gpu}: {format_gib(e.data['used_mib'])}" + (f" of {format_gib(e.data['total_mib'])}" if e.data.get("total_mib") else "")
                 + f" ({clock_text(e.time)})" for gpu, e in sorted(high.items())]
     delivered = [e for e in alerts if "sink" in e.data]
     if delivered:
