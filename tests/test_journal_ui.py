@@ -112,7 +112,7 @@ async def test_h_shows_the_timeline_and_enter_on_a_held_problem_jumps_the_log_th
         assert not app.run_screen.log_pane.following
 
 
-async def test_the_history_reads_in_clock_time_with_one_memory_line_per_gpu(tmp_path):
+async def test_the_history_reads_in_clock_time_with_one_memory_line_for_the_gpus(tmp_path):
     """Issue 33, item 8: an x axis of "-0.0233 … 0.0000" with no unit, and sixteen GPU-memory
     high-water lines burying the verdicts."""
     from textual.widgets import OptionList
