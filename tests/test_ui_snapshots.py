@@ -78,6 +78,13 @@ class TestThemes:
 class TestInteractions:
     """Screens reached by keys."""
 
+    def test_timeline_of_a_short_slow_run(self, snap_compare, tmp_path):
+        """`h` after two minutes: 60 rate and loss values each drawn, the slow band a labelled strip
+        below them, clock-time ticks, one high-water line for the eight GPUs, both verdicts in view."""
+        from tests.snapshot_apps.timeline import TimelineApp
+
+        assert snap_compare(TimelineApp(tmp_path / "run.sqlite3"), terminal_size=LARGE)
+
     def test_help(self, snap_compare):
         """`?` lists the wired keys by group."""
         assert snap_compare(make_app(), press=["question_mark"], terminal_size=LARGE)

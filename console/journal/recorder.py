@@ -16,6 +16,7 @@ from console.journal.store import Journal
 from console.model import ConnectionStatus, Event, LineKind, LogLine, Sample
 from console.observe.problems import GRAVITY
 from console.state import RATE_METRICS, Point, RunState
+from console.units import format_gib
 
 #: A GPU's memory is journaled again when it passes its high-water mark by this much.
 HIGH_WATER_STEP_MIB = 1024
@@ -98,6 +99,11 @@ class JournalRecorder(VerdictRecorder):
     def to_wall(self, monotonic: float) -> float:
         """A state time (the state's monotonic clock) as Unix time."""
         return self.wall() - (self.state.clock() - monotonic)
+
+    def held_points(self) -> dict[str, tuple[tuple[float, float], ...]]:
+        """The journaled series as the state holds them, each point at its Unix time: finer than the
+        journal's minutes (read on the event loop: the follower appends to them there)."""
+        return {name: tuple((self.to_wall(p.time), p.value) for p in self.state.series[name]) for name in METRICS}
 
     def observe(self) -> None:
         """Queue what changed in the state since the last call."""
@@ -191,10 +197,10 @@ class JournalRecorder(VerdictRecorder):
             if high is not None and used < high + HIGH_WATER_STEP_MIB:
                 continue
             self._high_water[gpu.index] = used
-            of = f" of {gpu.memory_total_mib} MiB" if gpu.memory_total_mib else ""
+            of = f" of {format_gib(gpu.memory_total_mib)}" if gpu.memory_total_mib else ""
             self.journal.add(
                 "gpu_memory",
-                f"GPU {gpu.index} memory high-water {used} MiB{of}",
+                f"GPU {gpu.index} memory high-water {format_gib(used)}{of}",
                 {"gpu": gpu.index, "used_mib": used, "total_mib": gpu.memory_total_mib},
             )
 

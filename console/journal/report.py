@@ -7,12 +7,13 @@ import re
 import statistics
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from console.journal.recorder import GPU_FIGURES
 from console.journal.store import Entry, Minute
 from console.state import RATE_METRICS, RATE_UNITS
-from console.units import format_duration, parse_duration
+from console.units import format_duration, format_gib, format_indices, parse_duration, spread
 
 
 def parse_since(text: str) -> float:
@@ -230,7 +231,7 @@ def report_markdown(window: Window, *, host: str, run: str) -> str:
         high[e.data["gpu"]] = e
     if high:
         out += ["", "## GPU memory high-water", ""]
-        out += [f"- GPU {gpu}: {e.data['used_mib']:,} MiB" + (f" of {e.data['total_mib']:,}" if e.data.get("total_mib") else "")
+        out += [f"- GPU {gpu}: {format_gib(e.data['used_mib'])}" + (f" of {format_gib(e.data['total_mib'])}" if e.data.get("total_mib") else "")
                 + f" ({clock_text(e.time)})" for gpu, e in sorted(high.items())]
     delivered = [e for e in alerts if "sink" in e.data]
     if delivered:
@@ -245,20 +246,29 @@ def _cell(text: str, *, code: bool = False) -> str:
     return text.replace("`", "'")[:200] if code else text[:300]
 
 
+#: (Unix time, value) points of one series.
+Points = tuple[tuple[float, float], ...]
+
+#: High-water entries this close together are one burst (a sampler sees every GPU at once): one line.
+HIGH_WATER_BURST_S = 10.0
+#: A burst names each GPU's figure up to this many GPUs; more are written as a range.
+HIGH_WATER_NAMED = 3
+
+
 @dataclass(frozen=True, slots=True)
 class TimelineView:
-    """What the timeline screen draws: hours before `end` on the x axis (0 is now)."""
+    """What the timeline screen draws: seconds before `end` on the x axis (0 is now)."""
 
     rate_metric: str | None
     rate: tuple[tuple[float, ...], tuple[float, ...]]
-    """(hours, per-minute medians) of the throughput metric."""
+    """(seconds, values) of the throughput metric: each value where the console holds it, per-minute medians before."""
     loss: tuple[tuple[float, ...], tuple[float, ...]]
     bands: tuple[tuple[str, float, float], ...]
-    """(verdict, from, to) in hours, problem verdicts only."""
+    """(verdict, from, to) in seconds, problem verdicts only."""
     restarts: tuple[float, ...]
     problems: tuple[float, ...]
     ticks: tuple[tuple[float, str], ...] = ()
-    """(hours, UTC clock time HH:MM) for the x axis: the plot's axis in clock time, not hours before now."""
+    """(seconds, UTC clock time) for the x axis: round clock times, HH:MM, or HH:MM:SS over a short window."""
 
 
 def round_ticks(low: float, high: float, count: int = 4) -> tuple[float, ...]:
@@ -272,22 +282,80 @@ def round_ticks(low: float, high: float, count: int = 4) -> tuple[float, ...]:
     return tuple(round(first + n * step, 10) for n in range(int((high - first) / step + 1e-9) + 1))
 
 
-def timeline_view(window: Window) -> TimelineView:
-    """The plot's data for `window`: per-minute rate and loss, problem verdicts, restarts and problems."""
-    hours = lambda at: round((at - window.end) / 3600, 4)  # noqa: E731
-    metric = window.rate_metric
+#: Steps between clock ticks, seconds: each a round stretch of a UTC clock.
+CLOCK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def clock_ticks(low: float, high: float, count: int = 5) -> tuple[tuple[float, str], ...]:
+    """About `count` ticks at round UTC clock times from `low` to `high` (Unix seconds), each labelled
+    with the clock: HH:MM:SS when they are less than a minute apart, HH:MM within a day, MM-DD HH:MM past it."""
+    span = max(high - low, 1.0)
+    step = next((s for s in CLOCK_STEPS_S if s * count >= span), CLOCK_STEPS_S[-1] * math.ceil(span / CLOCK_STEPS_S[-1] / count))
+    first = math.ceil(low / step) * step
+    form = (11, 19) if step < 60 else (11, 16) if span <= 86400 else (5, 16)
+    return tuple((at, clock_text(at)[form[0]:form[1]]) for at in range(int(first), int(high) + 1, step))
+
+
+def merged_points(minutes: list[Minute], metric: str | None, held: Points) -> Points:
+    """A series at the finest resolution there is: the medians (at each minute's middle) of the minutes
+    that end before the first point the console holds, then every held point (a minute they share has
+    their values: its median would draw a point before the first of them)."""
+    since = held[0][0] if held else math.inf
+    medians = tuple((m.minute * 60 + 30.0, m.median) for m in minutes if m.metric == metric and m.minute * 60 + 60 <= since)
+    return medians + held
+
+
+def timeline_view(window: Window, held: Mapping[str, Points] | None = None) -> TimelineView:
+    """The plot's data for `window`: rate and loss (each value of `held`, the console's own points,
+    per-minute medians before them), problem verdicts, restarts and problems."""
+    held = held or {}
+    before = lambda at: round(at - window.end, 1)  # noqa: E731
+    metric = window.rate_metric or next((name for name in RATE_METRICS if held.get(name)), None)
 
     def series(name: str | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        rows = [m for m in window.minutes if m.metric == name]
-        return tuple(hours(m.minute * 60 + 30) for m in rows), tuple(m.median for m in rows)
+        points = merged_points(window.minutes, name, held.get(name or "", ()))
+        return tuple(before(at) for at, _ in points), tuple(value for _, value in points)
 
     rate, loss = series(metric), series("loss")
-    bands = tuple((name, hours(start), hours(end)) for name, start, end in verdict_spans(window) if name != "healthy")
-    restarts = tuple(hours(e.time) for e in window.of("action")
+    bands = tuple((name, before(start), before(end)) for name, start, end in verdict_spans(window) if name != "healthy")
+    restarts = tuple(before(e.time) for e in window.of("action")
                      if e.data.get("action") in ("restart", "fleet restart") and e.data.get("record", "finished") == "finished")
-    problems = tuple(hours(e.time) for e in window.of("problem"))
+    problems = tuple(before(e.time) for e in window.of("problem"))
     # The axis spans what is drawn (plotext shows no tick outside it), in clock time.
     drawn = [*rate[0], *loss[0], *(at for _, start, end in bands for at in (start, end)), *restarts, *problems]
-    low, high = (min(drawn), max(drawn)) if drawn else (hours(window.start), 0.0)
-    ticks = tuple((h, clock_text(window.end + h * 3600)[11:16]) for h in round_ticks(low, high))
+    low, high = (min(drawn), max(drawn)) if drawn else (before(window.start), 0.0)
+    ticks = tuple((before(at), label) for at, label in clock_ticks(window.end + low, window.end + high))
     return TimelineView(metric, rate, loss, bands, restarts, problems, ticks)
+
+
+def high_water_text(entries: list[Entry]) -> str:
+    """GPU memory high-water entries as one line in GiB: each GPU's figure, or their range past a few GPUs."""
+    used = {e.data["gpu"]: e.data["used_mib"] for e in entries}
+    totals = {e.data["total_mib"] for e in entries if e.data.get("total_mib")}
+    of = f" of {format_gib(max(totals))}" if totals else ""
+    if len(used) <= HIGH_WATER_NAMED:
+        return "memory high-water " + ", ".join(f"GPU {gpu} {format_gib(mib)}" for gpu, mib in sorted(used.items())) + of
+    top = max(used, key=lambda gpu: used[gpu])
+    return (f"memory high-water GPUs {format_indices(list(used))}: {spread([mib / 1024 for mib in used.values()], '{:.1f}')} GiB"
+            f"{of}, most on GPU {top}")
+
+
+def timeline_events(entries: list[Entry]) -> list[tuple[int, Entry]]:
+    """The timeline's event list: (index in `entries`, entry), each GPU's memory high-water only at its
+    latest, and high-water entries of one burst (HIGH_WATER_BURST_S) as one entry: eight GPUs seen in
+    one sample buried the verdicts under eight lines."""
+    latest = {e.data.get("gpu"): index for index, e in enumerate(entries) if e.kind == "gpu_memory"}
+    out: list[tuple[int, Entry]] = []
+    burst: list[Entry] = []
+    for index, entry in enumerate(entries):
+        if entry.kind != "gpu_memory":
+            out.append((index, entry))
+        elif latest[entry.data.get("gpu")] == index:
+            # Every high-water line in `out` is a burst's: the last one shown continues when nothing came between.
+            if burst and out[-1][1].kind == "gpu_memory" and entry.time - burst[0].time <= HIGH_WATER_BURST_S:
+                burst.append(entry)
+                out.pop()
+            else:
+                burst = [entry]
+            out.append((index, Entry(entry.time, "gpu_memory", high_water_text(burst), {})))
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from textual import on, work
@@ -44,7 +44,7 @@ from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 if TYPE_CHECKING:  # loaded with the actions that need them
     from console.actions.guards import ProcessTree
     from console.actions.shown import HiddenControls
-    from console.journal.report import Window
+    from console.journal.report import Points, Window
     from console.observe.pyspy import ProcessDump
 
 REFRESH_S = 1.0
@@ -114,9 +114,11 @@ class DumpReady(Message):
 class TimelineReady(Message):
     """The journal's window for the timeline screen was read."""
 
-    def __init__(self, window: Window) -> None:
+    def __init__(self, window: Window, held_points: Mapping[str, Points]) -> None:
         super().__init__()
         self.window = window
+        self.held_points = held_points
+        """The series this console holds (Unix time, value), finer than the window's minutes."""
 
 
 class VerdictReady(Message):
@@ -283,10 +285,10 @@ class PulseApp(ThemedApp):
         if self.run_watch is None:
             self.notify("no journal for this console: the timeline needs one", severity="warning", timeout=4)
             return
-        self.load_timeline(self.run_watch)
+        self.load_timeline(self.run_watch, self.run_watch.recorder.held_points())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="timeline")
-    def load_timeline(self, run_watch: RunWatch) -> None:
+    def load_timeline(self, run_watch: RunWatch, held_points: Mapping[str, Points]) -> None:
         """Read the journal's whole window in a thread (the file may hold weeks) and post it."""
         from console.journal.report import Window
         from console.journal.store import MAX_AGE_S
@@ -295,7 +297,7 @@ class PulseApp(ThemedApp):
         entries, minutes = run_watch.journal.window(end - MAX_AGE_S)
         # The window starts where the journal does, not 30 days back.
         start = min([e.time for e in entries[:1]] + [m.minute * 60 for m in minutes[:1]], default=end)
-        self.post_message(TimelineReady(Window(start, end, entries, minutes)))
+        self.post_message(TimelineReady(Window(start, end, entries, minutes), held_points))
 
     @on(TimelineReady)
     def _timeline_ready(self, message: TimelineReady) -> None:
@@ -307,7 +309,7 @@ class PulseApp(ThemedApp):
 
         assert self.run_watch is not None  # the timeline is read from it
         held = frozenset(line.number for line in self.state.problems)
-        self.push_screen(TimelineScreen(message.window, held_lines=held, console_id=self.run_watch.journal.holder), callback=jump)
+        self.push_screen(TimelineScreen(message.window, held_points=message.held_points, held_lines=held, console_id=self.run_watch.journal.holder), callback=jump)
 
     # -- actions on the run -------------------------------------------------------
 
