@@ -76,11 +76,11 @@ class SignalEnding:
     loop: asyncio.AbstractEventLoop
     signum: int | None = None
     """The first ending signal that came (None: none did)."""
-    _exit: Callable[[int], None] | None = field(default=None, repr=False)
+    _exit_app: Callable[[int], None] | None = field(default=None, repr=False)
 
-    def exit_with(self, exit: Callable[[int], None]) -> None:
-        """`exit(status)` ends the console from now on; a signal that came before it ends it at once."""
-        self._exit = exit
+    def exit_with(self, exit_app: Callable[[int], None]) -> None:
+        """`exit_app(status)` ends the console from now on; a signal that came before it ends it at once."""
+        self._exit_app = exit_app
         self._end()
 
     @contextmanager
@@ -105,8 +105,8 @@ class SignalEnding:
         self.loop.call_soon_threadsafe(self._end)
 
     def _end(self) -> None:
-        if self.signum is not None and self._exit is not None:
-            self._exit(128 + self.signum)
+        if self.signum is not None and self._exit_app is not None:
+            self._exit_app(128 + self.signum)
 
 
 def _nothing_to_resume(signum: int, frame: object) -> None:
