@@ -72,22 +72,21 @@ def test_pulse_demo_shows_the_run_and_q_leaves_no_process(tmp_path):
         assert not Path(record["dir"]).exists()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 33 item 9, not fixed (a crash file on most hangups): see the docstring")
-def test_a_closed_terminal_sighup_ends_the_demo_without_a_crash_file(tmp_path):
-    """Issue 33: SIGHUP raises SystemExit(129) inside Textual's loop: a crash file, then "no running
-    event loop" in Textual's SIGCONT handler. It should end the console as a quit does.
-
-    Tried and taken back: cancelling the console's task on SIGHUP (loop.add_signal_handler) ends a
-    plain `kill -HUP` cleanly, but on a real hangup the shutdown then hangs for ever: the hangup's
-    SIGCONT makes Textual's driver resume (a second input thread, while WakingEvent wakes one reader
-    once), and Textual's writer thread dies on the hung-up terminal's EIO, so its full queue blocks
-    WriterThread.stop. A fix needs the driver (console/ui/input_driver.py) to stop resuming and
-    writing once the terminal hung up."""
+@pytest.mark.parametrize("leader", ["shell", "pulse"])
+def test_a_closed_terminal_sighup_ends_the_demo_without_a_crash_file(tmp_path, leader):
+    """Issue 33: SIGHUP raised SystemExit(129) inside Textual's loop: a crash file, then "no running
+    event loop" in Textual's SIGCONT handler; or the console hung for ever on its way out. It ends
+    as a quit does (console/ui/start.py `SignalEnding`): the hangup's SIGCONT resumes nothing, and
+    what is written to the hung-up terminal is dropped (console/ui/render/input_driver.py), so no
+    writer thread dies with a full queue that blocks the exit."""
     if not PULSE.exists():
         pytest.skip("pulse is not installed in .venv (.venv/bin/pip install -e .)")
     state = tmp_path / "state"
-    command = f"cd {PACKAGE_ROOT} && XDG_STATE_HOME={state} TMPDIR={tmp_path} TEXTUAL_ANIMATIONS=none {PULSE} demo"
-    with TmuxSession(f"pulse-demo-hup-{tmp_path.name}", command, (120, 40)) as terminal:
+    # Under a shell, the demo is in the terminal's foreground group: SIGHUP when the shell is gone. As the
+    # session's leader (`ssh -t host pulse demo`, `xterm -e`), it gets SIGHUP and SIGCONT at once.
+    run = {"shell": "", "pulse": "exec "}[leader]
+    command = f"cd {PACKAGE_ROOT} && XDG_STATE_HOME={state} TMPDIR={tmp_path} TEXTUAL_ANIMATIONS=none {run}{PULSE} demo"
+    with TmuxSession(f"pulse-demo-hup-{leader}-{tmp_path.name}", command, (120, 40)) as terminal:
         deadline = time.monotonic() + WAIT_S
         record = demo_record(tmp_path, deadline)
         terminal.wait_for(lambda rows: any("loss" in row for row in rows), WAIT_S, "the demo never showed its run")

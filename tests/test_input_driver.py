@@ -6,6 +6,7 @@ the console at once (the thread is woken to stop, not polled); a stdin that is n
 from __future__ import annotations
 
 import json
+import os
 import select
 import sys
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from console.ui.render.input_driver import WakingEvent
+from console.ui.render.input_driver import TerminalOutput, WakingEvent
 from tests.test_terminal_scroll import ROOT, SIZE
 from tests.tmux import TmuxSession, needs_tmux
 
@@ -98,3 +99,17 @@ def test_setting_the_event_wakes_a_thread_blocked_on_its_pipe_and_closing_forget
     event.close()  # a second close touches no file that took the pipe's numbers
     event.set()
     event.drain()
+
+
+def test_the_output_writes_to_the_terminal_until_it_hangs_up_then_drops_what_comes():
+    """Textual's writer thread died on a hung-up terminal's EIO, and its full queue then blocked the
+    console's exit (issue 33: a closed terminal)."""
+    master, slave = os.openpty()
+    with open(slave, "w", encoding="utf-8") as stream:
+        output = TerminalOutput(stream)
+        output.write("é frame")
+        assert os.read(master, 64) == "é frame".encode()
+        os.close(master)  # the terminal window closed: its pty hangs up
+        output.write("the next frame")
+        output.flush()
+        assert output.failed

@@ -228,7 +228,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from console.ui.start import run_console
 
     demo = DemoRun(getattr(args, "scenario", "healthy"))
-    # A closed terminal (SIGHUP) or a plain `kill` must still take the demo's processes and files down.
+    # A closed terminal (SIGHUP) or a plain `kill` must still take the demo's processes and files down:
+    # while the console runs, it ends as `q` does (console/ui/start.py SignalEnding); before and after, this.
     previous = {sig: signal.signal(sig, _exit_on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         try:

@@ -38,7 +38,7 @@ from console.ui.palette import PulseCommands
 from console.verdicts import level as verdict_level
 from console.verdicts import worse
 from console.ui.screens.run_screen import RunScreen
-from console.ui.start import Sources
+from console.ui.start import SignalEnding, Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 
 if TYPE_CHECKING:  # loaded with the actions that need them
@@ -537,8 +537,9 @@ class PulseApp(ThemedApp):
             run(True)
 
 
-async def run_console_app(config: Config, args: argparse.Namespace, sources: Sources) -> int:
-    """Run the console on `sources` (started before the UI loaded: console.ui.start) until quit."""
+async def run_console_app(config: Config, args: argparse.Namespace, sources: Sources, ending: SignalEnding) -> int:
+    """Run the console on `sources` (started before the UI loaded: console.ui.start) until quit, or
+    until `ending` says a signal ended it (its exit status then)."""
 
     def attach(on_change: Callable[[], None]) -> Monitor:
         sources.monitor.on_change = on_change
@@ -549,7 +550,7 @@ async def run_console_app(config: Config, args: argparse.Namespace, sources: Sou
         return sources.watch
 
     def make_app(theme: str, themes: dict[str, PulseTheme]) -> PulseApp:
-        return PulseApp(
+        app = PulseApp(
             config,
             sources.state,
             monitor_factory=attach,
@@ -559,5 +560,9 @@ async def run_console_app(config: Config, args: argparse.Namespace, sources: Sou
             themes=themes,
             watch=take_watch,
         )
+        # Through the app's queue: a signal before the app mounted ends it once mounted, by the
+        # same way out (an exit before its start would skip its unmount: the journal left open).
+        ending.exit_with(lambda status: app.call_next(app.exit, return_code=status))
+        return app
 
     return await run_themed_async(make_app, args)

@@ -2,7 +2,7 @@
 
 Textual's public API lacks what Pulse needs here: frames that draw only the lines they change
 (cropped_screen.py overrides the compositor), an input thread that sleeps until there is input
-(input_driver.py), a scrollbar drawn from kept rows (kept_scrollbar.py), a longer log that moves
+and output that a hung-up terminal cannot block (input_driver.py), a scrollbar drawn from kept rows (kept_scrollbar.py), a longer log that moves
 its scrollbar without a layout (`grow_virtual_size`), and the app's unhandled exception and
 terminal (`app_exception`, `terminal_write`). A training venv's pins
 may give any 8.x release, so at import the version is checked against `TESTED_TEXTUAL`: any other

@@ -4,14 +4,20 @@ Textual's own input thread wakes ten times a second to see whether it should sto
 lone escape has waited long enough to be a key: ~0.1 % of a core on a console left open for days,
 as much as the rest of its idle drawing of a log line. This one waits on the terminal and on a
 pipe written when it must stop, with a timeout only while the key parser has one pending.
+
+A terminal that hung up (its window closed) answers reads and writes with EIO: the input then
+ends, and what is written is dropped (Textual's writer thread would die on it, and its full
+queue then block the console's exit; console/ui/start.py `SignalEnding` ends the console).
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import sys
 from codecs import getincrementaldecoder
 from threading import Event
+from typing import TextIO
 
 from textual._time import get_time
 from textual._xterm_parser import XTermParser
@@ -49,10 +55,35 @@ class WakingEvent(Event):
         self.wake_read = self.wake_write = -1
 
 
+class TerminalOutput:
+    """What Textual's writer thread writes the frames to: the terminal's descriptor, each write
+    whole, until one fails (EIO: the terminal hung up); from then on, nothing."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.failed = False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def write(self, text: str) -> None:
+        data = memoryview(text.encode(self.stream.encoding, self.stream.errors or "strict"))
+        try:
+            while data and not self.failed:
+                data = data[os.write(self.fileno(), data) :]
+        except OSError:
+            self.failed = True
+
+    def flush(self) -> None:
+        """Nothing is held back: each write went out whole."""
+
+
 class QuietLinuxDriver(LinuxDriver):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.exit_event = WakingEvent()
+        assert sys.__stderr__ is not None  # LinuxDriver's output, as it is Textual's
+        self._file = TerminalOutput(sys.__stderr__)  # type: ignore[assignment]  # the writer thread needs write, flush and fileno
 
     def close(self) -> None:
         super().close()
@@ -77,8 +108,11 @@ class QuietLinuxDriver(LinuxDriver):
                     if key.fd == exit_event.wake_read:
                         exit_event.drain()
                         continue
-                    data = os.read(self.fileno, 4096)
-                    if not data:  # end of input (stdin piped, not a terminal): nothing more to wait for
+                    try:
+                        data = os.read(self.fileno, 4096)
+                    except OSError:  # EIO: the terminal hung up
+                        data = b""
+                    if not data:  # end of input (stdin piped, not a terminal, or hung up): nothing more to wait for
                         selector.unregister(self.fileno)
                         continue
                     text = decode(data)
