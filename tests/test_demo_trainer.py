@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -101,10 +102,12 @@ def test_healthy_logs_steps_with_rate_loss_and_total_and_reports_eight_gpus(star
 
 def test_slow_falls_more_than_a_quarter_below_baseline(start):
     trainer = start("slow")
-    wait_for(lambda: trainer.step() >= 12, "steps past the slowdown")
+    wait_for(lambda: trainer.step() >= 16, "steps past the slowdown")
     rates = {classify_line(line).step: classify_line(line).tokens_per_s for line in trainer.lines() if line.startswith("step ")}
-    after = [rate for step, rate in rates.items() if step >= 6]
+    # The producer slows at its step 6; the main loop first takes what its queue of 2 holds, then waits on it.
+    after = [rate for step, rate in rates.items() if step >= 12]
     assert after and max(after) < 0.75 * BASELINE_TOKENS_PER_S
+    assert statistics.median(rate for step, rate in rates.items() if step < 6) > 0.9 * BASELINE_TOKENS_PER_S
 
 
 def test_oom_crashes_with_a_torch_cuda_oom_and_exit_1(start):

@@ -24,7 +24,7 @@ import pytest
 from console.config import Config, RunConfig, TargetConfig
 from console.stall import QUIET_FLOOR_S
 from console.ui.app import PulseApp
-from console.ui.start import start_sources
+from console.ui.start import Sources, start_sources
 from tests.sshd import TESTS_BIN
 from tests.test_check import PY_SPY, ROOT, Run
 from tests.test_restart import procs  # noqa: F401  (a fixture)
@@ -78,13 +78,8 @@ def test_pulse_check_on_the_default_path_says_the_truth_of_each_shape(procs, tmp
     assert took < 30, f"seven checks at once took {took:.1f} s"
 
 
-async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_path, monkeypatch):
-    """Not "healthy: its rhythm not learned yet": the console judges what it read at start, and looks at
-    the stacks itself once the verdict needs them."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    run = Run(procs, tmp_path, "socket_wait.py")
-    while not quiet_past_the_floor(run):
-        await asyncio.sleep(0.2)
+async def console_on(run: Run) -> tuple[PulseApp, Sources]:
+    """The console as `pulse --log … --match …` opens it on `run` (its real sources: agent, follower, journal)."""
     match, log = run.flags[1], run.flags[3]
     config = Config(target=TargetConfig(py_spy=str(PY_SPY)), run=RunConfig(name=run.tag, match=match, log=log))
     sources = await start_sources(config)
@@ -93,7 +88,17 @@ async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_pat
         sources.monitor.on_change = on_change
         return sources.monitor
 
-    app = PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch)
+    return PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch), sources
+
+
+async def test_the_console_opened_on_a_hung_run_says_hung_at_once(procs, tmp_path, monkeypatch):
+    """Not "healthy: its rhythm not learned yet": the console judges what it read at start, and looks at
+    the stacks itself once the verdict needs them."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    run = Run(procs, tmp_path, "socket_wait.py")
+    while not quiet_past_the_floor(run):
+        await asyncio.sleep(0.2)
+    app, sources = await console_on(run)
     opened = time.monotonic()
     async with app.run_test(size=(120, 40)) as pilot:
         while (app.verdict is None or app.verdict.name != "hung") and time.monotonic() - opened < 20:
@@ -113,15 +118,7 @@ async def test_a_buffered_run_whose_stderr_warns_is_buffered_and_stays_so(procs,
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     run = Run(procs, tmp_path, "buffered_warnings.py")
     run.wait_for_text("UserWarning")
-    match, log = run.flags[1], run.flags[3]
-    config = Config(target=TargetConfig(py_spy=str(PY_SPY)), run=RunConfig(name=run.tag, match=match, log=log))
-    sources = await start_sources(config)
-
-    def attach(on_change):
-        sources.monitor.on_change = on_change
-        return sources.monitor
-
-    app = PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch)
+    app, sources = await console_on(run)
     shown: list[str] = []
     async with app.run_test(size=(120, 40)) as pilot:
         opened = time.monotonic()
@@ -151,15 +148,7 @@ async def test_a_thread_that_dies_is_flagged_in_the_header_at_once_and_its_hang_
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     run = Run(procs, tmp_path, "dying_thread.py", "--die-after", "4", "--then", "3")
     run.wait_for_text("step 1 ")
-    match, log = run.flags[1], run.flags[3]
-    config = Config(target=TargetConfig(py_spy=str(PY_SPY)), run=RunConfig(name=run.tag, match=match, log=log))
-    sources = await start_sources(config)
-
-    def attach(on_change):
-        sources.monitor.on_change = on_change
-        return sources.monitor
-
-    app = PulseApp(config, sources.state, monitor_factory=attach, target=sources.target, watch=lambda app: sources.watch)
+    app, sources = await console_on(run)
     shown: list[tuple[str, str]] = []
     async with app.run_test(size=(120, 40)) as pilot:
         while "RuntimeError" not in run.log.read_text():

@@ -10,7 +10,8 @@ GPU to the state file that the stand-in nvidia-smi reads.
 
 Scenarios, each the real thing rather than a picture of it:
   healthy   steps at ~14.2K tok/s, loss decaying
-  slow      throughput falls ~35% below baseline (GPU 3 throttles) after a while
+  slow      throughput falls ~35% below baseline after a while: GPU 3 throttles (hot), so the
+            target models' forward passes slow and the main loop waits on their queue (input-bound)
   oom       GPU 0 fills up, then an uncaught torch.OutOfMemoryError; exit 1
   nan       loss diverges to nan, then anomaly mode's RuntimeError; exit 1
   hang      the producer thread dies; the main thread waits on queue.get() forever
@@ -87,7 +88,9 @@ class Trainer:
         step = 0
         while True:
             step += 1
-            time.sleep(self.step_s * 0.5)
+            # Slowed, a batch takes longer than the main loop's step: the loop waits on the queue.
+            slowed = self.scenario == "slow" and step >= self.fault_step
+            time.sleep(self.step_s * (BASELINE_TOKENS_PER_S / SLOW_TOKENS_PER_S if slowed else 0.5))
             if self.scenario == "hang" and step == self.fault_step:
                 raise RuntimeError("producer died before publishing")
             self.batches.put({"step": step, "tokens": self.tokens_per_step()})
@@ -103,7 +106,7 @@ class Trainer:
             batch = pack_hidden(self.batches)
             self.compute(step)
             loss = self.loss(step, loss)
-            deadline = last + batch["tokens"] / self.nominal_rate(step)
+            deadline = last + batch["tokens"] / self.nominal_rate()
             time.sleep(max(0.0, deadline - time.monotonic()))
             now = time.monotonic()
             rate = batch["tokens"] / max(now - last, 1e-6)
@@ -127,9 +130,9 @@ class Trainer:
         """Tokens in one batch: a step at baseline speed takes `step_s`."""
         return round(BASELINE_TOKENS_PER_S * self.step_s)
 
-    def nominal_rate(self, step: int) -> float:
-        rate = SLOW_TOKENS_PER_S if self.scenario == "slow" and step >= self.fault_step else BASELINE_TOKENS_PER_S
-        return rate * self.random.uniform(0.97, 1.03)
+    def nominal_rate(self) -> float:
+        """The main loop's own pace; a slow producer slows it further (it waits on the queue)."""
+        return BASELINE_TOKENS_PER_S * self.random.uniform(0.97, 1.03)
 
     def compute(self, step: int) -> None:
         """Real CPU work for part of the step, as a training loop's Python side does."""
