@@ -184,6 +184,10 @@ async def until(pilot, condition, what: str) -> None:
         await pilot.pause(0.05)
 
 
+def dialog_text(dialog) -> str:
+    return "\n".join(static.content.plain for static in dialog.query("Static") if hasattr(static.content, "plain"))
+
+
 async def test_the_r_dialog_shows_the_escaped_launch_and_asks_about_it(pid_namespace, namespaced_run, tmp_path):
     tag, run = namespaced_run
     hidden = tmp_path / "hidden"
@@ -201,9 +205,11 @@ async def test_the_r_dialog_shows_the_escaped_launch_and_asks_about_it(pid_names
     async with app.run_test(size=(160, 45)) as pilot:
         await until(pilot, lambda: bool(state.latest and state.latest.processes), "the console to see the run")
         await pilot.press("R")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the restart's dialog")
+        # Pushed, then composed: its plan is on it a frame or two later (later still on a loaded box).
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "launch: " in dialog_text(app.screen),
+                    "the restart's dialog with its plan")
         dialog = app.screen
-        shown = "\n".join(static.content.plain for static in dialog.query("Static") if hasattr(static.content, "plain"))
+        shown = dialog_text(dialog)
         assert f"launch: {visible(launch)}" in shown
         assert "REFUSED unless you confirm it escaped: [run] launch holds control characters (\\r \\x1b)" in shown
         assert "\r" not in shown and "\x1b" not in shown
