@@ -27,13 +27,14 @@ from tests.test_restart import wait_for
 
 
 def policy_config(folder: Path, name: str) -> Path:
-    """The job's watch: hung after 1 s of quiet, restarted after 2 s more, at most once; alerts at once, to a file."""
+    """The job's watch on the default stall path (no `[stall] log_silent_s`: hung once its quiet passes its
+    own rhythm's limit), restarted after 2 s more, at most once; alerts at once, to a file."""
     config = folder / "fleet.toml"
     config.write_text(
         f'audit_log = "{folder}/audit.jsonl"\n'
         f'[target]\nreach = "srun"\npy_spy = "{Path(sys.executable).parent / "py-spy"}"\n'
         f"[run]\nname = \"train\"\nmatch = '{match(name)}'\n"
-        "[stall]\nlog_silent_s = 1\nsample_window_s = 0.5\n[gpus]\npoll_s = 0.5\n"
+        "[stall]\nsample_window_s = 0.5\n[gpus]\npoll_s = 0.5\n"
         "[alerts]\nhold_s = 0\nrecover_s = 0\nmin_interval_s = 0\nterminal = false\n"
         f'command = "cat >> {folder}/alerts.jsonl; echo >> {folder}/alerts.jsonl"\n'
         '[watch]\nrestart_on = ["hung"]\nmax_restarts = 1\nrestart_after = "2s"\n'
