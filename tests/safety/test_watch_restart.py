@@ -33,9 +33,11 @@ def hang_launch(scene: Scene) -> str:
     return f"{sys.executable} -u {HEALTHY} --tag {scene.tag} --interval 0.05 --steps {STEPS}"
 
 
-def watch_config(scene: Scene, name: str = "watch.toml", *, max_restarts: int = 1, gpus: bool = False) -> str:
-    """A config for the hanging run: the policy restarts on hung after 1 s, a stall after 1 s of quiet,
-    every alert appended to alerts.jsonl at once; with `gpus`, the demo's nvidia-smi answers for 8 idle H200s."""
+def watch_config(scene: Scene, name: str = "watch.toml", *, max_restarts: int = 1, gpus: bool = False,
+                 stall_after_s: float | None = None) -> str:
+    """A config for the hanging run: the policy restarts on hung after 1 s, the hang judged on the default
+    path (its stall limit from its own rhythm) unless `stall_after_s` sets `[stall] log_silent_s`, every
+    alert appended to alerts.jsonl at once; with `gpus`, the demo's nvidia-smi answers for 8 idle H200s."""
     config = scene.folder / name
     state = scene.folder / "gpus.json"
     state.write_text('{"holders": []}')
@@ -44,8 +46,9 @@ def watch_config(scene: Scene, name: str = "watch.toml", *, max_restarts: int = 
          if gpus else "")
         + f'[run]\nname = "train"\nlaunch = "{hang_launch(scene)}"\nmatch = "{scene.tag}"\n'
         f'log = "{scene.folder}/{scene.tag}_{{started}}.log"\npidfile = "{scene.pidfile}"\ngrace_s = 2\n'
-        "[stall]\nlog_silent_s = 1\nsample_window_s = 0.5\n"
-        f"[alerts]\nhold_s = 0\nrecover_s = 0\nmin_interval_s = 0\nterminal = false\n"
+        "[stall]\nsample_window_s = 0.5\n"
+        + (f"log_silent_s = {stall_after_s:g}\n" if stall_after_s is not None else "")
+        + f"[alerts]\nhold_s = 0\nrecover_s = 0\nmin_interval_s = 0\nterminal = false\n"
         f"command = \"cat >> {scene.folder}/alerts.jsonl; echo >> {scene.folder}/alerts.jsonl\"\n"
         f'[watch]\nrestart_on = ["hung"]\nmax_restarts = {max_restarts}\nrestart_after = "1s"\n'
     )
@@ -238,7 +241,7 @@ def scene_ssh_cut_during_the_launch(folder: str) -> dict:
     held_python = scene.folder / "held-python"
     held_python.write_text(HELD_PYTHON.format(python=sys.executable, hold=hold))
     held_python.chmod(0o755)
-    config = watch_config(scene)
+    config = watch_config(scene, stall_after_s=1)  # what is tested is the cut, not how soon the hang is judged
     # The new run does not hang: after the cut nothing more is due.
     text = Path(config).read_text().replace(f" --steps {STEPS}", "")
     Path(config).write_text(f'[target]\nhost = "{server.alias}"\nssh_config = "{server.ssh_config}"\n'
