@@ -111,25 +111,36 @@ async def test_the_footer_wraps_and_follows_the_bindings():
             assert app.screen.max_scroll_y == 0  # the grid takes its room from the log, nothing overflows
 
 
+def drawn_at(rows: list[str], width: int) -> bool:
+    """The console has drawn its frame at `width` columns: a box's bottom border spans the terminal, whole
+    (a frame drawn wider and cropped by the terminal's resize ends in "─", not "╯")."""
+    return any(row.startswith("╰") and row.endswith("╯") and cell_len(row) == width for row in rows)
+
+
 @needs_tmux
-@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
-def test_pulse_demo_fits_the_terminal(tmp_path, size):
-    """The real console on the hang demo: the host stays in the header once the verdict is long,
-    the footer's last row ends in a whole key, the process table's columns keep their units."""
+def test_pulse_demo_fits_the_terminal(tmp_path):
+    """The real console on the hang demo, at each size (one demo: started at the first, its terminal then
+    resized, as a user would): the host stays in the header once the verdict is long, the footer's last row
+    ends in a whole key, the process table's columns keep their units."""
     command = (f"cd {PACKAGE_ROOT} && PYTHONPATH={PACKAGE_ROOT} HOME={tmp_path} XDG_STATE_HOME={tmp_path / 'state'} "
                f"TMPDIR={tmp_path} TEXTUAL_ANIMATIONS=none {PACKAGE_ROOT / '.venv' / 'bin' / 'pulse'} demo --scenario hang")
-    with TmuxSession(f"pulse-layout-{size[0]}-{tmp_path.name}", command, size) as terminal:
-        # Once the verdict's toast (its edge a ▌) has gone from over the footer.
-        rows = terminal.wait_for(lambda rows: rows[0].startswith(" ◆ hung") and "▌" not in " ".join(footer_rows(rows)), 90,
-                                 "the hang demo never showed its verdict over a clear footer")
-        assert rows[0].rstrip().endswith("on pulse-demo"), rows[0]
-        footer = footer_rows(rows)
-        assert footer[-1].endswith("^p Palette") and all(len(row) <= size[0] for row in footer), footer
-        for hint in ("? Help", "d Diagnose", "R Restart", "k Signal", "f Follow", "t Theme", "h Timeline", "q Quit"):
-            assert hint in " ".join(footer), "\n".join(rows)
-        heading = next(row for row in rows if " PID " in row)
-        assert "CPU%" in heading and "sta " not in heading, heading
-        if size[0] >= 120:
-            elapsed = next(row for row in rows if "main · GPU" in row)
-            assert re.search(r" \d+[smh](\d\d[smh])? ", elapsed), elapsed
+    with TmuxSession(f"pulse-layout-{tmp_path.name}", command, SIZES[0]) as terminal:
+        for size in SIZES:
+            if size != terminal.size:
+                terminal.resize(size)
+            # Drawn at this size, once the verdict's toast (its edge a ▌) has gone from over the footer.
+            rows = terminal.wait_for(lambda rows: drawn_at(rows, size[0]) and rows[0].startswith(" ◆ hung")
+                                     and "▌" not in " ".join(footer_rows(rows)), 90,
+                                     f"the hang demo never showed its verdict over a clear footer at {size[0]}x{size[1]}")
+            assert len(rows) == size[1], rows
+            assert rows[0].rstrip().endswith("on pulse-demo"), rows[0]
+            footer = footer_rows(rows)
+            assert footer[-1].endswith("^p Palette") and all(len(row) <= size[0] for row in footer), footer
+            for hint in ("? Help", "d Diagnose", "R Restart", "k Signal", "f Follow", "t Theme", "h Timeline", "q Quit"):
+                assert hint in " ".join(footer), "\n".join(rows)
+            heading = next(row for row in rows if " PID " in row)
+            assert "CPU%" in heading and "sta " not in heading, heading
+            if size[0] >= 120:
+                elapsed = next(row for row in rows if "main · GPU" in row)
+                assert re.search(r" \d+[smh](\d\d[smh])? ", elapsed), elapsed
         terminal.keys("q")

@@ -36,6 +36,11 @@ class TmuxSession:
         rows = [row.rstrip() for row in shown.stdout.splitlines()]
         return rows + [""] * (self.size[1] - len(rows))
 
+    def resize(self, size: tuple[int, int]) -> None:
+        """The terminal resized to `size` (columns, rows), as a user drags its window: the command gets SIGWINCH."""
+        subprocess.run([*self.tmux, "resize-window", "-t", "main", "-x", str(size[0]), "-y", str(size[1])], check=True)
+        self.size = size
+
     def keys(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", "main", *keys], check=True)
 
