@@ -150,7 +150,12 @@ async def test_a_thread_that_dies_is_flagged_in_the_header_at_once_and_its_hang_
     run = Run(procs, tmp_path, "dying_thread.py", "--die-after", "4", "--then", "3")
     run.wait_for_text("step 1 ")
     app, sources = await console_on(run)
+    # Every look's fresh verdict (what the header then holds steady): a look that says healthy is caught
+    # at once, not only once it has held long enough for the header to say it.
+    looks: list[tuple[str, str]] = []
     shown: list[tuple[str, str]] = []
+    show = app.set_verdict
+    monkeypatch.setattr(app, "set_verdict", lambda verdict: (looks.append((verdict.name, verdict.summary)), show(verdict))[-1])
     async with app.run_test(size=(120, 40)) as pilot:
         while "RuntimeError" not in run.log.read_text():
             await pilot.pause(0.05)
@@ -158,10 +163,20 @@ async def test_a_thread_that_dies_is_flagged_in_the_header_at_once_and_its_hang_
         while (app.verdict is None or app.verdict.name == "healthy") and time.monotonic() - died < 10:
             await pilot.pause(0.1)
         flagged_in = time.monotonic() - died
+        since_flagged = len(looks)
         assert app.verdict is not None and app.verdict.summary.startswith('thread "Producer" died of RuntimeError'), app.verdict
-        while time.monotonic() - died < 25 and not (app.verdict.name == "hung" and "quiet" in app.verdict.summary):
+        # Through the log's silence past the floor (past its stall limit too, at a 0.2 s rhythm) and the look
+        # that follows it (the one at its stacks), after which nothing changes: the main thread waits on the
+        # dead producer's queue forever, and no look comes until something does.
+        looks_at_the_floor: int | None = None
+        while time.monotonic() - died < 25:
             shown.append((app.verdict.name, app.verdict.summary))
+            if looks_at_the_floor is None and quiet_past_the_floor(run):
+                looks_at_the_floor = len(looks)
+            if looks_at_the_floor is not None and len(looks) > looks_at_the_floor and app.verdict.name == "hung":
+                break
             await pilot.pause(0.2)
+        shown += looks[since_flagged:]
         assert (app.verdict.name, app.verdict.step) == ("hung", "restart"), app.verdict
         assert "then restart" in app.verdict.next_step
     await sources.target.close()
