@@ -73,7 +73,7 @@ def _descendants(pid: int) -> list[int]:
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going (a zombie being reaped reads ESRCH)
         return ""
 
 
