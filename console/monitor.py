@@ -9,7 +9,6 @@ Nothing here blocks; `on_change` is called after each update so a UI can repaint
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +25,6 @@ from console.state import RunState
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 15.0
 #: How long stop() waits for the sources to end after cancelling them.
 STOP_TIMEOUT_S = 10.0
-#: A progress bar redraws up to ten times a second: its redraws reach the screen at most this often
-#: (a person reads a couple a second; each one is a frame), the latest one always.
-PROGRESS_SHOWN_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +58,6 @@ class Monitor:
         """How many times the sampler had to be started again."""
         self._tasks: list[asyncio.Task] = []
         self._running = False
-        self._progress_shown_at = float("-inf")
-        self._progress_pending: asyncio.TimerHandle | None = None
         target.on_state(self._connection_changed)
 
     @property
@@ -88,9 +82,6 @@ class Monitor:
     async def stop(self) -> None:
         """Stop every source; their remote helpers are hung up and exit."""
         self._running = False
-        if self._progress_pending is not None:
-            self._progress_pending.cancel()
-            self._progress_pending = None
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -147,16 +138,13 @@ class Monitor:
         self._changed()
 
     def _progress(self, progress: ProgressLine | None) -> None:
-        """A bar's redraw is state, not news: held at once, shown with the next change (a sample, a
-        line) or PROGRESS_SHOWN_S after the last one shown, whichever comes first."""
+        """A bar's redraw is state, not news: held at once and drawn with the screen's next frame (a
+        sample's, a line's or the second's tick: redrawn up to ten times a second, it is read once a
+        second, as nvitop and top refresh). A bar that appears or ends is news."""
+        shown = self.state.progress is not None
         self.state.set_progress(progress)
-        if self._progress_pending is not None:
-            return
-        wait = self._progress_shown_at + PROGRESS_SHOWN_S - time.monotonic()
-        if wait <= 0 or progress is None:
+        if shown != (progress is not None):
             self._changed()
-        else:
-            self._progress_pending = asyncio.get_running_loop().call_later(wait, self._changed)
 
     def _log_event(self, event: Event) -> None:
         ev = event.data.get("ev")
@@ -175,9 +163,5 @@ class Monitor:
 
     def _changed(self) -> None:
         # Every change is drawn from the state, the bar's latest redraw with it.
-        if self._progress_pending is not None:
-            self._progress_pending.cancel()
-            self._progress_pending = None
-        self._progress_shown_at = time.monotonic()
         if self.on_change is not None and self._running:
             self.on_change()

@@ -141,10 +141,11 @@ async def test_over_ssh_a_lost_connection_is_shown_and_sampling_resumes(spawn, t
     await until(lambda: pulse_helpers(name) == [], "the remote helpers to exit after stop()")
 
 
-async def test_a_bar_redrawn_ten_times_a_second_reaches_the_screen_at_most_twice_a_second(spawn, tmp_path: Path) -> None:
+async def test_a_bar_redrawn_ten_times_a_second_is_state_that_wakes_no_repaint(spawn, tmp_path: Path) -> None:
     """A real tqdm bar (scripts/benchlib/writer.py hf) redrawn at 10 Hz into the log, followed for 3 s: its
-    redraws are held by the follower and by the monitor, so the console is woken and repaints a couple of
-    times a second (plus the samples), and what it shows at the end is the bar's latest redraw."""
+    redraws are held by the follower (a second at most) and kept in the state without waking the screen,
+    which draws the latest with its next frame (a sample's or the second's tick); what the state holds at
+    the end is the bar's latest redraw."""
     name = unique_name()
     log = tmp_path / "bar.log"
     writer = Path(__file__).resolve().parents[1] / "scripts" / "benchlib" / "writer.py"
@@ -158,11 +159,12 @@ async def test_a_bar_redrawn_ten_times_a_second_reaches_the_screen_at_most_twice
         for _ in range(30):
             seen.append(state.progress.text)
             await asyncio.sleep(0.1)
-        assert len(set(seen)) >= 5  # the bar moved
-        assert len(changes) <= 9, f"{len(changes)} repaints in 3 s of a bar redrawn 30 times"
+        assert len(set(seen)) >= 2  # the bar moved
+        # No sample in the window (poll_s 60); one of the trainer's dict lines may come (every 10 s).
+        assert len(changes) <= 1, f"{len(changes)} repaints in 3 s of a bar redrawn 30 times"
         bar.kill()
         bar.wait()
         last = log.read_bytes().rsplit(b"\r", 1)[-1].decode().strip()
-        await until(lambda: state.progress.text.strip() == last, "the bar's last redraw, held no longer than half a second")
+        await until(lambda: state.progress.text.strip() == last, "the bar's last redraw, held no longer than a second")
     finally:
         await monitor.stop()

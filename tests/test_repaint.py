@@ -142,3 +142,28 @@ async def test_a_sparkline_repaints_only_when_a_cell_would_change():
         assert pane.sparklines["rate-spark"] is shown
         pane.show_sparkline("rate-spark", [*values[:-1], 9.0])  # a new maximum: every bar rescales
         assert pane.sparklines["rate-spark"][-1] == 9.0
+
+
+async def test_the_second_s_tick_draws_nothing_a_sample_just_drew_and_draws_the_bar_when_none_came(monkeypatch):
+    """Samples each second draw the ages, the figures and the bar's latest redraw: the tick then
+    costs no frame of its own (one frame a second, not two); a second without a sample, it draws them."""
+    from console.observe.progress import progress_line
+    from console.ui.panes.progress_bar_line import ProgressBarLine
+    from console.ui.screens import run_screen
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen, bar = app.run_screen, app.query_one(ProgressBarLine)
+        sample = app.state.latest
+        app.state.add_sample(dataclasses.replace(sample, time=sample.time + 1))
+        screen.mark_changed()
+        await pilot.pause()
+        redraw = " 12%|█▏        | 120/1000 [00:12<01:30,  9.80it/s]"
+        app.state.set_progress(progress_line(redraw, NOW))  # a redraw alone wakes no frame (Monitor._progress)
+        screen.tick()
+        assert "120/1000" not in str(bar.content)
+        drawn_at = run_screen.time.monotonic()
+        monkeypatch.setattr(run_screen.time, "monotonic", lambda: drawn_at + run_screen.TICK_AFTER_SAMPLE_S)
+        screen.tick()
+        assert "120/1000" in str(bar.content)

@@ -66,8 +66,9 @@ STAT_EVERY_S = 1.0
 BATCH_S = 0.02
 #: Held frames go out at once past this many bytes of the file (a flood is not held back).
 HOLD_BYTES = CHUNK
-#: How long bytes that only redraw a progress bar wait for more before they go (see Output.frame).
-REDRAW_HOLD_S = 0.5
+#: How long bytes that only redraw a progress bar wait for more before they go (see Output.frame):
+#: the console draws the bar once a second, with its sample.
+REDRAW_HOLD_S = 1.0
 
 # inotify event bits (linux/inotify.h).
 IN_MODIFY = 0x002
@@ -108,7 +109,7 @@ class Output:
 
         Without `hold_s`, a frame goes at once, but bytes that only redraw a progress bar (no line
         end) wait up to REDRAW_HOLD_S for more: a bar redrawn ten times a second costs the reader
-        two wake-ups a second, and a line that comes meanwhile takes them along at once."""
+        one wake-up a second, and a line that comes meanwhile takes them along at once."""
         if not self.held:
             self.held_since = time.monotonic()
             self.held_line = False

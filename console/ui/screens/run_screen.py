@@ -53,6 +53,11 @@ from console.ui.themes import Thresholds
 
 #: The screen repaints what changed, and ages, this often.
 REFRESH_S = 1.0
+#: A sample drawn less than this long ago drew what the second's tick would (ages, figures, the
+#: bar's latest redraw): with samples each second the tick draws nothing, one frame a second, not two.
+#: Past a sample's period (a second, give or take its jitter, or the tick and the samples drift into
+#: step and both draw), so that only a missing sample leaves the tick to draw.
+TICK_AFTER_SAMPLE_S = 1.5 * REFRESH_S
 #: New log lines and samples go to the panes at most once a frame (Textual draws at most 60 a
 #: second): they are on screen the frame after they arrive, and a flood is written in batches.
 FRAME_S = 1 / 60
@@ -117,6 +122,7 @@ class RunScreen(BaseScreen):
         self._painted_at = float("-inf")
         self._frame_pending = False
         self._lines_drawn_at = 0.0
+        self._sample_drawn_at = float("-inf")
         self._panes_found = False
         """on_mount has found the panes: until then there is nothing to repaint (a verdict set first)."""
 
@@ -211,9 +217,13 @@ class RunScreen(BaseScreen):
             self._dirty = True  # their figures (throughput, problems) are drawn by the next tick at the latest
         if self.state.latest is not self._painted_sample:
             self.refresh_panes()  # the freshest sample on screen now, not up to a tick later
+            self._sample_drawn_at = time.monotonic()
 
     def tick(self) -> None:
-        """Once a second: what changed and what ages (the status line, the log's age)."""
+        """Once a second: what changed and what ages (the status line, the log's age, the bar's
+        latest redraw), unless a sample's frame just drew them."""
+        if time.monotonic() - self._sample_drawn_at < TICK_AFTER_SAMPLE_S:
+            return
         # Samples arriving each second draw what log lines changed (throughput) in their own frame:
         # the tick draws it only when none came, so a watched run costs one frame a second, not two.
         self.refresh_panes(force=False, unless_painted_within=REFRESH_S)
