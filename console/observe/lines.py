@@ -60,13 +60,15 @@ _KIND_RULES = (
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
          "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory", "bad_alloc",
-         "errno 12"),
+         "errno 12", "failed to allocate"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         r"|cuda_error_out_of_memory"
         # the host's allocator: C++'s `std::bad_alloc` (thrown, or its `what():`), Python's ENOMEM
         # (`OSError: [Errno 12] Cannot allocate memory`, a DataLoader's fork)
         r"|\bstd::bad_alloc\b|\[errno 12\] cannot allocate memory"
+        # a device allocator's own words (Ascend's GE, TF's and CUDA's `failed to allocate memory`)
+        r"|\bfailed to allocate (?:\w+ )?memory\b"
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
         r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
@@ -125,7 +127,7 @@ _KIND_RULES = (
         LineKind.NAN,
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
-        rf"(?:loss|norm)\w*['\"]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?{_NONFINITE}|tensor\({_NONFINITE}"
+        rf"(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?{_NONFINITE}|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
         r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
@@ -146,7 +148,7 @@ _KIND_RULES = (
         # signal: 6`, gdb's `received signal SIGABRT`)
         r"|\bSIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE)\b|\b(?:terminated|exited|interrupted)(?: abnormally)? (?:by|on|with) signal\b"
         # glog's failure-signal handler (TensorFlow, Paddle, caffe) heads its dump with the time it died
-        r"|\*\*\* Aborted at \d+ \(unix time\)"
+        r"|\*\*\* Aborted at \d+ \(unix time\)|\*\*\* Process received signal \*\*\*"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
         r"|(?i:exitcode|exit code|return code)\s*[:=]?\s*(?:-\d+|13[479])\b|oom[-_ ]kill|oom_reaper|\bSignal 9\b"
         r"|\bKilling (?:subprocess|process)\b|\bkilled due to\b|OOMKilled"
@@ -176,6 +178,8 @@ _KIND_RULES = (
         r"|\bfailed \(exitcode: [1-9]\d*\)"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
+        # a Python stack frame written as an error-level log record: part of the traceback it logs
+        r"|\bERROR\b[^\"]{0,120}?\]\s+File \"[^\"]+\", line \d+, in \S"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
         # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
         rf"|^[\s>]*(?:[A-Z][a-z]{{2}} +\d+ [\d:]+ +)?{_STREAM_PREFIX}(?:(?:ERROR|CRITICAL) [^\]]{{0,60}}\] )?"
@@ -244,10 +248,10 @@ _KEY_FOLLOWS = re.compile(r"['\")]{0,2}\s*[:=：]")
 _UNIT_ENDS = frozenset(("", " ", "|", ",", ")", "]", ";"))
 # A key's value, non-finite ones included (a `nan` loss is read, so it is not taken from another key):
 # `: 2.31`, `=3e-4`, ` 2.31`, `': '8.996'`, `=[5e-05]`, `: tensor(2.31`, ` = 4.71`, ` is 2.3`, torchtune's
-# `Loss: 2.345:`. The number is taken whole (atomic), so neither a clock's `12:30` nor a code location's
-# `loss_scaler.py:190:` is a value, nor `2.345:` a 2.
+# `Loss: 2.345:`, a key in brackets (`[Loss] 2.5`). The number is taken whole (atomic), so neither a
+# clock's `12:30` nor a code location's `loss_scaler.py:190:` is a value, nor `2.345:` a 2.
 _KEYED_VALUE = re.compile(
-    rf"['\")]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>(?>{_NUMBER}|{_NONFINITE}))(?!\d|:\S)"
+    rf"['\")\]]?\s*(?:[:=：]\s*|\s+(?:is\s+)?)['\"]?(?:\[|tensor\()?\s*(?P<v>(?>{_NUMBER}|{_NONFINITE}))(?!\d|:\S)"
 )
 # The characters of a key (`train/loss`, `loss_cls`, `grad-norm`), and of a word (for boundaries).
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_./-")
@@ -493,7 +497,9 @@ def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict
         if lr is not None:
             found["lr"] = lr
     if bits & _G_LEARNING and "lr" not in found:
-        lr = _keyed(low, "learning_rate", ("train_",)) or _keyed(low, "learning rate")
+        lr = _keyed(low, "learning_rate", ("train_",))
+        if lr is None:
+            lr = _keyed(low, "learning rate")
         if lr is not None:
             found["lr"] = lr
     if bits & _G_NORM:
@@ -1087,7 +1093,7 @@ _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared
 # An exception's line: `RuntimeError: …`, `torch.OutOfMemoryError: …`, `ResourceExhaustedError (see
 # above for traceback): …`, `UserWarning: …`, `CUDA error: …`; its message may run on after it.
 _EXCEPTION_LINE = re.compile(
-    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w* error:"
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w*(?: [A-Z]\w*)? error:"
     # an absl / XLA status code: `RESOURCE_EXHAUSTED: Out of memory …`, `INTERNAL: …`
     r"|(?!(?:DEBUG|INFO|NOTE|WARN|WARNING)\b)[A-Z]{3,}(?:_[A-Z]+)*: "
 )
@@ -1211,7 +1217,7 @@ class LineReader:
             kind = block.kind  # a frame, its source line, the message's next line
             if kind is LineKind.WARNING and _NCCL_RETURN.match(rest):
                 kind = LineKind.NCCL_TIMEOUT  # NCCL returns an error code up its stack: the warning was its failure
-        _advance(block, kind, rest, own)
+        _advance(block, kind, rest, own, record=rest is not body and block.level in _ERROR_LEVELS)
         return _with(info, kind)
 
     def _start(self, stream: str, kind: LineKind, body: str) -> None:
@@ -1344,9 +1350,10 @@ def _continues(block: _Block, body: str) -> str | None:
     return line if block.mode != _NO_MESSAGE or (wrapped and header is None) else None
 
 
-def _advance(block: _Block, kind: LineKind, rest: str, own: bool) -> None:
+def _advance(block: _Block, kind: LineKind, rest: str, own: bool, *, record: bool = False) -> None:
     """`rest` (the line under the block's indentation and header) joined `block` with `kind` (`own`:
-    the line's own kind, not the block's)."""
+    the line's own kind, not the block's; `record`: the line is the error's next log record, whose
+    message may run on over the header-less lines after it, as its first record's may)."""
     block.kind = kind
     block.lines += 1
     block.blank = False
@@ -1373,5 +1380,7 @@ def _advance(block: _Block, kind: LineKind, rest: str, own: bool) -> None:
     if _EXCEPTION_LINE.match(stripped) or stripped.startswith(_WHAT):
         block.mode = _PARAGRAPHS if stripped.endswith(":") else _MESSAGE
         block.warning = kind is LineKind.WARNING
+    elif record:
+        block.mode = _MESSAGE
     elif own and block.mode == _MESSAGE:
         block.mode = _NO_MESSAGE  # a statement of its own closes the message it ends (Ray's "The actor is dead…")
