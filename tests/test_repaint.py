@@ -144,7 +144,7 @@ async def test_a_sparkline_repaints_only_when_a_cell_would_change():
         assert pane.sparklines["rate-spark"][-1] == 9.0
 
 
-async def test_the_second_s_tick_draws_nothing_a_sample_just_drew_and_draws_the_bar_when_none_came(monkeypatch):
+async def test_the_second_s_tick_draws_nothing_a_sample_just_drew_and_draws_the_bar_when_none_came():
     """Samples each second draw the ages, the figures and the bar's latest redraw: the tick then
     costs no frame of its own (one frame a second, not two); a second without a sample, it draws them."""
     from console.observe.progress import progress_line
@@ -163,7 +163,6 @@ async def test_the_second_s_tick_draws_nothing_a_sample_just_drew_and_draws_the_
         app.state.set_progress(progress_line(redraw, NOW))  # a redraw alone wakes no frame (Monitor._progress)
         screen.tick()
         assert "120/1000" not in str(bar.content)
-        drawn_at = run_screen.time.monotonic()
-        monkeypatch.setattr(run_screen.time, "monotonic", lambda: drawn_at + run_screen.TICK_AFTER_SAMPLE_S)
+        app.clock.advance(run_screen.TICK_AFTER_SAMPLE_S)
         screen.tick()
         assert "120/1000" in str(bar.content)

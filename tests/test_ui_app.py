@@ -468,6 +468,8 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
 async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of_their_own():
     """At 1 Hz a sample's frame draws what lines changed: the tick draws it only when no sample came
     for a second (one frame a second for a watched run, not two)."""
+    from console.ui.screens import run_screen
+
     app = make_app("healthy")
     async with app.run_test(size=SIZE) as pilot:
         figures = app.query_one(ThroughputPane).figures
@@ -485,8 +487,8 @@ async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of
         add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
         app.run_screen.mark_changed()
         await pilot.pause()
-        app.clock.advance(1.0)
-        app.run_screen.tick()  # no sample for a second: the tick draws it
+        app.clock.advance(run_screen.TICK_AFTER_SAMPLE_S)
+        app.run_screen.tick()  # no sample for past a sample's period: the tick draws it
         assert "0.0999" in figures["loss"].plain
 
 

@@ -217,12 +217,12 @@ class RunScreen(BaseScreen):
             self._dirty = True  # their figures (throughput, problems) are drawn by the next tick at the latest
         if self.state.latest is not self._painted_sample:
             self.refresh_panes()  # the freshest sample on screen now, not up to a tick later
-            self._sample_drawn_at = time.monotonic()
+            self._sample_drawn_at = self.clock()
 
     def tick(self) -> None:
         """Once a second: what changed and what ages (the status line, the log's age, the bar's
         latest redraw), unless a sample's frame just drew them."""
-        if time.monotonic() - self._sample_drawn_at < TICK_AFTER_SAMPLE_S:
+        if self.clock() - self._sample_drawn_at < TICK_AFTER_SAMPLE_S:
             return
         # Samples arriving each second draw what log lines changed (throughput) in their own frame:
         # the tick draws it only when none came, so a watched run costs one frame a second, not two.
