@@ -304,23 +304,35 @@ def console_tree_in_terminal(world: World, config: Config, seconds: float) -> di
     return tree_idle(Terminal(argv, env, spawn=world.spawn), seconds, ready=b"1 alive")
 
 
-def tree_idle(terminal: Terminal, seconds: float, ready: bytes | None = None) -> dict:
-    """CPU (% of one core) of the process tree on `terminal` over `seconds`, by TREE_PARTS, 2 s after
-    it drew `ready` (after it started when None); what it draws is read and dropped."""
+#: Output this far apart is a new frame: a frame's writes come within a few milliseconds.
+FRAME_GAP_S = 0.05
+
+
+def tree_idle(terminal: Terminal, seconds: float, ready: bytes | None = None, warm_s: float = 2.0) -> dict:
+    """CPU (% of one core) of the process tree on `terminal` over `seconds`, by TREE_PARTS, `warm_s`
+    after it drew `ready` (after it started when None), and the frames it drew a second (bursts of
+    output FRAME_GAP_S apart); what it draws is read and dropped."""
     from benchlib import procs
 
     try:
         if ready is not None and terminal.until(ready, terminal.started + 60) is None:
             raise RuntimeError(f"nothing drawn in the terminal: {bytes(terminal.seen[-300:])!r}")
-        warm_until = time.perf_counter() + 2
+        warm_until = time.perf_counter() + warm_s
         while time.perf_counter() < warm_until and terminal.read(0.1):
             pass
+        terminal.seen.clear()
         before, started = procs.tree_cpu(terminal.process.pid, TREE_PARTS), time.perf_counter()
+        frames, last_output = 0, 0.0
         while time.perf_counter() - started < seconds and terminal.read(0.1):
-            terminal.seen.clear()
+            if terminal.seen:
+                now = time.perf_counter()
+                frames += now - last_output > FRAME_GAP_S
+                last_output = now
+                terminal.seen.clear()
         spent = procs.cpu_delta(before, procs.tree_cpu(terminal.process.pid, TREE_PARTS))
         elapsed = time.perf_counter() - started
-        return {part: round(cpu / elapsed * 100, 3) for part, cpu in spent.items()}
+        return {**{part: round(cpu / elapsed * 100, 3) for part, cpu in spent.items()},
+                "frames_per_s": round(frames / elapsed, 2)}
     finally:
         terminal.close()
 
