@@ -40,4 +40,4 @@ def help_screen_keys() -> set[tuple[str, str]]:
 def test_readme_key_table_matches_the_help_screen():
     shown = help_screen_keys()
     assert len(shown) == len(ACTIONS)
-    assert readme_keys() == shown, "README.md's ### Keys table differs from the help screen (docs/readme-parts/ui-keys.md is the table to splice in)"
+    assert readme_keys() == shown, "README.md's ### Keys table differs from the help screen (the help screen is the source: copy its rows into the README)"

@@ -51,7 +51,7 @@ class _KindRule:
         self.word = re.compile(word) if word else None
 
 
-# Highest precedence first. docs/readme-parts/corpus.md says what each kind covers and why;
+# Highest precedence first. README.md ("What a log line says") says what each kind covers and why;
 # tests/test_classify_corpus.py holds them to real lines from public projects.
 _KIND_RULES = (
     _KindRule(
@@ -224,7 +224,7 @@ _GATE_SHAPES = tuple(dict.fromkeys(word.translate(str.maketrans("123456789", "00
 # `s/batch 0.63`, `train_speed(iter/s): 0.056`), an `N/M` pair after a step key, in brackets or before a
 # bar. Keys are found by `str.find` (a literal scan, far cheaper than a regex search) and their
 # values read at that spot; a line's several candidates for one metric are decided by the rules
-# docs/readme-parts/logread.md lists ("Which of several").
+# README.md lists ("Which of two rates", "Read by structure, not by format").
 
 _VALUE = rf"(?P<v>{_NUMBER})\s?(?P<x>[kmg](?![a-z]))?"
 _SUFFIX = {"k": 1e3, "m": 1e6, "g": 1e9}
