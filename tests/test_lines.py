@@ -243,6 +243,8 @@ def test_torchrun_failures_log() -> None:
         ("Exception in callback functools.partial(<function _raise_exception_on_finish at 0x7f>)", LineKind.TRACEBACK),
         ("ERROR 03-29 12:59:53 [core.py:1099] EngineCore failed to start.", LineKind.TRACEBACK),
         ("Grad overflow on iteration 8", LineKind.WARNING),
+        ("Error executing job with overrides: ['trainer.total_epochs=1']", LineKind.TRACEBACK),
+        (" 99/100 [==>.] - ETA: 3s - loss: nanEpoch 1/1000", LineKind.NAN),  # a bar run into the next heading
     ],
 )
 def test_kind(line: str, kind: LineKind) -> None:

@@ -132,7 +132,9 @@ _KIND_RULES = (
         LineKind.NAN,
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
-        rf"(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?{_NONFINITE}|tensor\({_NONFINITE}"
+        # (a Keras bar that lost its line end runs into the next epoch's heading: `loss: nanEpoch 2/10`)
+        rf"(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?"
+        rf"(?:{_NONFINITE}|(?:nan|inf)(?=epoch \d))|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
         r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
@@ -141,7 +143,7 @@ _KIND_RULES = (
         # Keras's TerminateOnNaN stopping the run
         r"|invalid loss, terminating training",
         lower=True,
-        word=r"(?:nan|inf)(?![a-z_])|non-finite|loss scale|invalid loss",
+        word=r"(?:nan|inf)(?:(?![a-z_])|(?=epoch))|non-finite|loss scale|invalid loss",
     ),
     _KindRule(
         LineKind.NAN,
@@ -193,6 +195,8 @@ _KIND_RULES = (
         r"|\bfailed \(exitcode: [1-9]\d*\)"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
+        # Hydra's announcement of the traceback it prints next (`Error executing job with overrides: […]`)
+        r"|^Error executing job\b"
         # an error-level record whose short message says what failed, the traceback it logs to follow
         # (vLLM's `ERROR 06-22 11:29:08 [async_llm.py:704] AsyncLLM output_handler failed.`, `EngineCore failed to start.`)
         r"|\bERROR\b[^\]]{0,80}\] (?:[\w.:-]+ ){0,4}failed(?: to \w+)?\.$"
