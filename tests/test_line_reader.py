@@ -96,11 +96,13 @@ def test_an_nccl_processs_threads_share_one_block_and_an_error_code_makes_a_warn
     other_thread = "msm-h200-2:4011:4011 [2] NCCL INFO group.cc:418 -> 2"
     assert read([warn, other_thread]) == [("nccl_timeout", False), ("nccl_timeout", True)]
     # aws/aws-ofi-nccl#927: a warning NCCL answers with an error code up its stack
-    lines = ["get_req_from_imm_data:1411 NCCL WARN NET/OFI Unexpected status (0) for message 246",
-             "NCCL INFO transport/net.cc:1302 -> 3", "NCCL INFO proxy.cc:878 -> 3 [Progress Thread]"]
+    lines = ["init.cc:290 NCCL WARN Attempt to use communicator before the previous operation returned ncclSuccess",
+             "NCCL INFO enqueue.cc:2014 -> 3", "NCCL INFO collectives.cc:128 -> 3"]
     assert read(lines) == [("warning", False), ("nccl_timeout", True), ("nccl_timeout", True)]
-    assert read(["NCCL WARN NET/OFI Unexpected status (0)", "NCCL INFO transport/net.cc:1302 -> 0"]) == [
-        ("warning", False), ("warning", True)]
+    assert read([lines[0], "NCCL INFO enqueue.cc:2014 -> 0"]) == [("warning", False), ("warning", True)]
+    # the same issue's warning of an unexpected message is the failure on its own line
+    unexpected = "get_req_from_imm_data:1411 NCCL WARN NET/OFI Unexpected status (0) for message 246"
+    assert read([unexpected, "NCCL INFO transport/net.cc:1302 -> 3"]) == [("nccl_timeout", False), ("nccl_timeout", True)]
 
 
 def test_a_status_code_heads_its_message_like_an_exception() -> None:

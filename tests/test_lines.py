@@ -236,6 +236,15 @@ def test_torchrun_failures_log() -> None:
         # the same line with two signals: the higher one wins
         ("RuntimeError: NCCL timeout while handling CUDA out of memory", LineKind.OOM),
         ("Traceback ... Killed", LineKind.KILLED),
+        # a row of a run's numbers holding nan; an allocation call that failed; asyncio's traceback head
+        ("76980 nan", LineKind.NAN),
+        ("2022-05-08 16:27:05,927 17940 0.00 nan 0.00 ----", LineKind.NAN),
+        ("[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0", LineKind.OOM),
+        ("Exception in callback functools.partial(<function _raise_exception_on_finish at 0x7f>)", LineKind.TRACEBACK),
+        ("ERROR 03-29 12:59:53 [core.py:1099] EngineCore failed to start.", LineKind.TRACEBACK),
+        ("Grad overflow on iteration 8", LineKind.WARNING),
+        ("Error executing job with overrides: ['trainer.total_epochs=1']", LineKind.TRACEBACK),
+        (" 99/100 [==>.] - ETA: 3s - loss: nanEpoch 1/1000", LineKind.NAN),  # a bar run into the next heading
     ],
 )
 def test_kind(line: str, kind: LineKind) -> None:
@@ -264,6 +273,9 @@ def test_kind(line: str, kind: LineKind) -> None:
         "Total optimization steps = 1,000",
         "step: 1 loss: 8.1 memory: 2.47GiB max_memory_allocated: 30.1GiB",
         "INFO INFO information: inference on the finance set",
+        "0  1.0  NaN",  # pandas' missing value
+        "cudaFree: deallocation failed twice, retrying",
+        "ERROR 03-29 12:59:53 [api.py:10] Request 1f2e failed with status 404: not found.",
     ],
 )
 def test_false_positives_are_normal(line: str) -> None:
@@ -308,6 +320,8 @@ def test_false_positives_are_normal(line: str) -> None:
         ("train_loss=2.1 eval_loss=2.31", {"loss": 2.1}),
         ("step 10/1000", {"step": 10, "total_steps": 1000}),
         ("iteration 10/ 1000", {"step": 10, "total_steps": 1000}),
+        ("global step 95 / 22140, loss: 1.78", {"step": 95, "total_steps": 22140, "loss": 1.78}),
+        ("] [10] train/loss=2.3, steps_per_sec=3.2", {"step": 10, "loss": 2.3, "it_per_s": 3.2}),
         ("'step': 10", {"step": 10}),
         ("Step 1,200/10,000", {"step": 1200, "total_steps": 10000}),
         ("Epoch 0:  10%|█ | 10/100 [00:01<00:09, 9.50it/s]", {"it_per_s": 9.5, "step": 10, "total_steps": 100}),

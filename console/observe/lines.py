@@ -60,7 +60,7 @@ _KIND_RULES = (
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
          "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory", "bad_alloc",
-         "errno 12", "failed to allocate"),
+         "errno 12", "failed to allocate", "alloc failed", "mem failed", "memory failed", "more than total"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         r"|cuda_error_out_of_memory"
@@ -69,6 +69,11 @@ _KIND_RULES = (
         r"|\bstd::bad_alloc\b|\[errno 12\] cannot allocate memory"
         # a device allocator's own words (Ascend's GE, TF's and CUDA's `failed to allocate memory`)
         r"|\bfailed to allocate (?:\w+ )?memory\b"
+        # an allocation call that failed, named by the call (`cudaHostAlloc failed`, `bm_alloc_gmem failed`,
+        # `Alloc Device Memory Failed!`), or a request larger than the device (MindSpore's
+        # `alloc size : 301990400 is more than total mem size : 29464985600`); freeing is no allocation
+        r"|\b(?!de)\w*alloc\w*(?: (?:device|host|gpu))?(?: mem(?:ory)?)? failed\b"
+        r"|\balloc size\b.{0,40}?\bis more than total mem(?:ory)? size\b"
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
         r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
@@ -116,8 +121,8 @@ _KIND_RULES = (
         # atomic: commit to the first "nccl", so a line full of them stays linear
         r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
         # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
-        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|complet(?:ion|ed)|proxy|ibv_\w+)\b)"
-        r"(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err)\b)"
+        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|complet(?:e|ion|ed)|proxy|ibv_\w+|message"
+        r"|request)\b)(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err|unexpected)\b)"
         r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|watchdog"
         # the watchdog's last words before it ends the process
         r"|taking the entire process down)",
@@ -127,7 +132,9 @@ _KIND_RULES = (
         LineKind.NAN,
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
-        rf"(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?{_NONFINITE}|tensor\({_NONFINITE}"
+        # (a Keras bar that lost its line end runs into the next epoch's heading: `loss: nanEpoch 2/10`)
+        rf"(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?"
+        rf"(?:{_NONFINITE}|(?:nan|inf)(?=epoch \d))|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
         r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
@@ -136,7 +143,16 @@ _KIND_RULES = (
         # Keras's TerminateOnNaN stopping the run
         r"|invalid loss, terminating training",
         lower=True,
-        word=r"(?:nan|inf)(?![a-z_])|non-finite|loss scale|invalid loss",
+        word=r"(?:nan|inf)(?:(?![a-z_])|(?=epoch))|non-finite|loss scale|invalid loss",
+    ),
+    _KindRule(
+        LineKind.NAN,
+        ("nan",),
+        # a row of a run's numbers, its step first, in which a value is `nan` (`76980 nan`, a logger's time
+        # then `17940 0.00 nan 0.00 nan …`); matched as printed: pandas prints a missing value as `NaN`
+        rf"^(?=.*\bnan\b)\s*(?:\d{{4}}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,]?\d*\s+)?\d+"
+        rf"(?:\s+(?:{_NUMBER}|nan|inf|-{{2,}}))+\s*$",
+        lower=False,
     ),
     _KindRule(
         LineKind.KILLED,
@@ -169,7 +185,8 @@ _KIND_RULES = (
         LineKind.TRACEBACK,
         ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python", "process ",
          "call stacks", "stack trace for"),
-        r"Traceback \(most recent call last\)|Exception in thread\b|\bterminate called (?:after|without)\b"
+        # (asyncio heads the traceback of a callback's exception with `Exception in callback X`)
+        r"Traceback \(most recent call last\)|Exception in (?:thread|callback)\b|\bterminate called (?:after|without)\b"
         r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
         # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
         # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
@@ -178,6 +195,11 @@ _KIND_RULES = (
         r"|\bfailed \(exitcode: [1-9]\d*\)"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
+        # Hydra's announcement of the traceback it prints next (`Error executing job with overrides: […]`)
+        r"|^Error executing job\b"
+        # an error-level record whose short message says what failed, the traceback it logs to follow
+        # (vLLM's `ERROR 06-22 11:29:08 [async_llm.py:704] AsyncLLM output_handler failed.`, `EngineCore failed to start.`)
+        r"|\bERROR\b[^\]]{0,80}\] (?:[\w.:-]+ ){0,4}failed(?: to \w+)?\.$"
         # a Python stack frame written as an error-level log record: part of the traceback it logs
         r"|\bERROR\b[^\"]{0,120}?\]\s+File \"[^\"]+\", line \d+, in \S"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
@@ -193,7 +215,7 @@ _KIND_RULES = (
         # TensorFlow's C++ log writes `<time>: W path.cc:12] ...`
         r"Warning\b|\bwarning:|WARN(?:ING)?\b|<warn>|\[W[\d ]|^W[01]\d{3} \d\d:\d\d:\d\d|\d: W [\w/.-]+:\d+\]"
         # fp16 loss scaling skipped a step and halved the scale: routine early in training
-        r"|OVERFLOW!|[Gg]radient overflow"
+        r"|OVERFLOW!|\b[Gg]rad(?:ient)? overflow\b|\bOverflow detected\b"
         # what transformers and accelerate log at warning level, printed without the level
         r"|\bwere not used when initializing\b|\bwere not initialized from the model checkpoint\b"
         r"|\bis below the recommended minimum\b",
@@ -303,8 +325,8 @@ _STEP_RATES = (
     # a bar counting batches: `3.45ba/s`, `9.99batch/s`
     ("ba", re.compile(r"(?<![a-z])ba/s\b|(?<![a-z])batch(?:es)?/s(?:ec)?\b"), False),
 )
-_STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "global_step/sec", "steps/sec", "steps/s", "step/sec",
-                   "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
+_STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "steps_per_sec", "step_per_sec", "global_step/sec",
+                   "steps/sec", "steps/s", "step/sec", "step/s", "it/sec", "iter/sec", "iters/sec", "iter/s", "iters/s", "ups")
 # Time per step: a unit (`454ms/step`, `17.053 sec/step`, `0.63 s/batch`, `s/ba`) or a key whose value
 # is one step's time, explicit (`step_avg:258.57ms`, `elapsed time per iteration (ms): 4225.8`,
 # `per-step time 0.813s`, `train_step_timing in s: 0.031`) or plain (`time: 0.593`, `iter_time: 1.599s`,
@@ -347,7 +369,7 @@ _GRAD_NORM_KEYS = frozenset(("grad_norm", "gradnorm", "grad-norm", "gnorm", "gra
 # `global_step: 6200`, `num_updates 574`, `step 7`, `Step=340`, `iteration 122/ 250000`, `iter: 190/1051`,
 # `iters: 100`, `Batch 16/29316`, `steps: 20` (with its colon: `Total optimization steps = 782` is a plan).
 # A float (`global_step=208.0`) or a share (`steps:  38%`) is no step; an epoch is never one
-# (`Epoch 1/10`, `epoch: [1/50]`). clu's `] [1000] steps_per_second=…` opens its fields with the step.
+# (`Epoch 1/10`, `epoch: [1/50]`). clu's `] [1000] steps_per_second=…` (or `] [10] train/loss=…`) opens its fields with the step.
 _STEP_KEYS = ("global_step", "num_updates", "step", "iteration", "iter", "iters", "batch", "steps")
 _STEP_VALUE = re.compile(
     r"['\")]?\s*(?:[:=：]\s*|\s+)?['\"]?(?P<s>\d{1,3}(?:,\d{3})+|\d+)(?![\d.%])"
@@ -365,7 +387,7 @@ _COMPILE_ID_BEFORE = re.compile(r"torch/\S*\.py:\d+\]\s*$")
 _PROGRESS_BAR = re.compile(
     r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
 )
-_FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_]+[=:]")
+_FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_][a-z_/]*[=:]")
 # A step key written into its number (`iteration100`), its number ending the word.
 _GLUED_STEP_KEYS = frozenset(("iteration", "iter", "step"))
 _GLUED_STEP = re.compile(r"(?P<s>\d+)(?![\w.])")
@@ -402,7 +424,7 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
     if "it/s" in shape or "s/it" in shape or "s / it" in shape or "sec/it" in shape or "ba/s" in shape \
             or "batch/s" in shape or "batches/s" in shape:
         bits |= _G_IT_RATE
-    if any(word in shape for word in ("ups", "per_second", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
+    if any(word in shape for word in ("ups", "per_sec", "step/s", "steps/s", "iter/s", "iters/s", "/sec")):
         bits |= _G_STEP_RATE
     if _timed(shape):
         bits |= _G_TIMED
@@ -1000,10 +1022,12 @@ def _step_key(low: str, key: str) -> tuple[int, int | None] | None:
                 done, slash, of = value.partition(" ")[0].rstrip(",;|:)]}'\"").partition("/")
                 if done.isdigit() and done.isascii() and (not slash or of.isdigit() and of.isascii()):
                     if not of:
-                        return int(done), None
-                    done_n, of_n = int(done), int(of)
-                    if 0 < of_n and done_n <= of_n:
-                        return done_n, of_n
+                        if not value[len(done):].lstrip(" ").startswith("/"):
+                            return int(done), None  # (`step 95 / 22140`, its pair spaced, is read below)
+                    else:
+                        done_n, of_n = int(done), int(of)
+                        if 0 < of_n and done_n <= of_n:
+                            return done_n, of_n
             if low[end : end + 1] == "/":
                 pair = _PAIR_KEY_VALUE.match(low, end)  # `global_step/max_steps: '5/3766'`
                 if pair:
@@ -1137,9 +1161,11 @@ class _Block:
         self.level = _level(line, header) if header else None
         message = _message(line, header).strip()
         self.frames = message.startswith("Traceback (most recent call last)") or message.endswith(_STACK_HEADINGS)
-        # a head that announces what follows (`Exception in thread X:`, `Process EngineCore:`) heads its traceback
-        self.chain = message.endswith(":") and not self.frames
-        if message.endswith(":"):
+        # a head that announces what follows (`Exception in thread X:`, `Process EngineCore:`, asyncio's
+        # `Exception in callback X` and its `handle: …` line) heads its traceback
+        announces = message.endswith(":") or message.startswith("Exception in callback ")
+        self.chain = announces and not self.frames
+        if announces:
             self.mode = _PARAGRAPHS  # `ResourceExhaustedError:`, `WARNING:torch.distributed.run:`: its message follows
         elif self.level in _ERROR_LEVELS or _EXCEPTION_LINE.match(message) or message.startswith(_WHAT):
             self.mode = _MESSAGE
