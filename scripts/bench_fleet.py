@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import resource
@@ -79,6 +80,26 @@ async def serve(count: int, folder: Path) -> None:
 START_S_PER_NODE = 0.3
 
 
+def start_report(nodes, limit_s: float) -> str:
+    """Why start-up ran out: how far the nodes got, the commonest reasons an agent was lost, and the
+    open-file limit (a node takes a connection here and several descriptors in the nodes' process)."""
+    sampled = sum(len(n.state.samples) >= 2 for n in nodes)
+    once = sum(len(n.state.samples) == 1 for n in nodes)
+    status = collections.Counter(n.state.connection.status.name for n in nodes)
+    lost = collections.Counter(n.state.agent_lost for n in nodes if n.state.agent_lost)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    reasons = "; ".join(f"{k} nodes: {why[:160]}" for why, k in lost.most_common(3)) or "none lost"
+    return (f"{sampled} of {len(nodes)} nodes sent two samples within {limit_s:.0f} s ({once} one); "
+            f"connections {dict(status)}; agents lost: {reasons}; open files {soft}/{hard}")
+
+
+def raise_open_files() -> None:
+    """Open files up to the hard limit: a node takes descriptors on both sides."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def phase(text: str) -> None:
     print(f"bench_fleet: {text}", file=sys.stderr, flush=True)
 
@@ -109,10 +130,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
         start_limit_s = max(120.0, START_S_PER_NODE * count)
         while sum(len(n.state.samples) >= 2 for n in fleet.nodes) < count:
             if time.monotonic() - connected > start_limit_s:
-                sampling = sum(len(n.state.samples) >= 2 for n in fleet.nodes)
-                raise SystemExit(
-                    f"bench_fleet: {sampling} of {count} nodes sent two samples within {start_limit_s:.0f} s"
-                )
+                raise SystemExit(f"bench_fleet: {start_report(fleet.nodes, start_limit_s)}")
             await asyncio.sleep(0.2)
         ready_s = time.monotonic() - connected
         phase(f"every node sampled after {ready_s:.1f} s; measuring {seconds:g} s")
@@ -181,6 +199,7 @@ def main() -> int:
     )
     parser.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    raise_open_files()
     if args.serve:
         asyncio.run(serve(args.nodes, Path(args.serve)))
         return 0
