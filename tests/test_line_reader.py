@@ -120,9 +120,10 @@ def test_a_ranks_watchdog_messages_are_one_problem_in_the_real_capture() -> None
         spans.add(LogLine(number, text, reader.read(text)))
     first = spans.problems[0]
     assert (first.kind, first.first, first.last) == (LineKind.NCCL_TIMEOUT, 117, 129)
-    # its Python traceback (under the same prefix) stays a problem of its own, named by its exception
-    assert any(p.kind is LineKind.TRACEBACK and p.name.text.startswith("[rank0]: torch.distributed.DistBackendError")
-               for p in spans.problems)
+    # its Python traceback (under the same prefix) stays a problem of its own, named by its exception, which
+    # says the communicator was aborted: the NCCL failure's kind, not a plain traceback's
+    assert any(p.kind is LineKind.NCCL_TIMEOUT and p.first > first.last
+               and p.name.text.startswith("[rank0]: torch.distributed.DistBackendError") for p in spans.problems)
 
 
 def test_open_blocks_are_bounded() -> None:
