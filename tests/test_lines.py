@@ -264,6 +264,11 @@ def test_torchrun_failures_log() -> None:
         # torch/distributed/elastic/multiprocessing/api.py: the agent ended by a signal it was sent
         ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15",
          LineKind.KILLED),
+        # deepspeed/launcher/launch.py's sigkill_handler: a worker's exit code (a signal's is `killed`)
+        ("[2024-01-01 12:00:00,123] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+         "'--local_rank=0'] exits with return code = 1", LineKind.TRACEBACK),
+        ("[2024-01-01 12:00:00,123] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+         "'--local_rank=0'] exits with return code = -9", LineKind.KILLED),
     ],
 )
 def test_kind(line: str, kind: LineKind) -> None:
@@ -299,6 +304,7 @@ def test_kind(line: str, kind: LineKind) -> None:
         "[I ProcessGroupNCCL.cpp:1234] [Rank 0] ProcessGroupNCCL initialization options: "
         "NCCL_ASYNC_ERROR_HANDLING: 1, TIMEOUT(ms): 1800000, USE_HIGH_PRIORITY_STREAM: 0",
         "max_grad_norm: inf",  # a clipping threshold set to none
+        "[2024-01-01 12:00:00,123] [INFO] [launch.py:351:main] process 1234 exits with return code = 0",
         "If there is not enough memory, lower the batch size.",  # advice, not an exception's message
     ],
 )
@@ -356,6 +362,9 @@ def test_false_positives_are_normal(line: str) -> None:
          "overflow cond: False, loss_scale: 1.0, global_norm: [1.23]",
          {"step": 10, "total_steps": 1000, "loss": 2.345, "it_per_s": pytest.approx(1 / 1.234), "lr": 1e-05,
           "grad_norm": 1.23}),
+        # verl's console logger (verl/utils/tracking.py): `step:N - key:value - …`, keys in namespaces
+        ("step:100 - actor/pg_loss:0.123 - actor/grad_norm:0.5 - critic/score/mean:0.3 - timing_s/step:12.5",
+         {"step": 100, "loss": 0.123, "grad_norm": 0.5, "it_per_s": pytest.approx(1 / 12.5)}),
         ("copied 10/100 files", {}),
         ("saving to /ckpt/step_100/model.pt", {}),
     ],

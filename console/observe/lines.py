@@ -198,15 +198,16 @@ _KIND_RULES = (
     _KindRule(
         LineKind.TRACEBACK,
         ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python", "process ",
-         "call stacks", "stack trace for"),
+         "call stacks", "stack trace for", "exit code", "return code"),
         # (asyncio heads the traceback of a callback's exception with `Exception in callback X`)
         r"Traceback \(most recent call last\)|Exception in (?:thread|callback)\b|\bterminate called (?:after|without)\b"
         r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
         # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
         # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
         rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
-        # torchrun's agent: a worker that exited with an error (a signal is `killed`, above)
-        r"|\bfailed \(exitcode: [1-9]\d*\)"
+        # a launcher's word that a worker exited with an error (a signal is `killed`, above): torchrun's agent,
+        # DeepSpeed's launch.py (`[…] exits with return code = 1`), Slurm's `Exited with exit code 1`
+        r"|\bfailed \(exitcode: [1-9]\d*\)|\bexit(?:s|ed)? with (?:return|exit) code\s*[:=]?\s*[1-9]\d*\b"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
         # Hydra's announcement of the traceback it prints next (`Error executing job with overrides: […]`)
@@ -376,7 +377,7 @@ _QUALIFIERS = tuple(_TRAIN_LOSS_WORDS | _EVAL_LOSS_WORDS)
 _LR_KEYS = frozenset(("lr", "train_lr", "learning_rate", "train_learning_rate", "cur_lr", "current_lr"))
 _LR_GROUP = re.compile(r"lr_?\d+$")  # ESPnet's `lr_0`: the first parameter group's
 _GRAD_NORM_KEYS = frozenset(("grad_norm", "gradnorm", "grad-norm", "gnorm", "grad_norm_total", "total_grad_norm",
-                             "train/grad_norm", "gradient_norm", "global_norm"))
+                             "gradient_norm", "global_norm"))
 
 # -- steps -------------------------------------------------------------------------------------------
 # Keys whose integer value is the step, the first of them on the line that gives one wins:
@@ -908,7 +909,8 @@ def _grad_norm(low: str) -> float | None:
             at = low.find("norm", end)
             continue
         token = low[start:end]
-        if token in _GRAD_NORM_KEYS or (token == "norm" and low.endswith("grad ", 0, start)):
+        # a key in a namespace is its last part (`train/grad_norm`, verl's `actor/grad_norm:0.5`)
+        if token.rpartition("/")[2] in _GRAD_NORM_KEYS or (token == "norm" and low.endswith("grad ", 0, start)):
             plain = _plain_value_after(low, end)
             if plain is not None:
                 return plain
