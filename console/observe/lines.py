@@ -32,10 +32,11 @@ _NORMAL = LineInfo()
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+"
 _NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)\b"
 # A stream's prefix before a line: torchrun's `[rank0]:`, mpirun's `[1,0]<stderr>:`, Ray's and vLLM's
-# `(EngineCore pid=104) `, a captured `stderr: ` (LineReader reads each such stream on its own).
+# `(EngineCore pid=104) `, a captured `stderr: `, docker compose's service (`vllm-1  | `, `app_1    | `)
+# (LineReader reads each such stream on its own).
 _STREAM_PREFIX = (
     r"(?:\[(?:default|rank)\d+\]:\s*|\[\d+(?:,\d+)?\]<std(?:out|err)>:\s*"
-    r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): )?"
+    r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): |[a-z][\w.-]*[-_]\d+ +\| )?"
 )
 
 
