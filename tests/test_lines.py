@@ -207,6 +207,7 @@ def test_torchrun_failures_log() -> None:
         ("Loss is NaN, stopping training", LineKind.NAN),
         ("loss: inf", LineKind.NAN),
         ("'grad_norm': inf", LineKind.NAN),
+        ("reduced_train_loss=nan.0, val_loss=inf", LineKind.NAN),  # a key is read from its start
         ("| epoch 001: loss=7.1, grad_norm 2.03 (inf), loss_scale 64", LineKind.NAN),  # its running average
         ("grad_norm: 0.3922 (0.4100)", LineKind.NORMAL),
         ("CUDA warning: misaligned address (function destroyEvent)", LineKind.CUDA_ERROR),
@@ -304,6 +305,11 @@ def test_kind(line: str, kind: LineKind) -> None:
         "[I ProcessGroupNCCL.cpp:1234] [Rank 0] ProcessGroupNCCL initialization options: "
         "NCCL_ASYNC_ERROR_HANDLING: 1, TIMEOUT(ms): 1800000, USE_HIGH_PRIORITY_STREAM: 0",
         "max_grad_norm: inf",  # a clipping threshold set to none
+        # a best-so-far tracker starts at inf (Keras' ModelCheckpoint, Lightning's EarlyStopping keep one)
+        "best_val_loss = inf",
+        "min_val_loss=inf",
+        "gradient clipping: max_norm=inf",
+        "NaN check: 0 nan values in batch",  # a count of none
         "[2024-01-01 12:00:00,123] [INFO] [launch.py:351:main] process 1234 exits with return code = 0",
         "If there is not enough memory, lower the batch size.",  # advice, not an exception's message
     ],

@@ -145,12 +145,13 @@ _KIND_RULES = (
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
         # (a Keras bar that lost its line end runs into the next epoch's heading: `loss: nanEpoch 2/10`);
-        # a clipping threshold's `max_grad_norm: inf` is a setting
-        rf"(?<!max_grad_)(?<!clip_grad_)(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?"
+        # a key that names a bound, not a reading, holds inf as its start or as "none" (`best_val_loss = inf`,
+        # `min_val_loss=inf`, `max_grad_norm: inf`, `clip_grad_norm: inf`): the key is read from its start
+        rf"(?<!\w)(?!(?:best|min|max|lowest|clip)_)\w*?(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?"
         rf"(?:{_NONFINITE}|(?:nan|inf)(?=epoch \d))|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
-        r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
+        r"|(?<![\w])(?<!no )(?<!\b0 )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
         # fp16 loss scaling gave up: every step overflowed down to the smallest scale (fatal, unlike one skip)
         r"|minimum loss scale reached|loss scale already at minimum"
         # Keras's TerminateOnNaN stopping the run
