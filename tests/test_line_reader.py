@@ -120,9 +120,23 @@ def test_a_ranks_watchdog_messages_are_one_problem_in_the_real_capture() -> None
         spans.add(LogLine(number, text, reader.read(text)))
     first = spans.problems[0]
     assert (first.kind, first.first, first.last) == (LineKind.NCCL_TIMEOUT, 117, 129)
-    # its Python traceback (under the same prefix) stays a problem of its own, named by its exception
-    assert any(p.kind is LineKind.TRACEBACK and p.name.text.startswith("[rank0]: torch.distributed.DistBackendError")
-               for p in spans.problems)
+    # its Python traceback (under the same prefix) stays a problem of its own, named by its exception, which
+    # says the communicator was aborted: the NCCL failure's kind, not a plain traceback's
+    assert any(p.kind is LineKind.NCCL_TIMEOUT and p.first > first.last
+               and p.name.text.startswith("[rank0]: torch.distributed.DistBackendError") for p in spans.problems)
+
+
+def test_a_docker_compose_services_prefix_is_its_stream() -> None:
+    # vllm-project/vllm#10439: vLLM's traceback as `docker compose` prints it, each line after `vllm-1  | `
+    lines = [
+        'vllm-1  | ERROR 11-18 18:07:28 engine.py:366]   File "/usr/local/lib/python3.12/dist-packages/vllm/worker/'
+        'worker.py", line 493, in raise_if_cache_size_invalid',
+        'vllm-1  | ERROR 11-18 18:07:28 engine.py:366]     raise ValueError("No available memory for the cache blocks. "',
+        "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks. Try "
+        "increasing `gpu_memory_utilization` when initializing the engine.",
+        "web_1    | INFO:     127.0.0.1:5000 - \"GET /health HTTP/1.1\" 200 OK",
+    ]
+    assert read(lines) == [("traceback", False), ("traceback", True), ("oom", True), ("normal", False)]
 
 
 def test_open_blocks_are_bounded() -> None:

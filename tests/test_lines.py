@@ -207,6 +207,7 @@ def test_torchrun_failures_log() -> None:
         ("Loss is NaN, stopping training", LineKind.NAN),
         ("loss: inf", LineKind.NAN),
         ("'grad_norm': inf", LineKind.NAN),
+        ("reduced_train_loss=nan.0, val_loss=inf", LineKind.NAN),  # a key is read from its start
         ("| epoch 001: loss=7.1, grad_norm 2.03 (inf), loss_scale 64", LineKind.NAN),  # its running average
         ("grad_norm: 0.3922 (0.4100)", LineKind.NORMAL),
         ("CUDA warning: misaligned address (function destroyEvent)", LineKind.CUDA_ERROR),
@@ -245,6 +246,30 @@ def test_torchrun_failures_log() -> None:
         ("Grad overflow on iteration 8", LineKind.WARNING),
         ("Error executing job with overrides: ['trainer.total_epochs=1']", LineKind.TRACEBACK),
         (" 99/100 [==>.] - ETA: 3s - loss: nanEpoch 1/1000", LineKind.NAN),  # a bar run into the next heading
+        # problem lines as the frameworks' own sources word them (issue 36, round 6):
+        # Paddle's enforce (paddle/phi/core/enforce.h) names the CUDA library that failed
+        ("OSError: (External) CUBLAS error(13). ", LineKind.CUDA_ERROR),
+        ("RuntimeError: cuFFT error: CUFFT_INTERNAL_ERROR", LineKind.CUDA_ERROR),
+        # SGLang's model_runner.py (KV pool too small) and vLLM's worker: memory ran short
+        ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", LineKind.OOM),
+        ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+         LineKind.OOM),
+        # XLA's nccl_utils.cc / TF's nccl_manager.cc word a failed NCCL call; torch's ProcessGroupNCCL.cpp
+        # aborts the communicator after a failure; NCCL's misc/socket.cc fails to accept a peer
+        ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_api.cc:501: "
+         "NCCL operation ncclCommInitRank(&comm, nranks, nccl_id, rank) failed: unhandled system error",
+         LineKind.NCCL_TIMEOUT),
+        ("RuntimeError: NCCL communicator was aborted on rank 3.", LineKind.NCCL_TIMEOUT),
+        ("node1:1:2 [0] misc/socket.cc:480 NCCL WARN [Service thread] Accept failed Resource temporarily unavailable",
+         LineKind.NCCL_TIMEOUT),
+        # torch/distributed/elastic/multiprocessing/api.py: the agent ended by a signal it was sent
+        ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 1234 got signal: 15",
+         LineKind.KILLED),
+        # deepspeed/launcher/launch.py's sigkill_handler: a worker's exit code (a signal's is `killed`)
+        ("[2024-01-01 12:00:00,123] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+         "'--local_rank=0'] exits with return code = 1", LineKind.TRACEBACK),
+        ("[2024-01-01 12:00:00,123] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+         "'--local_rank=0'] exits with return code = -9", LineKind.KILLED),
     ],
 )
 def test_kind(line: str, kind: LineKind) -> None:
@@ -276,6 +301,17 @@ def test_kind(line: str, kind: LineKind) -> None:
         "0  1.0  NaN",  # pandas' missing value
         "cudaFree: deallocation failed twice, retrying",
         "ERROR 03-29 12:59:53 [api.py:10] Request 1f2e failed with status 404: not found.",
+        # ProcessGroupNCCL.cpp's start-up options: a setting's timeout with its unit is no timeout
+        "[I ProcessGroupNCCL.cpp:1234] [Rank 0] ProcessGroupNCCL initialization options: "
+        "NCCL_ASYNC_ERROR_HANDLING: 1, TIMEOUT(ms): 1800000, USE_HIGH_PRIORITY_STREAM: 0",
+        "max_grad_norm: inf",  # a clipping threshold set to none
+        # a best-so-far tracker starts at inf (Keras' ModelCheckpoint, Lightning's EarlyStopping keep one)
+        "best_val_loss = inf",
+        "min_val_loss=inf",
+        "gradient clipping: max_norm=inf",
+        "NaN check: 0 nan values in batch",  # a count of none
+        "[2024-01-01 12:00:00,123] [INFO] [launch.py:351:main] process 1234 exits with return code = 0",
+        "If there is not enough memory, lower the batch size.",  # advice, not an exception's message
     ],
 )
 def test_false_positives_are_normal(line: str) -> None:
@@ -326,6 +362,15 @@ def test_false_positives_are_normal(line: str) -> None:
         ("Step 1,200/10,000", {"step": 1200, "total_steps": 10000}),
         ("Epoch 0:  10%|█ | 10/100 [00:01<00:09, 9.50it/s]", {"it_per_s": 9.5, "step": 10, "total_steps": 100}),
         ("step 3 | loss 2.1 | 14.2K tok/s", {"tokens_per_s": 14200.0, "loss": 2.1, "step": 3}),
+        # MindFormers' callback.py prints `{ Epoch:[%3d/%3d], step:[%5d/%5d], … per_step_time: %dms, …,
+        # global_norm: %s`: a bracketed counter padded on both sides, a time per step, the gradients' norm
+        ("{ Epoch:[  1/  2], step:[   10/ 1000], loss: 2.345, per_step_time: 1234ms, lr: 1e-05, "
+         "overflow cond: False, loss_scale: 1.0, global_norm: [1.23]",
+         {"step": 10, "total_steps": 1000, "loss": 2.345, "it_per_s": pytest.approx(1 / 1.234), "lr": 1e-05,
+          "grad_norm": 1.23}),
+        # verl's console logger (verl/utils/tracking.py): `step:N - key:value - …`, keys in namespaces
+        ("step:100 - actor/pg_loss:0.123 - actor/grad_norm:0.5 - critic/score/mean:0.3 - timing_s/step:12.5",
+         {"step": 100, "loss": 0.123, "grad_norm": 0.5, "it_per_s": pytest.approx(1 / 12.5)}),
         ("copied 10/100 files", {}),
         ("saving to /ckpt/step_100/model.pt", {}),
     ],

@@ -32,10 +32,11 @@ _NORMAL = LineInfo()
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+"
 _NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)\b"
 # A stream's prefix before a line: torchrun's `[rank0]:`, mpirun's `[1,0]<stderr>:`, Ray's and vLLM's
-# `(EngineCore pid=104) `, a captured `stderr: ` (LineReader reads each such stream on its own).
+# `(EngineCore pid=104) `, a captured `stderr: `, docker compose's service (`vllm-1  | `, `app_1    | `)
+# (LineReader reads each such stream on its own).
 _STREAM_PREFIX = (
     r"(?:\[(?:default|rank)\d+\]:\s*|\[\d+(?:,\d+)?\]<std(?:out|err)>:\s*"
-    r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): )?"
+    r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): |[a-z][\w.-]*[-_]\d+ +\| )?"
 )
 
 
@@ -60,7 +61,8 @@ _KIND_RULES = (
         # plain "memory" would run the regex on every step line that reports memory use
         ("out of memory", "memoryerror", "alloc_failed", "exhausted", "memoryallocation", "out of resource",
          "oom when allocating", "defaultcpuallocator", "error_outofmemory", "error_out_of_memory", "bad_alloc",
-         "errno 12", "failed to allocate", "alloc failed", "mem failed", "memory failed", "more than total"),
+         "errno 12", "failed to allocate", "alloc failed", "mem failed", "memory failed", "more than total",
+         "enough memory", "available memory", "insufficient memory"),
         r"cuda out of memory|outofmemoryerror|\bmemoryerror\b|cublas_status_alloc_failed"
         r"|resource_?exhausted|resource exhausted|cudaerrormemoryallocation|oom when allocating|hip_error_outofmemory"
         r"|cuda_error_out_of_memory"
@@ -77,6 +79,10 @@ _KIND_RULES = (
         # Triton: a kernel that asks for more shared memory than the GPU has, raised as an exception
         # (Inductor's autotuner only logs it, as a warning, for a candidate it then skips)
         r"|outofresources: out of resource|defaultcpuallocator: (?:can't allocate|not enough) memory"
+        # an exception whose message opens by saying memory ran short (SGLang's `RuntimeError: Not enough
+        # memory. Please try to increase --mem-fraction-static.`, vLLM's `ValueError: No available memory
+        # for the cache blocks.`); advice that names it later in a sentence is no failure
+        r"|(?:error|exception): (?:not enough|no available|insufficient) (?:\w+ )?memory\b"
         # the kernel's OOM killer also says "out of memory": that is a kill, below; TensorFlow's
         # allocator says it when a retry may still succeed ("this is not a failure"): a warning;
         # advice and forecasts name it too ("to avoid out of memory", "the out of memory issue", "running out of")
@@ -89,13 +95,16 @@ _KIND_RULES = (
     _KindRule(
         LineKind.CUDA_ERROR,
         ("cuda", "status_", "xid", "illegal", "fallen off", "launch failure", ".cu:", "nvrm", "kernel image",
-         "nvidia driver", "hip error", "nvml", "memory access fault", "amdgpu"),
+         "nvidia driver", "hip error", "nvml", "memory access fault", "amdgpu", "cublas error", "cudnn error",
+         "cufft error", "curand error", "cusparse error", "cusolver error"),
         r"\bcuda error\b|cuda runtime error|device-side assert triggered|cudaerror\w*|illegal memory access"
         r"|illegal instruction (?:was )?encountered|\bcu[a-z]*_status_(?!success)[a-z]\w*|\bxid\b|fallen off the bus"
         # the driver API's status (CUDA_ERROR_ILLEGAL_ADDRESS), a glog CHECK that a CUDA call failed
         # (`Check failed: error == cudaSuccess (74 vs. 0)`), TensorRT's `Error Code 1: Cuda Runtime (…)`, AMD's HIP
         r"|\bcuda_error_(?!success\b)[a-z]\w*|check failed: .{0,80}?\b(?:cuda|cu[a-z]*_status_)success\b"
         r"|error code \d+: cuda runtime|\bhip error\b"
+        # a CUDA library's error by its name (Paddle's `CUBLAS error(13).`, `CUDNN error(9)`, torch's `cuFFT error:`)
+        r"|\bcu(?:blas|dnn|fft|rand|sparse|solver) error\b"
         # the driver API's and Triton's wording of a CUDA error (`CUDA driver error: invalid argument`,
         # `Triton Error [CUDA]: misaligned address`); ROCm's illegal address (`Memory access fault by GPU node-2`)
         r"|\bcuda driver error\b|\berror \[cuda\]|\bmemory access fault by gpu\b"
@@ -120,10 +129,13 @@ _KIND_RULES = (
         r"collective operation timeout|heartbeat monitor timed out|\bchecktimeout\b"
         # atomic: commit to the first "nccl", so a line full of them stays linear
         r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
+        # an NCCL call that failed as its caller words it (XLA's `NCCL operation ncclCommInitRank(…) failed:`,
+        # TF's `NCCL operation ncclAllReduce failed`), and the communicator torch aborted after a failure
+        r"|\bnccl operation \w+(?:\([^)]{0,200}\))? failed\b|\bnccl communicator was aborted\b"
         # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
-        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|socket|recv|send|complet(?:e|ion|ed)|proxy|ibv_\w+|message"
+        r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|accept|socket|recv|send|complet(?:e|ion|ed)|proxy|ibv_\w+|message"
         r"|request)\b)(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err|unexpected)\b)"
-        r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!\s*(?:[:=]|is|set|of|to)\b)|watchdog"
+        r"|\A(?>.*?nccl).*?(?:\b(?:timed out|timing out)\b|\btimeout\b(?!(?:\(\w+\))?\s*(?:[:=]|(?:is|set|of|to)\b))|watchdog"
         # the watchdog's last words before it ends the process
         r"|taking the entire process down)",
         lower=True,
@@ -132,12 +144,14 @@ _KIND_RULES = (
         LineKind.NAN,
         ("nan", "inf", "non-finite", "loss scale", "invalid loss"),
         # a loss or a norm whose value is not finite, or a message saying one was seen
-        # (a Keras bar that lost its line end runs into the next epoch's heading: `loss: nanEpoch 2/10`)
-        rf"(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?"
+        # (a Keras bar that lost its line end runs into the next epoch's heading: `loss: nanEpoch 2/10`);
+        # a key that names a bound, not a reading, holds inf as its start or as "none" (`best_val_loss = inf`,
+        # `min_val_loss=inf`, `max_grad_norm: inf`, `clip_grad_norm: inf`): the key is read from its start
+        rf"(?<!\w)(?!(?:best|min|max|lowest|clip)_)\w*?(?:loss|norm)\w*['\"\]]?\s*(?:[:=]\s*|\s+)['\"]?(?:tensor\()?(?:(?:{_NUMBER})\s*\(\s*)?"
         rf"(?:{_NONFINITE}|(?:nan|inf)(?=epoch \d))|tensor\({_NONFINITE}"
         r"|returned nan values|non-finite|number of nan iterations:\s*[1-9]"
         r"|(?:is|detected|found|encountered|got|contains?|produced|became)\s+(?:an?\s+)?(?:nan|inf(?:inite|inity)?)\b"
-        r"|(?<![\w])(?<!no )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
+        r"|(?<![\w])(?<!no )(?<!\b0 )(?:nan|inf)\s+(?:detected|found|encountered|loss|values?|gradients?)\b"
         # fp16 loss scaling gave up: every step overflowed down to the smallest scale (fatal, unlike one skip)
         r"|minimum loss scale reached|loss scale already at minimum"
         # Keras's TerminateOnNaN stopping the run
@@ -163,6 +177,8 @@ _KIND_RULES = (
         # a signal that ends a process, by name, or a process reported ended by one (`child terminated by
         # signal: 6`, gdb's `received signal SIGABRT`)
         r"|\bSIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE)\b|\b(?:terminated|exited|interrupted)(?: abnormally)? (?:by|on|with) signal\b"
+        # torchrun's agent ended by a signal it was sent (`SignalException: Process 17 got signal: 15`)
+        r"|\bProcess \d+ got signal: \d+"
         # glog's failure-signal handler (TensorFlow, Paddle, caffe) heads its dump with the time it died
         r"|\*\*\* Aborted at \d+ \(unix time\)|\*\*\* Process received signal \*\*\*"
         # a negative exit code is the signal that ended the process; 128+N is the shell's way to say it
@@ -184,15 +200,16 @@ _KIND_RULES = (
     _KindRule(
         LineKind.TRACEBACK,
         ("traceback", "exception", "error", "interrupt", "terminate called", "failed", "fatal python", "process ",
-         "call stacks", "stack trace for"),
+         "call stacks", "stack trace for", "exit code", "return code"),
         # (asyncio heads the traceback of a callback's exception with `Exception in callback X`)
         r"Traceback \(most recent call last\)|Exception in (?:thread|callback)\b|\bterminate called (?:after|without)\b"
         r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
         # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
         # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
         rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
-        # torchrun's agent: a worker that exited with an error (a signal is `killed`, above)
-        r"|\bfailed \(exitcode: [1-9]\d*\)"
+        # a launcher's word that a worker exited with an error (a signal is `killed`, above): torchrun's agent,
+        # DeepSpeed's launch.py (`[…] exits with return code = 1`), Slurm's `Exited with exit code 1`
+        r"|\bfailed \(exitcode: [1-9]\d*\)|\bexit(?:s|ed)? with (?:return|exit) code\s*[:=]?\s*[1-9]\d*\b"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
         # Hydra's announcement of the traceback it prints next (`Error executing job with overrides: […]`)
@@ -335,7 +352,7 @@ _TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|sec)/(?:step|batc
 _UNIT_AS_KEY = re.compile(r"(?<![a-z])(?P<u>ms|s|sec)/(?:batch|step|iter)\b")  # `s/batch 0.63`, `ms/batch 45.67`
 _EXPLICIT_TIME_KEYS = ("step_avg", "time per iteration", "time per step", "per-step time", "step_time",
                        "step time", "train_step_timing", "time/step", "time/iter", "step_timing", "time_per_step",
-                       "time_per_iteration")
+                       "time_per_iteration", "per_step_time")
 _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iteration_time", "batch_time",
                     "batch time", "batch (t)", "batch_cost", "avg_batch_cost", "dt", "train_time", "seconds")
 # The time keys' gate: a line holds one of these where it states a time per step.
@@ -362,7 +379,7 @@ _QUALIFIERS = tuple(_TRAIN_LOSS_WORDS | _EVAL_LOSS_WORDS)
 _LR_KEYS = frozenset(("lr", "train_lr", "learning_rate", "train_learning_rate", "cur_lr", "current_lr"))
 _LR_GROUP = re.compile(r"lr_?\d+$")  # ESPnet's `lr_0`: the first parameter group's
 _GRAD_NORM_KEYS = frozenset(("grad_norm", "gradnorm", "grad-norm", "gnorm", "grad_norm_total", "total_grad_norm",
-                             "train/grad_norm", "gradient_norm"))
+                             "gradient_norm", "global_norm"))
 
 # -- steps -------------------------------------------------------------------------------------------
 # Keys whose integer value is the step, the first of them on the line that gives one wins:
@@ -377,9 +394,10 @@ _STEP_VALUE = re.compile(
 )
 # `global_step/max_steps: '5/3766'`: a pair of keys and a pair of values.
 _PAIR_KEY_VALUE = re.compile(r"/[a-z_]+['\"]?\s*[:=]\s*['\"]?(?P<s>\d+)/(?P<t>\d+)\b")
-# A bracketed counter `[ 40/5000000]`, `[1][640/1730]`, `[  50/10009 (  0%)]`: the last one is the step
-# (of the epoch, or the run); one keyed by `epoch` is the epoch.
-_BRACKET = re.compile(r"\[\s*(?P<s>\d+)/(?P<t>\d+)\s*(?:\]|\()")
+# A bracketed counter `[ 40/5000000]`, `[1][640/1730]`, `[  50/10009 (  0%)]`, both sides padded
+# (MindFormers' `step:[%5d/%5d]`: `step:[   10/ 1000]`): the last one is the step (of the epoch, or
+# the run); one keyed by `epoch` is the epoch.
+_BRACKET = re.compile(r"\[\s*(?P<s>\d+)\s*/\s*(?P<t>\d+)\s*(?:\]|\()")
 #: torch's logs name a compiled frame "[frame/recompile]" right after their glog header's `file.py:LINE]`:
 #: `convert_frame.py:964] [0/8] torch._dynamo hit config.recompile_limit` is no step 0 of 8.
 _COMPILE_ID_BEFORE = re.compile(r"torch/\S*\.py:\d+\]\s*$")
@@ -893,7 +911,8 @@ def _grad_norm(low: str) -> float | None:
             at = low.find("norm", end)
             continue
         token = low[start:end]
-        if token in _GRAD_NORM_KEYS or (token == "norm" and low.endswith("grad ", 0, start)):
+        # a key in a namespace is its last part (`train/grad_norm`, verl's `actor/grad_norm:0.5`)
+        if token.rpartition("/")[2] in _GRAD_NORM_KEYS or (token == "norm" and low.endswith("grad ", 0, start)):
             plain = _plain_value_after(low, end)
             if plain is not None:
                 return plain
