@@ -33,6 +33,7 @@ from console.diagnose import (
     RecoveredFamily,
     StackSummary,
     Verdict,
+    baseline_of,
     diagnose,
     log_proves,
     slow_look_due,
@@ -270,6 +271,9 @@ class RunLook:
         self._slow_look: SlowLook | None = None
         """The slow look of the slowdown in progress: taken once per slowdown, held while it lasts."""
         self._estimated_s: float | None = None
+        self.baseline: Baseline | None = None
+        """What the last verdict measured the run's rate against (console.diagnose.baseline_of): the
+        config's, else the journal's or the log's best sustained rate; None before it has one."""
         self.quiet = False
         """The last verdict found the log quiet, no look at the stacks held yet: the floor is seconds
         away, so a caller judges every second (not every CHEAP_DIAGNOSIS_S) until the look is due."""
@@ -287,6 +291,7 @@ class RunLook:
             return CheapVerdict(None, False, False)
         self._estimated_s = evidence.log_write_interval_s if evidence.log_rhythm_estimated else None
         evidence = replace(evidence, rate_history=self.rate_histories.get(evidence.rate_metric or ""))
+        self.baseline = baseline_of(evidence)
         due = self.target is not None and self.looks.due(evidence, self.config)
         held = self._with_slow_look(self.looks.apply(evidence))
         verdict = diagnose(held, self.config)

@@ -131,3 +131,22 @@ def test_a_rate_back_above_the_line_ends_the_mark_and_no_verdict_draws_none():
     state.add_lines([replace(best, number=lines[-1].number + 1, time=capture.now)])
     again = throughput_view(state, MetricsConfig(), capture.now, found)
     assert (again.slow_from, again.slow_for_s, again.learned) == (None, None, False)
+
+
+def test_without_a_configured_baseline_the_rate_is_shown_against_the_one_its_verdict_uses_slow_or_not():
+    at, _ = LOOKS["slow_loader"]
+    capture = Capture("slowdowns/slow_loader", look=at)
+    state = RunState(clock=lambda: capture.now)
+    state.add_lines([line for line in capture.lines() if line.time < truth_start(capture, at)])  # before it slowed
+    metric = state.rate_metric
+    assert metric is not None
+    learned = slowness.from_log(state.values(metric))
+    assert learned is not None
+    view = throughput_view(state, MetricsConfig(), capture.now, None, learned)
+    assert (view.baseline, view.learned, view.slow_from) == (learned.rate, True, None)
+    # A baseline the config sets is the one shown: the verdict measures by it too.
+    configured = MetricsConfig(**{f"baseline_{metric}": 2 * learned.rate})
+    view = throughput_view(state, configured, capture.now, None, slowness.Baseline(2 * learned.rate, "config"))
+    assert (view.baseline, view.learned) == (2 * learned.rate, False)
+    # Nothing learned yet: no baseline, as before.
+    assert throughput_view(state, MetricsConfig(), capture.now).baseline is None

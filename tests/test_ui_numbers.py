@@ -43,3 +43,23 @@ def test_a_real_change_still_spans_the_height_and_zeros_are_the_floor():
     assert steady_scale([100.0, 1000.0]) == (100.0, 1000.0)
     assert steady_scale([0.0, 0.0]) == (0.0, 1.0)
     assert sparkline_rows([0.0, 0.0], 4, 1, steady_scale([0.0, 0.0]))[0] == [("▁", 0.0)] * 4
+
+
+async def test_without_a_baseline_in_the_config_the_rate_is_shown_against_its_best_sustained():
+    from dataclasses import replace
+
+    from tests.snapshot_apps.scenarios import make_config
+
+    config = make_config()
+    app = make_app("healthy", config=replace(config, metrics=replace(config.metrics, baseline_tokens_per_s=None)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        sample = app.state.latest
+        app.clock.advance(2.0)
+        app.state.add_sample(replace(sample, time=sample.time + 2.0))  # a verdict needs two samples
+        app.cheap_diagnosis()
+        app.run_screen.refresh_panes()
+        await pilot.pause()
+        assert app.look.baseline is not None and app.look.baseline.source == "log"
+        shown = app.query_one(ThroughputPane).figures["baseline"].plain
+        assert " of its best sustained " in shown and "no baseline" not in shown, shown

@@ -194,6 +194,7 @@ class PulseApp(ThemedApp):
             verdict=lambda: self.verdict,
             thresholds=lambda: self.thresholds,
             usual_s=lambda: self.look.usual_s,
+            baseline=lambda: self.look.baseline,
             read_only=read_only,
             clock=clock,
             on_first_sample=self.settle_heap_once,  # start-up is over: the first sample is on screen

@@ -18,7 +18,7 @@ from console.diagnose import Verdict
 from console.model import ConnectionStatus, GpuReading, Sample, gpus_by_role
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
-from console.slowness import Slowdown, slowdown
+from console.slowness import Baseline, Slowdown, slowdown
 from console.state import RATE_UNITS, RunState
 from console.stall import Silence, is_stalled
 from console.units import counted, format_duration, format_indices
@@ -396,15 +396,22 @@ def rate_stale_s(state: RunState, now: float) -> float | None:
     return age if age > max(STALE_RATE_MIN_S, STALE_RATE_GAPS * usual) else None
 
 
-def throughput_view(state: RunState, metrics: MetricsConfig, now: float, found: Slowdown | None = None) -> ThroughputView:
+def throughput_view(
+    state: RunState, metrics: MetricsConfig, now: float, found: Slowdown | None = None, learned: Baseline | None = None,
+) -> ThroughputView:
     """The throughput pane's figures: rate against baseline over RATE_WINDOW_S, loss, step and ETA; with
     the slowdown the diagnosis `found`, its baseline and where it began among the values shown (judged
-    again on the newest values, console.slowness.slowdown: a rate back above the line ends it)."""
+    again on the newest values, console.slowness.slowdown: a rate back above the line ends it). Without
+    a baseline in the config, the rate is shown against `learned`, the one the verdict measures it by
+    (the run's best sustained rate), slow or not."""
     metric = state.rate_metric
     values = state.values(metric, newest=SPARK_POINTS) if metric else []
     recent = (state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]) if metric else []
     bar = state.progress
     baseline = metrics.baseline(metric) if metric else metrics.baseline_tokens_per_s
+    from_run = baseline is None and learned is not None and learned.source != "config"
+    if from_run and learned is not None:
+        baseline = learned.rate
     slow_from = slow_for_s = None
     now_slow = slowdown(state.values(metric), found.baseline, found.fraction) if found and metric else None
     if now_slow is not None and metric is not None:
@@ -419,7 +426,7 @@ def throughput_view(state: RunState, metrics: MetricsConfig, now: float, found: 
         average=sum(recent) / len(recent) if recent else None,
         minimum=min(recent) if recent else None,
         baseline=baseline,
-        learned=now_slow is not None and now_slow.baseline.source != "config",
+        learned=now_slow.baseline.source != "config" if now_slow is not None else from_run,
         slow_from=slow_from,
         slow_for_s=slow_for_s,
         stale_s=rate_stale_s(state, now) if metric else None,

@@ -23,7 +23,7 @@ from textual.widgets import Input
 from console.config import Config
 from console.diagnose import Verdict
 from console.model import Sample, run_pids
-from console.slowness import Slowdown
+from console.slowness import Baseline, Slowdown
 from console.observe.roles import fold_helpers
 from console.state import RunState
 from console.stall import Silence
@@ -89,6 +89,7 @@ class RunScreen(BaseScreen):
         verdict: Callable[[], Verdict | None],
         thresholds: Callable[[], Thresholds],
         usual_s: Callable[[], float | None] = lambda: None,
+        baseline: Callable[[], Baseline | None] = lambda: None,
         read_only: bool = False,
         clock: Callable[[], float] = time.monotonic,
         node_name: str | None = None,
@@ -105,6 +106,8 @@ class RunScreen(BaseScreen):
         self.thresholds = thresholds
         self.usual_s = usual_s
         """The run's usual gap between log writes (None: not learned): the processes box's stall limit."""
+        self.baseline = baseline
+        """What the verdict measures the run's rate against (None: nothing yet): the throughput pane's."""
         self.read_only = read_only
         self.clock = clock
         self.node_name = node_name
@@ -268,7 +271,7 @@ class RunScreen(BaseScreen):
             self._show_gpu_graphs()
             self.process_pane.show(fold_helpers(sample.processes, self.config.stall.cpu_idle_pct))
             self.on_first_sample()
-        self.throughput_pane.show(throughput_view(self.state, self.config.metrics, self.clock(), found))
+        self.throughput_pane.show(throughput_view(self.state, self.config.metrics, self.clock(), found, self.baseline()))
         self._refresh_titles(now)
 
     def _show_gpu_graphs(self) -> None:
