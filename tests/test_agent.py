@@ -513,6 +513,8 @@ def test_a_sample_reads_the_run_and_new_processes_finds_a_late_one_and_drops_an_
     name = unique_name()
     sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
     others = {spawn(["sleep", "300"]).pid for _ in range(20)}
+    # Each has exec'd before the watch first reads it: an exec after that is a change, read again.
+    wait_until(lambda: all(Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0") for pid in others), "the sleeps' exec")
     first = spawn([*sleep, name])
     watch = agent.ProcessWatch(name, "")
     wait_until(lambda: [p["pid"] for p in watch.read()[0]] == [first.pid], "the run")
