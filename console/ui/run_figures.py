@@ -409,9 +409,9 @@ def throughput_view(
     recent = (state.values(metric, since_s=RATE_WINDOW_S) or values[-1:]) if metric else []
     bar = state.progress
     baseline = metrics.baseline(metric) if metric else metrics.baseline_tokens_per_s
-    from_run = baseline is None and learned is not None and learned.source != "config"
-    if from_run and learned is not None:
-        baseline = learned.rate
+    from_run = False
+    if baseline is None and learned is not None and learned.source != "config":
+        baseline, from_run = learned.rate, True
     slow_from = slow_for_s = None
     now_slow = slowdown(state.values(metric), found.baseline, found.fraction) if found and metric else None
     if now_slow is not None and metric is not None:
