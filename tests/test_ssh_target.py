@@ -7,11 +7,13 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from console.config import TargetConfig
 from console.model import ConnectionState, ConnectionStatus
 from console.remote.connect import make_target
+from console.remote import ssh
 from console.remote.ssh import SshTarget
 from console.remote.target import split_user
 from console.remote.target import LocalTarget, TargetError
@@ -165,6 +167,36 @@ async def test_many_parallel_commands_queue_behind_max_sessions(tmp_path: Path, 
         assert outputs == [[str(i), str(i + 1), str(i + 2)] for i in range(6)]
     finally:
         server.stop()
+
+
+async def test_many_hosts_handshake_a_few_at_a_time(sshd: SshServer, targets, tmp_path: Path, monkeypatch) -> None:
+    """A fleet connects to every node at once: no more than HANDSHAKES_AT_ONCE key exchanges are in
+    flight, the hosts behind them say that they wait for one, and every host connects."""
+    monkeypatch.setattr(ssh, "HANDSHAKES_AT_ONCE", 2)
+    real_connect, in_flight, most = asyncssh.connect, 0, 0
+
+    async def counted(*args, **kwargs):
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await real_connect(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(asyncssh, "connect", counted)
+    hosts = []
+    for index in range(6):  # a known_hosts file of its own makes each a host of its own: its own connection
+        known = tmp_path / f"known_hosts{index}"
+        known.write_bytes(Path(sshd.known_hosts).read_bytes())
+        hosts.append(targets(sshd.target_config(known_hosts=str(known))))
+    states = [StateLog(host) for host in hosts]
+    results = await asyncio.gather(*(host.run("echo up", 30) for host in hosts))
+    assert [r.stdout for r in results] == ["up\n"] * 6
+    assert most == 2
+    waited = [s for s in states if "waiting for one of 2 SSH handshakes in flight" in s.details]
+    assert len(waited) >= 4
+    assert all(s.seen[-1] is ConnectionStatus.CONNECTED for s in states)
 
 
 async def test_reconnects_after_server_restart(own_sshd: SshServer, targets) -> None:

@@ -18,7 +18,8 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncssh
@@ -35,6 +36,11 @@ DEFAULT_MAX_CHANNELS = 8
 KEEPALIVE_INTERVAL_S = 5.0
 KEEPALIVE_COUNT_MAX = 3
 CONNECT_TIMEOUT_S = 10.0
+HANDSHAKES_AT_ONCE = 32
+"""SSH handshakes in flight at once in this process, as pdsh's default fanout. A fleet connects to
+every node at once; unbounded, a thousand key exchanges queue on this machine's CPU, each one's
+CONNECT_TIMEOUT_S runs out in the queue, every node reads as unreachable, and their reconnects
+storm again. Bounded, each connect's timeout counts its own handshake, not the others'."""
 OPEN_TIMEOUT_S = 30.0
 """How long `open()` waits for a connection (also while reconnecting) and for the channel."""
 BACKOFF_FIRST_S = 0.5
@@ -258,8 +264,9 @@ class _Connection:
             address = f"{options.host}:{options.port}"
             where = address if options.host == self.label else f"{self.label} ({address})"
             try:
-                # The config again, for the ProxyJump hops: asyncssh reads it afresh for each.
-                conn = await asyncssh.connect(self.host, options=options, config=self._config_paths)
+                async with _handshake_slot(self):
+                    # The config again, for the ProxyJump hops: asyncssh reads it afresh for each.
+                    conn = await asyncssh.connect(self.host, options=options, config=self._config_paths)
             except Exception as exc:  # every failure becomes one line for the operator
                 by_hand = f"ssh {self.label}" + (f" -p {self.cfg.port}" if self.cfg.port else "")
                 raise _describe(exc, where, options, host_keys, by_hand) from None
@@ -513,6 +520,17 @@ class _SshChannel:
 _connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, _Connection]] = (
     weakref.WeakKeyDictionary()
 )
+_handshakes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def _handshake_slot(connection: _Connection) -> AsyncIterator[None]:
+    """One of this event loop's HANDSHAKES_AT_ONCE; while none is free the connection says it waits."""
+    slots = _handshakes.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(HANDSHAKES_AT_ONCE))
+    if slots.locked():
+        connection._set_state(ConnectionStatus.CONNECTING, f"waiting for one of {HANDSHAKES_AT_ONCE} SSH handshakes in flight")
+    async with slots:
+        yield
 
 
 class SshTarget(Target):
