@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from console.config import Config
-from console.diagnose import Evidence, Verdict, diagnose
+from console.diagnose import Evidence, Verdict, baseline_of, diagnose
 from console.verdicts import kind, severity
 from console.evidence import state_evidence
 from console.fleet.slurm import SlurmClient
@@ -28,7 +28,7 @@ from console.observe.roles import RUN_ROLES
 from console.remote.connect import make_target
 from console.remote.srun import SrunTarget
 from console.remote.target import Target, split_user
-from console.slowness import against_fastest, slowest_of
+from console.slowness import Baseline, against_fastest, slowest_of
 from console.state import RATE_UNITS, RunState
 from console.units import format_duration
 
@@ -81,6 +81,8 @@ class FleetNode:
     judged_on: tuple[float | None, int] | None = None
     """What the verdict was formed from: the state's last sample time and lines received."""
     judged_at: float = float("-inf")
+    baseline: Baseline | None = None
+    """What the verdict measured the node's rate against (baseline_of), for the node's run screen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +170,10 @@ def node_logs(config: Config, job: SlurmJob | None, nodes: list[str]) -> list[st
     return [None] * len(nodes)
 
 
-def node_verdict(state: RunState, config: Config) -> Verdict | None:
-    """The cheap verdict from what a node's monitor already holds."""
+def node_verdict(state: RunState, config: Config) -> tuple[Verdict, Baseline | None] | None:
+    """The cheap verdict from what a node's monitor already holds, and what it measured the rate against."""
     evidence = state_evidence(state, config)
-    return diagnose(evidence, config) if evidence is not None else None
+    return None if evidence is None else (diagnose(evidence, config), baseline_of(evidence))
 
 
 #: Said when SSH to a Slurm job's node fails: many clusters allow SSH to the login node only.
@@ -389,7 +391,9 @@ class Fleet:
             else:
                 now, seen = state.clock(), (state.last_sample_at, state.lines_received)
                 if seen != node.judged_on or now - node.judged_at >= node.config.gpus.poll_s:
-                    node.verdict = node_verdict(state, node.config) or node.verdict
+                    judged = node_verdict(state, node.config)
+                    if judged is not None:
+                        node.verdict, node.baseline = judged
                     node.judged_on, node.judged_at = seen, now
 
     def verdict(self) -> Verdict | None:

@@ -9,6 +9,7 @@ from console.ui.screens.fleet_screen import FleetApp, FleetTable, NodeScreen, Te
 from console.ui.panes.log_pane import LogPane
 from console.ui.panes.process_pane import ProcessPane
 from console.ui.panes.status_bar import StatusBar
+from console.ui.panes.throughput_pane import ThroughputPane
 from tests.fleet.test_fleet_hosts import fleet_config, writer  # noqa: F401  (the writer fixture)
 
 
@@ -50,6 +51,14 @@ async def test_rows_header_node_panes_and_diagnosis(sshd, tmp_path: Path, writer
         box.refresh = lambda *args, **kwargs: (refreshed.append(args), refresh(*args, **kwargs))[1]
         app.screen.refresh_panes()  # as each second: the same titles repaint nothing of the box
         assert refreshed == []
+        box.refresh = refresh
+        # The config sets no baseline: the node's rate is shown against the one its verdict measures it
+        # by, its log's best sustained rate, once the log has given enough rates (MIN_LOG_VALUES).
+        node = app.screen.node
+        await wait_for(pilot, lambda: node.baseline is not None, tries=600)
+        app.screen.refresh_panes()
+        shown = app.screen.query_one(ThroughputPane).figures["baseline"].plain
+        assert shown.startswith("100% of its best sustained 1.5K"), shown
         await pilot.press("escape")
         assert app.screen is app.fleet_screen
 

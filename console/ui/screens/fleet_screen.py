@@ -146,6 +146,8 @@ class NodeScreen(RunScreen):
             node.state,
             verdict=lambda: node.verdict,
             thresholds=thresholds,
+            usual_s=node.state.write_interval_s,
+            baseline=lambda: node.baseline,
             read_only=read_only,
             clock=node.state.clock,
             node_name=node.name,
