@@ -62,7 +62,12 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     if shutil.which("slurmctld") is None and os.geteuid() != 0:
         pytest.skip("Slurm is not installed and installing it needs root (scripts/setup --test)")
     folder = tmp_path_factory.mktemp("slurm")
-    started = subprocess.run([str(ROOT / "scripts/slurm-up"), str(folder)], capture_output=True, text=True, timeout=600)
+    # Each pytest-xdist worker runs a cluster of its own on this one machine, and a job's processes are
+    # told by their SLURM_JOB_ID: two clusters counting from 1 would give a job the other's processes.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    env = {**os.environ, "PULSE_SLURM_FIRST_JOB_ID": str(1 + 100_000 * worker)}
+    started = subprocess.run([str(ROOT / "scripts/slurm-up"), str(folder)], capture_output=True, text=True, timeout=600,
+                             env=env)
     if started.returncode != 0:
         subprocess.run([str(ROOT / "scripts/slurm-down"), str(folder)], capture_output=True, timeout=60)
         pytest.fail(f"scripts/slurm-up failed: {started.stderr.strip()[-500:]}")
