@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def command_lines() -> list[bytes]:
     return found
 
 
-def fleet_config(sshd, tmp_path: Path, log: Path):
+def fleet_toml(sshd, tmp_path: Path, log: Path, *, name: str | None = None) -> str:
     """Two nodes: the test sshd, and an alias whose port nothing listens on."""
     ssh_config = tmp_path / "ssh_config"
     ssh_config.write_text(
@@ -58,10 +59,17 @@ def fleet_config(sshd, tmp_path: Path, log: Path):
         + f"Host pulse-dead\n  HostName 127.0.0.1\n  Port {closed_port()}\n  User {sshd.user}\n"
         f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n  BatchMode yes\n"
     )
-    return parse_config(
+    named = f'name = "{name}"\n' if name else ""
+    # This test's own writer, by its path: another test's, running beside it on another worker, is not this run.
+    match = re.escape(str(log.parent / "fleet_writer.py"))
+    return (
         f'[target]\nhosts = ["{sshd.alias}", "pulse-dead"]\nssh_config = "{ssh_config}"\nknown_hosts = "{sshd.known_hosts}"\n'
-        f'[run]\nlog = "{log}"\nmatch = \'fleet_writer[.]py\'\n[gpus]\npoll_s = 0.3\n'
+        f'[run]\n{named}log = "{log}"\nmatch = \'{match}\'\n[gpus]\npoll_s = 0.3\n'
     )
+
+
+def fleet_config(sshd, tmp_path: Path, log: Path):
+    return parse_config(fleet_toml(sshd, tmp_path, log))
 
 
 async def test_monitors_rows_and_summary(sshd, tmp_path: Path, writer: Path) -> None:

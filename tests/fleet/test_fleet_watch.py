@@ -17,23 +17,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fleet.test_fleet_hosts import closed_port, writer  # noqa: F401 - the writer fixture
+from tests.fleet.test_fleet_hosts import fleet_toml, writer  # noqa: F401 - the writer fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def fleet_config(sshd, tmp_path: Path, log: Path) -> Path:
-    ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text(
-        sshd.ssh_config.read_text()
-        + f"Host pulse-dead\n  HostName 127.0.0.1\n  Port {closed_port()}\n  User {sshd.user}\n"
-        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n  BatchMode yes\n"
-    )
     config = tmp_path / "fleet.toml"
-    config.write_text(
-        f'[target]\nhosts = ["{sshd.alias}", "pulse-dead"]\nssh_config = "{ssh_config}"\nknown_hosts = "{sshd.known_hosts}"\n'
-        f'[run]\nname = "train"\nlog = "{log}"\nmatch = \'fleet_writer[.]py\'\n[gpus]\npoll_s = 0.3\n'
-    )
+    config.write_text(fleet_toml(sshd, tmp_path, log, name="train"))
     return config
 
 
