@@ -39,6 +39,54 @@ _STREAM_PREFIX = (
     r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): |[a-z][\w.-]*[-_]\d+ +\| )?"
 )
 
+# What launchers and log collectors write before each line a program printed, peeled off before the
+# line is read (by its shape: lower case, digits made 0). A stream's prefix (LineReader reads each
+# stream on its own): torchrun's `[rank3]:` and `--tee`'s `[default0]:`, mpirun's `[1,0]<stderr>:`,
+# Ray's `(RayTrainWorker pid=1234)`, `(pid=1234, ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `,
+# pdsh's host (DeepSpeed's multi-node launcher: `worker-1: `, `10.0.0.2: `), docker compose's service
+# (`vllm-1  | `), kubectl --prefix's `[pod/x/c] `, a captured `stderr: `; or a time that names no stream:
+# docker's, kubectl's and GitHub Actions' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `), syslog's
+# and journald's head (`Jan 01 12:00:00 host python[1234]: `), dmesg's `[12345.678901] `. A log
+# record's own header (`2024-01-01 12:00:00,123 - ERROR - `, glog's `E0626 …]`) is no wrapper: the
+# block rules read its level.
+_WRAPPER = re.compile(
+    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d+,\d+\]<std(?:out|err)>: ?|\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
+    r"|\(raylet(?:, ip=[\d.]+)?\) ?|std(?:out|err): |\[pod/[\w.-]+/[\w.-]+\] |[a-z][\w.-]*[-_]\d+ +\| "
+    r"| {0,4}\d{1,5}: |(?:localhost|\d+\.\d+\.\d+\.\d+"
+    r"|(?![\w.-]*(?:error|exception|warning))(?!(?:step|iter|epoch|batch)\w*: )[a-z][\w-]*\d[\w.-]*): )"
+    r"|\d{4}-\d\d-\d\dt\d\d:\d\d:\d\d(?:[.,]\d+)?(?:z|[+-]\d\d:?\d\d) "
+    r"|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec) +\d{1,2} \d\d:\d\d:\d\d [\w.-]+ [\w./@-]+(?:\[\d+\])?: "
+    r"|\[ *\d+\.\d{6}\] ",
+    re.ASCII,
+)
+#: A colour code whose escape a paste lost (`[36m(RayWorker pid=7)[0m`, `[1;31mRuntimeError[0m:`) or kept.
+_COLOUR = re.compile(r"\x1b?\[[\d;]{0,12}m")
+
+
+def _wrapper_end(shape: str) -> int:
+    """Where the line a program printed starts, after its launchers' and collectors' wrappers."""
+    end = 0
+    for _ in range(4):
+        match = _WRAPPER.match(shape, end)
+        if match is None or match.end() == end:
+            break
+        end = match.end()
+    return end
+
+
+def _stream_of(prefix: str) -> str:
+    """The stream a line's wrappers name (`[rank3]:`, `(pid=1234, ip=…)`), without its times."""
+    parts = []
+    end = 0
+    for _ in range(4):
+        match = _WRAPPER.match(prefix.lower(), end)
+        if match is None or match.end() == end:
+            break
+        if match["stream"]:
+            parts.append(match["stream"].rstrip(" :|"))
+        end = match.end()
+    return " ".join(parts)
+
 
 class _KindRule:
     __slots__ = ("kind", "gate", "regex", "lower", "word")
@@ -425,7 +473,7 @@ _INT_METRICS = frozenset({"step", "total_steps"})
 _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 _SHAPE_TEXT = str.maketrans("123456789", "000000000")
 _MAX_SHAPES = 4096
-_SHAPES: dict[bytes, tuple[int, tuple[str, ...]]] = {}
+_SHAPES: dict[bytes, tuple[int, int, tuple[str, ...]]] = {}
 (_G_KIND, _G_TOKENS, _G_SAMPLES, _G_IT_RATE, _G_STEP_RATE, _G_TIMED, _G_LOSS, _G_LR, _G_LEARNING, _G_NORM, _G_MFU,
  _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME) = (1 << n for n in range(16))
 
@@ -461,35 +509,47 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
     return bits, tuple(key for key in _STEP_KEYS if key in shape)
 
 
-def _gates(low: str) -> tuple[int, tuple[str, ...]]:
+def _gates(low: str) -> tuple[int, int, tuple[str, ...]]:
     key = low.encode("utf-8", "surrogatepass").translate(_SHAPE)
     gates = _SHAPES.get(key)
     if gates is None:
         if len(_SHAPES) >= _MAX_SHAPES:
             _SHAPES.clear()
-        gates = _SHAPES[key] = _shape_gates(low.translate(_SHAPE_TEXT))
+        shape = low.translate(_SHAPE_TEXT)
+        cut = _wrapper_end(shape)
+        gates = _SHAPES[key] = (cut, *_shape_gates(shape[cut:]))
     return gates
 
 
 def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo:
-    """The kind of one sanitized log line and the metrics it states.
+    """The kind of one sanitized log line and the metrics it states, read after the wrappers that
+    launchers and log collectors put before it (`[rank3]:`, `(pid=1234)`, a docker time).
 
     Non-finite values (a NaN loss) are not returned as metrics: the line's kind
     (`nan`) says it, and the series stay comparable; a non-finite loss is kept apart
     (LineInfo.nonfinite_loss), for the figure that shows the loss now.
     """
+    return _classify(text, patterns)[0]
+
+
+def _classify(text: str, patterns: MetricPatterns) -> tuple[LineInfo, str, int]:
+    """classify_line's reading, the line it read (its lost colour codes dropped) and where the
+    program's line starts in it (after its wrappers)."""
+    if "[0" in text or "\x1b" in text:  # a colour's reset (`[0m`, `[0;0m`) or its escape
+        text = _COLOUR.sub("", text)
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
-    bits, step_keys = gates if gates is not None else _gates(low)
-    kind = _kind(text, low) if bits & _G_KIND else LineKind.NORMAL
-    metrics = _metrics(text, low, bits, step_keys)
+    cut, bits, step_keys = gates if gates is not None else _gates(low)
+    body, low_body = (text[cut:], low[cut:]) if cut else (text, low)
+    kind = _kind(body, low_body) if bits & _G_KIND else LineKind.NORMAL
+    metrics = _metrics(body, low_body, bits, step_keys)
     if patterns:
         metrics, nonfinite = _apply_patterns(text, patterns, metrics)
         if nonfinite and _KIND_RANK.get(kind, len(_KIND_RANK)) > _KIND_RANK[LineKind.NAN]:
             kind = LineKind.NAN
     if metrics is None:
-        return _NORMAL if kind is LineKind.NORMAL else LineInfo(kind)
-    return LineInfo(kind, **metrics)
+        return (_NORMAL if kind is LineKind.NORMAL else LineInfo(kind)), text, cut
+    return LineInfo(kind, **metrics), text, cut
 
 
 def _kind(text: str, low: str) -> LineKind:
@@ -1118,10 +1178,10 @@ MAX_BLOCK_LINES = 400
 #: Streams with a block open at once; the oldest is dropped to make room.
 MAX_BLOCK_STREAMS = 64
 
-# A stream of its own: torchrun's `[rank3]:` / `[default3]:`, mpirun's `[1,0]<stderr>:`, Ray's and
-# vLLM's `(EngineCore pid=104) `, a subprocess's captured `stderr: ` (the kind rules' prefix, here
-# required), and an NCCL process's `host:pid:tid [dev] ` (its threads share the process's stream).
-_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|(?P<process>[\w.-]+:\d+):\d+ \[\d+\] )")
+# A stream of its own: what the line's wrappers name (`_WRAPPER`: torchrun's `[rank3]:`, Ray's
+# `(EngineCore pid=104) `, …), and an NCCL process's `host:pid:tid [dev] ` (its threads share the
+# process's stream).
+_NCCL_PROCESS = re.compile(r"(?P<process>[\w.-]+:\d+):\d+ \[\d+\] ")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
 _HEADER = re.compile(
@@ -1215,20 +1275,21 @@ class LineReader:
 
     def read(self, text: str) -> LineInfo:
         """What `text` (the log's next sanitized line) says, in the block it continues."""
-        info = classify_line(text, self.patterns)
+        info, text, cut = _classify(text, self.patterns)
         if not self._open and info.kind is LineKind.NORMAL:
             return info
-        return self._in_block(text, info)
+        return self._in_block(text, cut, info)
 
-    def _in_block(self, text: str, info: LineInfo) -> LineInfo:
-        stream, body = "", text
-        prefix = _STREAM.match(text)
-        if prefix:
+    def _in_block(self, text: str, cut: int, info: LineInfo) -> LineInfo:
+        stream, body = (_stream_of(text[:cut]), text[cut:]) if cut else ("", text)
+        process = _NCCL_PROCESS.match(body)
+        if process:
             # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them
-            stream, body = prefix["process"] or prefix[0].rstrip(" "), text[prefix.end():]
+            stream, body = f"{stream} {process['process']}", body[process.end():]
         block = self._open.get(stream)
-        if block is None and not stream and self._latest:
-            # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice)
+        if block is None and self._latest != stream and self._latest.startswith(stream):
+            # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice), or
+            # with only the launcher's (`[default0]:` after `[default0]:[rank0]:`)
             latest = self._open.get(self._latest)
             if latest is not None and body.strip() and _continues(latest, body) is not None:
                 stream, block = self._latest, latest

@@ -1,0 +1,61 @@
+"""A line reads the same under the wrappers that launchers and log collectors put before each line
+(console/observe/lines.py, `_WRAPPER`): every train-split corpus record, its context and its line
+wrapped alike, gets the kind and metrics it gets bare. The wrappers are the ones real logs carry:
+torchrun's `--tee` and rank prefixes, mpirun's `--tag-output`, srun's `--label`, Ray's worker
+prefixes (with the colour codes a paste loses the escape of), pdsh's host (DeepSpeed's multi-node
+launcher), docker's and kubectl's `--timestamps`, GitHub Actions' times, journald's head."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.observe.lines import LineReader
+from tests.corpus_eval import FILES, read, records
+from tests.corpus_split import split_of
+
+TRAIN = [record for name in FILES for record in records()[name] if split_of(record["repo"]) == "train"]
+
+#: (name, prefix of the n-th line): the prefix as each wrapper writes it.
+WRAPPERS = {
+    "torchrun --tee": lambda n: "[default0]:",
+    "torchrun rank": lambda n: "[rank3]: ",
+    "torchrun --tee and rank": lambda n: "[default3]:[rank3]: ",
+    "mpirun --tag-output": lambda n: "[1,0]<stderr>:",
+    "srun --label": lambda n: "12: ",
+    "Ray worker": lambda n: "(RayTrainWorker pid=1234) ",
+    "Ray worker, colour lost": lambda n: "[36m(RayWorkerWrapper pid=1234, ip=10.0.0.2)[0m ",
+    "vLLM worker, colour lost": lambda n: "[1;36m(VllmWorker rank=0 pid=123)[0;0m ",
+    "pdsh": lambda n: "worker-1: ",
+    "docker --timestamps": lambda n: f"2024-01-01T00:00:{n % 60:02d}.{n:09d}Z ",
+    "GitHub Actions": lambda n: f"2024-01-01T00:{n % 60:02d}:00.1234567Z ",
+    "journald": lambda n: f"Jan 01 12:00:{n % 60:02d} node-3 python[1234]: ",
+}
+#: Prefixes written right before the line, with no space: a line indented by one space loses it
+#: (the `: ` of `[rank3]: ` is a separator, and the reader takes one space after any such prefix).
+NO_SPACE = ("torchrun --tee", "mpirun --tag-output")
+
+
+def reading(info) -> tuple:
+    return info.kind.value, {k: v for k, v in info.as_json().items() if k not in ("kind", "continues")}
+
+
+def wrapped(record: dict, prefix) -> tuple:
+    reader = LineReader()
+    context = record.get("context", [])
+    for n, line in enumerate(context):
+        reader.read(prefix(n) + line)
+    return reading(reader.read(prefix(len(context)) + record["line"]))
+
+
+@pytest.mark.parametrize("name", WRAPPERS)
+def test_a_wrapped_line_reads_as_the_bare_line(name: str) -> None:
+    prefix = WRAPPERS[name]
+    changed = []
+    for record in TRAIN:
+        lines = [*record.get("context", []), record["line"]]
+        if name in NO_SPACE and any(line[:1] == " " and line[1:2] != " " for line in lines):
+            continue
+        bare, got = reading(read(record)), wrapped(record, prefix)
+        if got != bare:
+            changed.append(f"  {bare[0]} -> {got[0]}: {record['line'][:100]!r} ({record['source']})")
+    assert not changed, f"{len(changed)} of {len(TRAIN)} read otherwise under {name!r}:\n" + "\n".join(changed[:20])
