@@ -553,6 +553,13 @@ def _classify(text: str, patterns: MetricPatterns) -> tuple[LineInfo, str, int]:
 
 
 def _kind(text: str, low: str) -> LineKind:
+    kind = _rules_kind(text, low)
+    if kind is LineKind.NORMAL and text[:1] in _HEADER_STARTS:
+        return _record_kind(text)
+    return kind
+
+
+def _rules_kind(text: str, low: str) -> LineKind:
     for rule in _KIND_RULES:
         for word in rule.gate:
             if word in low:
@@ -560,6 +567,35 @@ def _kind(text: str, low: str) -> LineKind:
                     return rule.kind
                 break
     return LineKind.NORMAL
+
+
+def _record_kind(text: str) -> LineKind:
+    """The kind of a log record's message, read as a line of its own: a logger's header hides what
+    starts the line (`2024-01-01 12:00:00,123 - ERROR - RuntimeError: DataLoader worker … exited
+    unexpectedly`, `ERROR:root:Aborted`). Records at INFO or DEBUG level are left as they read."""
+    header = _HEADER.match(text)
+    if header is None or _level(text, header) in _QUIET_LEVELS:
+        return LineKind.NORMAL
+    rest = text[header.end():]
+    if header["w"] and rest.startswith(":"):  # Python's `ERROR:root:…`
+        cuts = [rest.find(":", 1)]
+    else:  # the header's other fields end at a `] `, ` - ` or ` | ` in its first 80 characters
+        cuts = sorted(at + 1 for sep in ("] ", " - ", " | ") for at in _find_all(rest, sep, 80))
+    for cut in cuts[:6]:
+        message = rest[cut + 1:].lstrip()
+        if message:
+            kind = _rules_kind(message, message.lower())
+            if kind is not LineKind.NORMAL:
+                return kind
+    return LineKind.NORMAL
+
+
+def _find_all(text: str, part: str, reach: int) -> list[int]:
+    found, at = [], text.find(part, 0, reach)
+    while at >= 0 and len(found) < 6:
+        found.append(at)
+        at = text.find(part, at + 1, reach)
+    return found
 
 
 def _may_have_kind(shape: str) -> bool:
@@ -1190,6 +1226,9 @@ _HEADER = re.compile(
     r"|\[?\d\d[-/]\d\d[ -]\d\d:\d\d:\d\d\]?"
     r"|\[?(?P<w>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
 )
+#: The characters a log header may start with (`_HEADER`).
+_HEADER_STARTS = frozenset("[(|IWEF0123456789 DC")
+_QUIET_LEVELS = frozenset(("I", "INFO", "DEBUG"))
 _LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
 _ERROR_LEVELS = frozenset(("E", "F", "ERROR", "CRITICAL", "FATAL"))
 _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared by shape
