@@ -591,7 +591,8 @@ def _record_kind(text: str) -> LineKind:
 
 
 def _find_all(text: str, part: str, reach: int) -> list[int]:
-    found, at = [], text.find(part, 0, reach)
+    found: list[int] = []
+    at = text.find(part, 0, reach)
     while at >= 0 and len(found) < 6:
         found.append(at)
         at = text.find(part, at + 1, reach)
