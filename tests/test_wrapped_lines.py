@@ -3,7 +3,8 @@
 wrapped alike, gets the kind and metrics it gets bare. The wrappers are the ones real logs carry:
 torchrun's `--tee` and rank prefixes, mpirun's `--tag-output`, srun's `--label`, Ray's worker
 prefixes (with the colour codes a paste loses the escape of), pdsh's host (DeepSpeed's multi-node
-launcher), docker's and kubectl's `--timestamps`, GitHub Actions' times, journald's head."""
+launcher), MPICH's `-prepend-rank`, docker's and kubectl's `--timestamps`, GitHub Actions' and Jenkins'
+times, journald's head, and a quote in an issue's text."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ WRAPPERS = {
     "docker --timestamps": lambda n: f"2024-01-01T00:00:{n % 60:02d}.{n:09d}Z ",
     "GitHub Actions": lambda n: f"2024-01-01T00:{n % 60:02d}:00.1234567Z ",
     "journald": lambda n: f"Jan 01 12:00:{n % 60:02d} node-3 python[1234]: ",
+    "Jenkins timestamper": lambda n: f"[2020-04-28T19:13:{n % 60:02d}.193Z] ",
+    "MPICH -prepend-rank": lambda n: "[3] ",
+    "a quote in an issue": lambda n: "> ",
 }
 #: Prefixes written right before the line, with no space: a line indented by one space loses it
 #: (the `: ` of `[rank3]: ` is a separator, and the reader takes one space after any such prefix).

@@ -44,17 +44,19 @@ _STREAM_PREFIX = (
 # stream on its own): torchrun's `[rank3]:` and `--tee`'s `[default0]:`, mpirun's `[1,0]<stderr>:`,
 # Ray's `(RayTrainWorker pid=1234)`, `(pid=1234, ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `,
 # pdsh's host (DeepSpeed's multi-node launcher: `worker-1: `, `10.0.0.2: `), docker compose's service
-# (`vllm-1  | `), kubectl --prefix's `[pod/x/c] `, a captured `stderr: `; or a time that names no stream:
-# docker's, kubectl's and GitHub Actions' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `), syslog's
-# and journald's head (`Jan 01 12:00:00 host python[1234]: `), dmesg's `[12345.678901] `. A log
+# (`vllm-1  | `), kubectl --prefix's `[pod/x/c] `, a captured `stderr: `, MPICH's and Intel MPI's
+# -prepend-rank `[3] `; a paste's quote (`> `); or a time that names no stream: docker's, kubectl's, GitHub
+# Actions' and Jenkins' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `, `[2020-04-28T19:13:39.193Z] `),
+# syslog's and journald's head (`Jan 01 12:00:00 host python[1234]: `), dmesg's `[12345.678901] `. A log
 # record's own header (`2024-01-01 12:00:00,123 - ERROR - `, glog's `E0626 …]`) is no wrapper: the
 # block rules read its level.
 _WRAPPER = re.compile(
-    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d+,\d+\]<std(?:out|err)>: ?|\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
+    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d{1,4}\] |\[\d+,\d+\]<std(?:out|err)>: ?|\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
     r"|\(raylet(?:, ip=[\d.]+)?\) ?|std(?:out|err): |\[pod/[\w.-]+/[\w.-]+\] |[a-z][\w.-]*[-_]\d+ +\| "
     r"| {0,4}\d{1,5}: |(?:localhost|\d+\.\d+\.\d+\.\d+"
     r"|(?![\w.-]*(?:error|exception|warning))(?!(?:step|iter|epoch|batch)\w*: )[a-z][\w-]*\d[\w.-]*): )"
-    r"|\d{4}-\d\d-\d\dt\d\d:\d\d:\d\d(?:[.,]\d+)?(?:z|[+-]\d\d:?\d\d) "
+    r"|> "
+    r"|\[?\d{4}-\d\d-\d\dt\d\d:\d\d:\d\d(?:[.,]\d+)?(?:z|[+-]\d\d:?\d\d)\]? "
     r"|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec) +\d{1,2} \d\d:\d\d:\d\d [\w.-]+ [\w./@-]+(?:\[\d+\])?: "
     r"|\[ *\d+\.\d{6}\] ",
     re.ASCII,
@@ -158,6 +160,9 @@ _KIND_RULES = (
         r"|\bcuda driver error\b|\berror \[cuda\]|\bmemory access fault by gpu\b"
         # c10's C10_CUDA_CHECK_WARN: a CUDA call that failed, its error string after it
         r"|\bcuda warning: \S"
+        # an exception whose class is named for CUDA (`torch.cuda.DeferredCudaCallError: CUDA call failed
+        # lazily at initialization`, cupy's `CUDARuntimeError: cudaErrorNoDevice`)
+        r"|\b[a-z]\w*?cuda\w*error(?:\(\w*\))?:"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
         r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
         # no usable GPU: a driver too old, missing or failing to start
@@ -260,6 +265,9 @@ _KIND_RULES = (
         r"|\bfailed \(exitcode: [1-9]\d*\)|\bexit(?:s|ed)? with (?:return|exit) code\s*[:=]?\s*[1-9]\d*\b"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
+        # an exception announced where it was raised, its traceback to follow (Ray's `Exception raised in
+        # creation task: The actor died …`, `Exception occurred while running X's function generate: …`)
+        rf"|^{_STREAM_PREFIX}(?:Exception|Error) (?:raised |occurred |)(?:in|while|during|when)\b[^:\n]{{0,60}}:"
         # Hydra's announcement of the traceback it prints next (`Error executing job with overrides: […]`)
         r"|^Error executing job\b"
         # an error-level record whose short message says what failed, the traceback it logs to follow
@@ -1356,7 +1364,11 @@ class LineReader:
             return info
         assert block is not None  # a continuation comes only from an open block
         own = kind is not LineKind.NORMAL
-        if kind is LineKind.NORMAL or (block.frames and rest[:1] in (" ", "\t")):
+        indented = rest[:1] in (" ", "\t")
+        if kind is LineKind.NORMAL or (indented and (block.frames or (
+                # a frame under a graver problem's message (`CUDA call was originally invoked at:`),
+                # a traceback line by its own words, is that problem's
+                kind is LineKind.TRACEBACK and _KIND_RANK[block.kind] < _KIND_RANK[LineKind.TRACEBACK]))):
             if kind is LineKind.NORMAL and _has_metrics(info) and not (block.frames and rest[:1] in (" ", "\t")):
                 del self._open[stream]  # a progress line is never part of a problem (a source line may say `lr = 0.1`)
                 return info
