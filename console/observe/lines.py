@@ -41,17 +41,17 @@ _STREAM_PREFIX = (
 
 # What launchers and log collectors write before each line a program printed, peeled off before the
 # line is read (by its shape: lower case, digits made 0). A stream's prefix (LineReader reads each
-# stream on its own): torchrun's `[rank3]:` and `--tee`'s `[default0]:`, mpirun's `[1,0]<stderr>:`,
-# Ray's `(RayTrainWorker pid=1234)`, `(pid=1234, ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `,
-# pdsh's host (DeepSpeed's multi-node launcher: `worker-1: `, `10.0.0.2: `), docker compose's service
-# (`vllm-1  | `), kubectl --prefix's `[pod/x/c] `, a captured `stderr: `, MPICH's and Intel MPI's
-# -prepend-rank `[3] `; a paste's quote (`> `); or a time that names no stream: docker's, kubectl's, GitHub
-# Actions' and Jenkins' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `, `[2020-04-28T19:13:39.193Z] `),
-# syslog's and journald's head (`Jan 01 12:00:00 host python[1234]: `), dmesg's `[12345.678901] `. A log
-# record's own header (`2024-01-01 12:00:00,123 - ERROR - `, glog's `E0626 …]`) is no wrapper: the
-# block rules read its level.
+# stream on its own): torchrun's `[rank3]:` and `--tee`'s `[default0]:`, mpirun's `[1,0]<stderr>:`
+# (horovodrun's `[1]<stderr>:`), MPICH's and Intel MPI's -prepend-rank `[3] `, Ray's `(RayTrainWorker
+# pid=1234)`, `(pid=1234, ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `, pdsh's host (DeepSpeed's
+# multi-node launcher: `worker-1: `, `10.0.0.2: `), docker compose's service (`vllm-1  | `), kubectl
+# --prefix's `[pod/x/c] `, a captured `stderr: `; a paste's quote (`> `); or a time that names no stream:
+# docker's, kubectl's, GitHub Actions' and Jenkins' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `,
+# `[2020-04-28T19:13:39.193Z] `), syslog's and journald's head (`Jan 01 12:00:00 host python[1234]: `),
+# dmesg's `[12345.678901] `. A log record's own header (`2024-01-01 12:00:00,123 - ERROR - `, glog's
+# `E0626 …]`) is no wrapper: the block rules read its level.
 _WRAPPER = re.compile(
-    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d{1,4}\] |\[\d+,\d+\]<std(?:out|err)>: ?|\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
+    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d{1,4}\] |\[\d+(?:,\d+)?\]<std(?:out|err)>: ?|\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
     r"|\(raylet(?:, ip=[\d.]+)?\) ?|std(?:out|err): |\[pod/[\w.-]+/[\w.-]+\] |[a-z][\w.-]*[-_]\d+ +\| "
     r"| {0,4}\d{1,5}: |(?:localhost|\d+\.\d+\.\d+\.\d+"
     r"|(?![\w.-]*(?:error|exception|warning))(?!(?:step|iter|epoch|batch)\w*: )[a-z][\w-]*\d[\w.-]*): )"
@@ -183,8 +183,9 @@ _KIND_RULES = (
         # atomic: commit to the first "nccl", so a line full of them stays linear
         r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
         # an NCCL call that failed as its caller words it (XLA's `NCCL operation ncclCommInitRank(…) failed:`,
-        # TF's `NCCL operation ncclAllReduce failed`), and the communicator torch aborted after a failure
-        r"|\bnccl operation \w+(?:\([^)]{0,200}\))? failed\b|\bnccl communicator was aborted\b"
+        # TF's `NCCL operation ncclAllReduce failed`, Horovod's `ncclCommInitRank failed: unhandled system
+        # error`), and the communicator torch aborted after a failure
+        r"|\bnccl(?: operation \w+|[a-z]{4,})(?:\([^)]{0,200}\))? failed\b|\bnccl communicator was aborted\b"
         # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
         r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|accept|socket|recv|send|complet(?:e|ion|ed)|proxy|ibv_\w+|message"
         r"|request)\b)(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err|unexpected)\b)"
@@ -1444,7 +1445,7 @@ def _delimiter(line: str) -> str:
 
 def _after_shared_header(block: _Block, line: str) -> str | None:
     """The rest of `line` after the log header it shares with the block's first line, or None."""
-    line = line[:160].translate(_DIGITS)
+    whole, line = line, line[:160].translate(_DIGITS)
     head = block.head
     n = 0
     for a, b in zip(line, head):
@@ -1454,9 +1455,12 @@ def _after_shared_header(block: _Block, line: str) -> str | None:
     header = _HEADER.match(line)
     if header is None or n < header.end():
         return None
+    # the shared part is the header's: a message that repeats the block's first one (a traceback's next
+    # `  File "…"` record) is read from its start, its indentation kept
+    n = min(n, len(line) - len(_message(line, header)))
     while n > header.end() and line[n - 1].isalnum() and line[n : n + 1].isalnum():
         n -= 1  # the shared part ends inside a word of the message: back to the word's start
-    return line[n:]
+    return whole[n:]
 
 
 def _continues(block: _Block, body: str) -> str | None:
