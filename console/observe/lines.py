@@ -618,6 +618,10 @@ def _may_have_kind(shape: str) -> bool:
 
 
 def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict | None:
+    if bits & _G_BAR and low.count("[") > 1:
+        cut = _last_redraw(text)
+        if cut:  # the bar's redraws joined on one line (a paste lost their `\r`): the last is the bar now
+            text, low = text[cut:], low[cut:]
     found: dict = {}
     if bits & _G_TOKENS:
         tokens = _tokens_per_s(low)
@@ -673,6 +677,21 @@ def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict
     if nonfinite_loss is not None:
         found["nonfinite_loss"] = nonfinite_loss
     return found or None
+
+
+def _last_redraw(text: str) -> int:
+    """Where the last of several progress bars on one line starts, or 0: after the `]` that closes
+    the tqdm bar before it, its description kept (`Training: 0it [00:00, ?it/s]Epoch 1:  10%|█ |
+    10/100 [00:01<00:09, 9.51it/s]`), or at its count where the count opens it (Keras' `61/82 [==>..]
+    - loss: 0.6016 62/82 [===>..] - loss: 0.6010`)."""
+    last = None
+    for last in islice(_PROGRESS_BAR.finditer(text), 1, 64):
+        pass
+    if last is None:
+        return 0
+    cut = text.rfind("]", 0, last.start()) + 1
+    between = text[cut : last.start()]
+    return cut if "|" in between or between.rstrip().endswith(":") else last.start()
 
 
 def _bare_samples(low: str, found: dict) -> None:
