@@ -62,7 +62,7 @@ _WRAPPER = re.compile(
     re.ASCII,
 )
 #: A colour code whose escape a paste lost (`[36m(RayWorker pid=7)[0m`, `[1;31mRuntimeError[0m:`) or kept.
-_COLOUR = re.compile(r"\x1b?\[[\d;]{0,12}m")
+_COLOUR = re.compile(r"\x1b\[[\d;]*m|\[\d{1,3}(?:;\d{1,3})*m")
 
 
 def _wrapper_end(shape: str) -> int:
@@ -484,7 +484,7 @@ _SHAPE_TEXT = str.maketrans("123456789", "000000000")
 _MAX_SHAPES = 4096
 _SHAPES: dict[bytes, tuple[int, int, tuple[str, ...]]] = {}
 (_G_KIND, _G_TOKENS, _G_SAMPLES, _G_IT_RATE, _G_STEP_RATE, _G_TIMED, _G_LOSS, _G_LR, _G_LEARNING, _G_NORM, _G_MFU,
- _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME) = (1 << n for n in range(16))
+ _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME, _G_REDRAWS, _G_COLOUR) = (1 << n for n in range(18))
 
 
 def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
@@ -511,6 +511,8 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_BRACKET
     if "/" in shape or "it [" in shape:
         bits |= _G_BAR
+        if shape.count("[") > 1:
+            bits |= _G_REDRAWS
     if "| " in shape and shape[:1] in (" ", "0"):
         bits |= _G_LEADING
     if "tim" in shape or "ms |" in shape:
@@ -525,8 +527,11 @@ def _gates(low: str) -> tuple[int, int, tuple[str, ...]]:
         if len(_SHAPES) >= _MAX_SHAPES:
             _SHAPES.clear()
         shape = low.translate(_SHAPE_TEXT)
-        cut = _wrapper_end(shape)
-        gates = _SHAPES[key] = (cut, *_shape_gates(shape[cut:]))
+        if _COLOUR.search(shape):
+            gates = _SHAPES[key] = (0, _G_COLOUR, ())
+        else:
+            cut = _wrapper_end(shape)
+            gates = _SHAPES[key] = (cut, *_shape_gates(shape[cut:]))
     return gates
 
 
@@ -544,11 +549,13 @@ def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo
 def _classify(text: str, patterns: MetricPatterns) -> tuple[LineInfo, str, int]:
     """classify_line's reading, the line it read (its lost colour codes dropped) and where the
     program's line starts in it (after its wrappers)."""
-    if "[0" in text or "\x1b" in text:  # a colour's reset (`[0m`, `[0;0m`) or its escape
-        text = _COLOUR.sub("", text)
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
     cut, bits, step_keys = gates if gates is not None else _gates(low)
+    if bits & _G_COLOUR:
+        text = _COLOUR.sub("", text)
+        low = text.lower()
+        cut, bits, step_keys = _gates(low)
     body, low_body = (text[cut:], low[cut:]) if cut else (text, low)
     kind = _kind(body, low_body) if bits & _G_KIND else LineKind.NORMAL
     metrics = _metrics(body, low_body, bits, step_keys)
@@ -618,7 +625,7 @@ def _may_have_kind(shape: str) -> bool:
 
 
 def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict | None:
-    if bits & _G_BAR and low.count("[") > 1:
+    if bits & _G_REDRAWS:
         cut = _last_redraw(text)
         if cut:  # the bar's redraws joined on one line (a paste lost their `\r`): the last is the bar now
             text, low = text[cut:], low[cut:]
