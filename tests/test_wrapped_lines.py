@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.observe.lines import LineReader
+from console.model import LineKind
+from console.observe.lines import LineReader, classify_line
 from tests.corpus_eval import FILES, read, records
 from tests.corpus_split import split_of
 
@@ -63,3 +64,49 @@ def test_a_wrapped_line_reads_as_the_bare_line(name: str) -> None:
         if got != bare:
             changed.append(f"  {bare[0]} -> {got[0]}: {record['line'][:100]!r} ({record['source']})")
     assert not changed, f"{len(changed)} of {len(TRAIN)} read otherwise under {name!r}:\n" + "\n".join(changed[:20])
+
+
+#: A logger's header before a record's message: the rate lines a run logs through one, and the
+#: problems it logs at error level (`logger.error(exc)`), read as they read bare.
+HEADERS = {
+    "logging": "2024-01-01 12:00:00,123 - {level} - ",
+    "DeepSpeed": "[2024-01-01 12:00:00,123] [{level}] [engine.py:123:fn] ",
+    "vLLM": "{level} 06-16 10:03:14 [core.py:87] ",
+    "glog": "{glog}0626 23:10:17.921506 12345 file.cc:12] ",
+    "loguru": "2024-01-01 12:00:00.123 | {level:<8} | module:fn:12 - ",
+    "basicConfig": "{level}:root:",
+}
+
+
+def headed(name: str, level: str) -> str:
+    return HEADERS[name].format(level=level, glog=level[0])
+
+
+@pytest.mark.parametrize("name", HEADERS)
+def test_a_rate_line_logged_through_a_logger_reads_its_metrics(name: str) -> None:
+    head = headed(name, "INFO")
+    changed = []
+    for record in TRAIN:
+        if "metrics" not in record:
+            continue
+        reader = LineReader()
+        for line in record.get("context", []):
+            reader.read(head + line)
+        got = reader.read(head + record["line"])
+        if reading(got)[1] != reading(read(record))[1]:
+            changed.append(f"  {record['line'][:100]!r} ({record['source']})")
+    assert not changed, f"{len(changed)} rate lines read otherwise under {name!r}:\n" + "\n".join(changed[:20])
+
+
+@pytest.mark.parametrize("name", HEADERS)
+def test_a_problem_logged_at_error_level_keeps_its_kind(name: str) -> None:
+    head = headed(name, "ERROR")
+    changed = []
+    for record in TRAIN:
+        line = record["line"]
+        if "kind" not in record or record.get("context") or not line.strip() or line[:1].isspace():
+            continue  # a block's first line, as a logger writes one record
+        bare, got = classify_line(line).kind, classify_line(head + line).kind
+        if got is not bare and not (bare is LineKind.NORMAL or got is LineKind.WARNING and "metrics" in record):
+            changed.append(f"  {bare.value} -> {got.value}: {line[:100]!r} ({record['source']})")
+    assert not changed, f"{len(changed)} lines read otherwise under {name!r}:\n" + "\n".join(changed[:20])

@@ -471,6 +471,7 @@ _GLUED_STEP = re.compile(r"(?P<s>\d+)(?![\w.])")
 _EPOCH_PAIR = re.compile(r"epoch:?\s*\d+\s*[:|,]?\s+(?P<s>\d+)\s*/\s*(?P<t>\d+)(?![\d./])")
 # A line that starts with its step as a column: `510 | loss 5.23 | …` (llama2.c).
 _LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
+_RECORD_LEADING_STEP = re.compile(r"(?:[\]-] +|(?<=[a-z_]):)(?P<s>\d+) \| ")
 
 _INT_METRICS = frozenset({"step", "total_steps"})
 
@@ -513,7 +514,7 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_BAR
         if shape.count("[") > 1:
             bits |= _G_REDRAWS
-    if "| " in shape and shape[:1] in (" ", "0"):
+    if "| " in shape:
         bits |= _G_LEADING
     if "tim" in shape or "ms |" in shape:
         bits |= _G_STEP_TIME
@@ -1149,6 +1150,9 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
             return int(done_text), int(of_text)
     if has_loss and bits & _G_LEADING:
         leading = _LEADING_STEP.match(low)
+        if leading is None and _HEADER.match(text):
+            # the column that leads a log record's message (`… - INFO - 510 | loss 5.23 | …`, `INFO:root:510 | …`)
+            leading = _RECORD_LEADING_STEP.search(low, 0, 160)
         if leading:
             return int(leading["s"]), None
     return None
