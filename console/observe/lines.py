@@ -257,7 +257,7 @@ _KIND_RULES = (
          "call stacks", "stack trace for", "exit code", "return code"),
         # (asyncio heads the traceback of a callback's exception with `Exception in callback X`)
         r"Traceback \(most recent call last\)|Exception in (?:thread|callback)\b|\bterminate called (?:after|without)\b"
-        r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
+        r"|Fatal Python error|^\s*During handling of the above exception|^\s*The above exception was the direct cause"
         # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
         # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
         rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
@@ -1275,7 +1275,7 @@ _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared
 # An exception's line: `RuntimeError: …`, `torch.OutOfMemoryError: …`, `ResourceExhaustedError (see
 # above for traceback): …`, `UserWarning: …`, `CUDA error: …`; its message may run on after it.
 _EXCEPTION_LINE = re.compile(
-    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w*(?: [A-Z]\w*)? error:"
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w*(?: [A-Z]\w*)? [Ee]rror:"
     # an absl / XLA status code: `RESOURCE_EXHAUSTED: Out of memory …`, `INTERNAL: …`
     r"|(?!(?:DEBUG|INFO|NOTE|WARN|WARNING)\b)[A-Z]{3,}(?:_[A-Z]+)*: "
 )
