@@ -4,7 +4,7 @@ wrapped alike, gets the kind and metrics it gets bare. The wrappers are the ones
 torchrun's `--tee` and rank prefixes, mpirun's `--tag-output`, srun's `--label`, Ray's worker
 prefixes (with the colour codes a paste loses the escape of), pdsh's host (DeepSpeed's multi-node
 launcher), MPICH's `-prepend-rank`, docker's and kubectl's `--timestamps`, GitHub Actions' and Jenkins'
-times, journald's head, and a quote in an issue's text."""
+times, journald's head, a quote in an issue's text, and a paste indented as a whole."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ WRAPPERS = {
     "Jenkins timestamper": lambda n: f"[2020-04-28T19:13:{n % 60:02d}.193Z] ",
     "MPICH -prepend-rank": lambda n: "[3] ",
     "a quote in an issue": lambda n: "> ",
+    "a paste indented as a whole": lambda n: "    ",
+    "a paste indented in a list": lambda n: "   ",
+    "a paste indented, then torchrun's rank": lambda n: "    [rank3]: ",
 }
 #: Prefixes written right before the line, with no space: a line indented by one space loses it
 #: (the `: ` of `[rank3]: ` is a separator, and the reader takes one space after any such prefix).

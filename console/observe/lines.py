@@ -66,8 +66,10 @@ _COLOUR = re.compile(r"\x1b\[[\d;]*m|\[\d{1,3}(?:;\d{1,3})*m")
 
 
 def _wrapper_end(shape: str) -> int:
-    """Where the line a program printed starts, after its launchers' and collectors' wrappers."""
-    end = 0
+    """Where the line a program printed starts, after its launchers' and collectors' wrappers (and the
+    indentation of a paste indented as a whole, before them)."""
+    indent = len(shape) - len(shape.lstrip(" \t"))
+    end = indent if indent and _WRAPPER.match(shape, indent) else 0
     for _ in range(4):
         match = _WRAPPER.match(shape, end)
         if match is None or match.end() == end:
@@ -79,7 +81,7 @@ def _wrapper_end(shape: str) -> int:
 def _stream_of(prefix: str) -> str:
     """The stream a line's wrappers name (`[rank3]:`, `(pid=1234, ip=…)`), without its times."""
     parts = []
-    end = 0
+    end = len(prefix) - len(prefix.lstrip(" \t"))
     for _ in range(4):
         match = _WRAPPER.match(prefix.lower(), end)
         if match is None or match.end() == end:
@@ -570,6 +572,8 @@ def _classify(text: str, patterns: MetricPatterns) -> tuple[LineInfo, str, int]:
 
 
 def _kind(text: str, low: str) -> LineKind:
+    if text[:1] in (" ", "\t"):  # a line's indentation does not change what it says (a paste indented whole)
+        text, low = text.lstrip(" \t"), low.lstrip(" \t")
     kind = _rules_kind(text, low)
     if kind is LineKind.NORMAL and text[:1] in _HEADER_STARTS:
         return _record_kind(text)
@@ -1257,7 +1261,7 @@ MAX_BLOCK_STREAMS = 64
 # A stream of its own: what the line's wrappers name (`_WRAPPER`: torchrun's `[rank3]:`, Ray's
 # `(EngineCore pid=104) `, …), and an NCCL process's `host:pid:tid [dev] ` (its threads share the
 # process's stream).
-_NCCL_PROCESS = re.compile(r"(?P<process>[\w.-]+:\d+):\d+ \[\d+\] ")
+_NCCL_PROCESS = re.compile(r"\s*(?:(?P<process>[\w.-]+:\d+):\d+ \[\d+\] |\[(?P<mpi>[\w.-]+:\d+)\] )")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
 _HEADER = re.compile(
@@ -1301,7 +1305,7 @@ _NO_MESSAGE, _MESSAGE, _PARAGRAPHS = 0, 1, 2
 
 class _Block:
     __slots__ = ("kind", "head", "indent", "side", "level", "mode", "table", "blank", "lines", "chain", "frames",
-                 "warning", "outer")
+                 "warning", "outer", "base")
 
     def __init__(self, kind: LineKind, body: str) -> None:
         self.kind = kind
@@ -1311,6 +1315,7 @@ class _Block:
         self.chain = False  # its last line chains the next traceback to it ("During handling…")
         self.warning = kind is LineKind.WARNING
         self.outer: _Block | None = None  # an error's block that another thread's record interrupted
+        self.base = 0  # the indentation of the log's plain lines around it (a paste indented as a whole)
         self.indent = len(body) - len(body.lstrip(" \t"))
         line = body[self.indent:]
         self.side = _side(line)
@@ -1321,7 +1326,8 @@ class _Block:
         self.frames = message.startswith("Traceback (most recent call last)") or message.endswith(_STACK_HEADINGS)
         # a head that announces what follows (`Exception in thread X:`, `Process EngineCore:`, asyncio's
         # `Exception in callback X` and its `handle: …` line) heads its traceback
-        announces = message.endswith(":") or message.startswith("Exception in callback ")
+        announces = message.endswith(":") or message.startswith("Exception in callback ") or (
+            message.startswith("***") and message.endswith("***"))  # Open MPI's `*** Process received signal ***`
         self.chain = announces and not self.frames
         if announces:
             self.mode = _PARAGRAPHS  # `ResourceExhaustedError:`, `WARNING:torch.distributed.run:`: its message follows
@@ -1340,22 +1346,27 @@ class LineReader:
     lines (code, whatever its words). Cheap while no block is open: one dict test per line.
     """
 
-    __slots__ = ("patterns", "_open", "_latest")
+    __slots__ = ("patterns", "_open", "_latest", "_plain", "_plain_cut", "_base")
 
     def __init__(self, patterns: MetricPatterns = NO_PATTERNS) -> None:
         self.patterns = patterns
         self._open: dict[str, _Block] = {}
         self._latest = ""
+        # the last line outside any block (and where its wrappers end), and the indentation of the last
+        # such line that was not blank: a log pasted indented as a whole indents every line by it
+        self._plain, self._plain_cut, self._base = "", 0, -1
 
     def clear(self) -> None:
         """Forget every open block (the log was truncated or replaced)."""
         self._open.clear()
         self._latest = ""
+        self._plain, self._plain_cut, self._base = "", 0, -1
 
     def read(self, text: str) -> LineInfo:
         """What `text` (the log's next sanitized line) says, in the block it continues."""
         info, text, cut = _classify(text, self.patterns)
         if not self._open and info.kind is LineKind.NORMAL:
+            self._plain, self._plain_cut = text, cut
             return info
         return self._in_block(text, cut, info)
 
@@ -1363,14 +1374,18 @@ class LineReader:
         stream, body = (_stream_of(text[:cut]), text[cut:]) if cut else ("", text)
         process = _NCCL_PROCESS.match(body)
         if process:
-            # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them
-            stream, body = f"{stream} {process['process']}", body[process.end():]
+            # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them, as
+            # Open MPI's `[host:pid] ` tags each line of a process's signal dump
+            indent = body[: len(body) - len(body.lstrip(" \t"))]
+            stream = f"{stream} {process['process'] or process['mpi']}"
+            body = indent + body[process.end():]
         block = self._open.get(stream)
         if block is None and self._latest != stream and self._latest.startswith(stream):
             # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice), or
             # with only the launcher's (`[default0]:` after `[default0]:[rank0]:`)
             latest = self._open.get(self._latest)
-            if latest is not None and body.strip() and _continues(latest, body) is not None:
+            if latest is not None and body.strip() and _continues(latest, body) is not None \
+                    and not body.lstrip(" \t").startswith("Traceback (most recent call last)"):
                 stream, block = self._latest, latest
         self._latest = stream
         kind = info.kind
@@ -1390,6 +1405,7 @@ class LineReader:
             if kind is LineKind.NORMAL:
                 if block is not None:
                     del self._open[stream]
+                self._plain, self._plain_cut = body, 0
                 return info
             self._start(stream, kind, body)
             return info
@@ -1414,6 +1430,12 @@ class LineReader:
         if len(self._open) >= MAX_BLOCK_STREAMS:
             del self._open[next(iter(self._open))]
         block = self._open[stream] = _Block(kind, body)
+        plain = self._plain[self._plain_cut:]
+        if plain.strip():
+            self._base = len(plain) - len(plain.lstrip(" \t"))
+        elif self._base < 0:  # the log's first lines open the block: its indentation is the log's
+            self._base = block.indent
+        block.base = self._base
         if before is not None and before.level in _ERROR_LEVELS and block.head and block.level != before.level \
                 and _KIND_RANK[kind] >= _KIND_RANK[before.kind]:
             # a lesser record of another level (another thread's warning) inside an error's records:
@@ -1501,7 +1523,7 @@ def _continues(block: _Block, body: str) -> str | None:
         return body[block.indent:]  # a frame, its source line, an error's indented detail
     # the next line of a message wrapped under an indented first line (judged below, as a line
     # without a header of its own)
-    wrapped = indent > 0 and indent == block.indent
+    wrapped = indent > block.base and indent == block.indent
     line = body[indent:]
     if line[0] in _RULED:
         return line
@@ -1564,6 +1586,9 @@ def _advance(block: _Block, kind: LineKind, rest: str, own: bool, *, record: boo
             block.mode = _NO_MESSAGE  # a warning is its line and the source line under it
         return
     stripped = rest.strip()
+    if block.mode == _PARAGRAPHS and stripped.startswith("***") and stripped.endswith("***") and len(stripped) > 6:
+        block.mode = _NO_MESSAGE  # the dump a `*** … ***` heading announced is closed by another
+        return
     block.chain = stripped.startswith(_CHAINED)
     if stripped.startswith("Traceback (most recent call last)") or stripped.endswith(_STACK_HEADINGS):
         block.frames, block.mode = True, _PARAGRAPHS
