@@ -546,29 +546,37 @@ def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo
     (`nan`) says it, and the series stay comparable; a non-finite loss is kept apart
     (LineInfo.nonfinite_loss), for the figure that shows the loss now.
     """
-    return _classify(text, patterns)[0]
-
-
-def _classify(text: str, patterns: MetricPatterns) -> tuple[LineInfo, str, int]:
-    """classify_line's reading, the line it read (its lost colour codes dropped) and where the
-    program's line starts in it (after its wrappers)."""
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
     cut, bits, step_keys = gates if gates is not None else _gates(low)
+    whole = text
     if bits & _G_COLOUR:
-        text = _COLOUR.sub("", text)
+        text = whole = _COLOUR.sub("", text)
         low = text.lower()
         cut, bits, step_keys = _gates(low)
-    body, low_body = (text[cut:], low[cut:]) if cut else (text, low)
-    kind = _kind(body, low_body) if bits & _G_KIND else LineKind.NORMAL
-    metrics = _metrics(body, low_body, bits, step_keys)
+    if cut:
+        text, low = text[cut:], low[cut:]
+    kind = _kind(text, low) if bits & _G_KIND else LineKind.NORMAL
+    metrics = _metrics(text, low, bits, step_keys)
     if patterns:
-        metrics, nonfinite = _apply_patterns(text, patterns, metrics)
+        metrics, nonfinite = _apply_patterns(whole, patterns, metrics)
         if nonfinite and _KIND_RANK.get(kind, len(_KIND_RANK)) > _KIND_RANK[LineKind.NAN]:
             kind = LineKind.NAN
     if metrics is None:
-        return (_NORMAL if kind is LineKind.NORMAL else LineInfo(kind)), text, cut
-    return LineInfo(kind, **metrics), text, cut
+        return _NORMAL if kind is LineKind.NORMAL else LineInfo(kind)
+    return LineInfo(kind, **metrics)
+
+
+def _unwrapped(text: str) -> tuple[str, int]:
+    """The line classify_line reads (its lost colour codes dropped) and where the program's line
+    starts in it, after its wrappers."""
+    low = text.lower()
+    gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
+    cut, bits, _ = gates if gates is not None else _gates(low)
+    if bits & _G_COLOUR:
+        text = _COLOUR.sub("", text)
+        cut = _gates(text.lower())[0]
+    return text, cut
 
 
 def _kind(text: str, low: str) -> LineKind:
@@ -1346,29 +1354,29 @@ class LineReader:
     lines (code, whatever its words). Cheap while no block is open: one dict test per line.
     """
 
-    __slots__ = ("patterns", "_open", "_latest", "_plain", "_plain_cut", "_base")
+    __slots__ = ("patterns", "_open", "_latest", "_plain", "_base")
 
     def __init__(self, patterns: MetricPatterns = NO_PATTERNS) -> None:
         self.patterns = patterns
         self._open: dict[str, _Block] = {}
         self._latest = ""
-        # the last line outside any block (and where its wrappers end), and the indentation of the last
-        # such line that was not blank: a log pasted indented as a whole indents every line by it
-        self._plain, self._plain_cut, self._base = "", 0, -1
+        # the last line outside any block, and the indentation of the last such line that was not
+        # blank: a log pasted indented as a whole indents every line by it
+        self._plain, self._base = "", -1
 
     def clear(self) -> None:
         """Forget every open block (the log was truncated or replaced)."""
         self._open.clear()
         self._latest = ""
-        self._plain, self._plain_cut, self._base = "", 0, -1
+        self._plain, self._base = "", -1
 
     def read(self, text: str) -> LineInfo:
         """What `text` (the log's next sanitized line) says, in the block it continues."""
-        info, text, cut = _classify(text, self.patterns)
+        info = classify_line(text, self.patterns)
         if not self._open and info.kind is LineKind.NORMAL:
-            self._plain, self._plain_cut = text, cut
+            self._plain = text
             return info
-        return self._in_block(text, cut, info)
+        return self._in_block(*_unwrapped(text), info)
 
     def _in_block(self, text: str, cut: int, info: LineInfo) -> LineInfo:
         stream, body = (_stream_of(text[:cut]), text[cut:]) if cut else ("", text)
@@ -1405,7 +1413,7 @@ class LineReader:
             if kind is LineKind.NORMAL:
                 if block is not None:
                     del self._open[stream]
-                self._plain, self._plain_cut = body, 0
+                self._plain = body
                 return info
             self._start(stream, kind, body)
             return info
@@ -1430,7 +1438,8 @@ class LineReader:
         if len(self._open) >= MAX_BLOCK_STREAMS:
             del self._open[next(iter(self._open))]
         block = self._open[stream] = _Block(kind, body)
-        plain = self._plain[self._plain_cut:]
+        plain, cut = _unwrapped(self._plain)
+        plain = plain[cut:]
         if plain.strip():
             self._base = len(plain) - len(plain.lstrip(" \t"))
         elif self._base < 0:  # the log's first lines open the block: its indentation is the log's
