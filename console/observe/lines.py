@@ -262,7 +262,7 @@ _KIND_RULES = (
         r"|Fatal Python error|^\s*During handling of the above exception|^\s*The above exception was the direct cause"
         # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
         # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
-        rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
+        rf"|^{_STREAM_PREFIX}Process [\w-]+:\s*$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
         # a launcher's word that a worker exited with an error (a signal is `killed`, above): torchrun's agent,
         # DeepSpeed's launch.py (`[…] exits with return code = 1`), Slurm's `Exited with exit code 1`
         r"|\bfailed \(exitcode: [1-9]\d*\)|\bexit(?:s|ed)? with (?:return|exit) code\s*[:=]?\s*[1-9]\d*\b"
@@ -275,14 +275,14 @@ _KIND_RULES = (
         r"|^Error executing job\b"
         # an error-level record whose short message says what failed, the traceback it logs to follow
         # (vLLM's `ERROR 06-22 11:29:08 [async_llm.py:704] AsyncLLM output_handler failed.`, `EngineCore failed to start.`)
-        r"|\bERROR\b[^\]]{0,80}\] (?:[\w.:-]+ ){0,4}failed(?: to \w+)?\.$"
+        r"|\bERROR\b[^\]]{0,80}\] (?:[\w.:-]+ ){0,4}failed(?: to \w+)?\.\s*$"
         # a Python stack frame written as an error-level log record: part of the traceback it logs
         r"|\bERROR\b[^\"]{0,120}?\]\s+File \"[^\"]+\", line \d+, in \S"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
         # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
         rf"|^[\s>]*(?:[A-Z][a-z]{{2}} +\d+ [\d:]+ +)?{_STREAM_PREFIX}(?:(?:ERROR|CRITICAL) [^\]]{{0,60}}\] )?"
         r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failed)(?:\([A-Za-z_]\w*\))?"
-        r"(?: \(see above for traceback\))?(?::|$)",
+        r"(?: \(see above for traceback\))?(?::|\s*$)",
         lower=False,
     ),
     _KindRule(
