@@ -91,6 +91,9 @@ HEADERS = {
     "glog": "{glog}0626 23:10:17.921506 12345 file.cc:12] ",
     "loguru": "2024-01-01 12:00:00.123 | {level:<8} | module:fn:12 - ",
     "basicConfig": "{level}:root:",
+    "rich": "[10/12/24 10:00:00] {level:<8} ",
+    "transformers": "[{level}|trainer.py:2128] 2024-01-01 12:00:00,123 >> ",
+    "torchtitan": "[titan] 2024-01-01 12:00:00,123 - root - {level} - ",
 }
 
 

@@ -473,7 +473,7 @@ _GLUED_STEP = re.compile(r"(?P<s>\d+)(?![\w.])")
 _EPOCH_PAIR = re.compile(r"epoch:?\s*\d+\s*[:|,]?\s+(?P<s>\d+)\s*/\s*(?P<t>\d+)(?![\d./])")
 # A line that starts with its step as a column: `510 | loss 5.23 | …` (llama2.c).
 _LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
-_RECORD_LEADING_STEP = re.compile(r"(?:[\]-] +|(?<=[a-z_]):)(?P<s>\d+) \| ")
+_RECORD_LEADING_STEP = re.compile(r"(?:[\]>-] +|(?<=[a-z_]):|(?<=info|warn|ning|rror|ebug) +)(?P<s>\d+) \| ")
 
 _INT_METRICS = frozenset({"step", "total_steps"})
 
@@ -601,22 +601,33 @@ def _rules_kind(text: str, low: str) -> LineKind:
 def _record_kind(text: str) -> LineKind:
     """The kind of a log record's message, read as a line of its own: a logger's header hides what
     starts the line (`2024-01-01 12:00:00,123 - ERROR - RuntimeError: DataLoader worker … exited
-    unexpectedly`, `ERROR:root:Aborted`). Records at INFO or DEBUG level are left as they read."""
-    header = _HEADER.match(text)
+    unexpectedly`, `ERROR:root:Aborted`, rich's `[10/12/24 10:00:00] ERROR    RuntimeError: …`,
+    transformers' `[ERROR|trainer.py:2128] 2024-01-01 12:00:00,123 >> …`, a tag before the header as
+    torchtitan's `[titan] `). Records at INFO or DEBUG level are left as they read."""
+    header = _record_header(text)
     if header is None or _level(text, header) in _QUIET_LEVELS:
         return LineKind.NORMAL
     rest = text[header.end():]
     if header["w"] and rest.startswith(":"):  # Python's `ERROR:root:…`
         cuts = [rest.find(":", 1)]
-    else:  # the header's other fields end at a `] `, ` - ` or ` | ` in its first 80 characters
-        cuts = sorted(at + 1 for sep in ("] ", " - ", " | ") for at in _find_all(rest, sep, 80))
-    for cut in cuts[:6]:
+    else:  # the header's other fields end at a `] `, ` - `, ` | ` or ` >> ` in its first 80 characters
+        cuts = sorted(at + 1 for sep in ("] ", " - ", " | ", ">> ") for at in _find_all(rest, sep, 80))
+        cuts.insert(0, -1)  # or the level right after the time
+    for cut in cuts[:7]:
         message = rest[cut + 1:].lstrip()
-        if message:
-            kind = _rules_kind(message, message.lower())
+        for message in (message, _LEVEL_HEAD.sub("", message, count=1)):
+            kind = _rules_kind(message, message.lower()) if message else LineKind.NORMAL
             if kind is not LineKind.NORMAL:
                 return kind
     return LineKind.NORMAL
+
+
+def _record_header(text: str) -> re.Match | None:
+    """The log header a line starts with, after a tag before it (torchtitan's `[titan] `), or None."""
+    header = _HEADER.match(text)
+    if header is None and text[:1] == "[":
+        header = _HEADER.match(text, text.find("] ", 0, 24) + 2)
+    return header
 
 
 def _find_all(text: str, part: str, reach: int) -> list[int]:
@@ -1162,7 +1173,7 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
             return int(done_text), int(of_text)
     if has_loss and bits & _G_LEADING:
         leading = _LEADING_STEP.match(low)
-        if leading is None and _HEADER.match(text):
+        if leading is None and _record_header(text):
             # the column that leads a log record's message (`… - INFO - 510 | loss 5.23 | …`, `INFO:root:510 | …`)
             leading = _RECORD_LEADING_STEP.search(low, 0, 160)
         if leading:
@@ -1281,6 +1292,8 @@ _HEADER = re.compile(
 #: The characters a log header may start with (`_HEADER`).
 _HEADER_STARTS = frozenset("[(|IWEF0123456789 DC")
 _QUIET_LEVELS = frozenset(("I", "INFO", "DEBUG"))
+#: A level word that opens a record's message (rich's `ERROR    RuntimeError: …`, `ERROR: …`).
+_LEVEL_HEAD = re.compile(r"^(?:ERROR|CRITICAL|FATAL|WARNING|WARN)\b:?\s*")
 _LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
 _ERROR_LEVELS = frozenset(("E", "F", "ERROR", "CRITICAL", "FATAL"))
 _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared by shape
