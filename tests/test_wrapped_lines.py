@@ -1,10 +1,11 @@
 """A line reads the same under the wrappers that launchers and log collectors put before each line
 (console/observe/lines.py, `_WRAPPER`): every train-split corpus record, its context and its line
 wrapped alike, gets the kind and metrics it gets bare. The wrappers are the ones real logs carry:
-torchrun's `--tee` and rank prefixes, mpirun's `--tag-output`, srun's `--label`, Ray's worker
-prefixes (with the colour codes a paste loses the escape of), pdsh's host (DeepSpeed's multi-node
-launcher), MPICH's `-prepend-rank`, docker's and kubectl's `--timestamps`, GitHub Actions' and Jenkins'
-times, journald's head, a quote in an issue's text, and a paste indented as a whole."""
+torchrun's `--tee` and rank prefixes, mpirun's `--tag-output` (and SageMaker's), srun's `--label`,
+Lightning's rank, Ray's worker prefixes (with the colour codes a paste loses the escape of), pdsh's host
+(DeepSpeed's multi-node launcher), MPICH's `-prepend-rank`, docker's and kubectl's `--timestamps`,
+GitHub Actions' and Jenkins' times, journald's head, a quote in an issue's text, and a paste indented
+as a whole."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ WRAPPERS = {
     "torchrun rank": lambda n: "[rank3]: ",
     "torchrun --tee and rank": lambda n: "[default3]:[rank3]: ",
     "mpirun --tag-output": lambda n: "[1,0]<stderr>:",
+    "SageMaker's MPI": lambda n: "[1,mpirank:0,algo-1]<stderr>:",
+    "Lightning's rank": lambda n: "[rank: 1] ",
     "srun --label": lambda n: "12: ",
     "Ray worker": lambda n: "(RayTrainWorker pid=1234) ",
     "Ray worker, colour lost": lambda n: "[36m(RayWorkerWrapper pid=1234, ip=10.0.0.2)[0m ",
@@ -40,7 +43,7 @@ WRAPPERS = {
 }
 #: Prefixes written right before the line, with no space: a line indented by one space loses it
 #: (the `: ` of `[rank3]: ` is a separator, and the reader takes one space after any such prefix).
-NO_SPACE = ("torchrun --tee", "mpirun --tag-output")
+NO_SPACE = ("torchrun --tee", "mpirun --tag-output", "SageMaker's MPI")
 
 
 def reading(info) -> tuple:

@@ -42,16 +42,17 @@ _STREAM_PREFIX = (
 # What launchers and log collectors write before each line a program printed, peeled off before the
 # line is read (by its shape: lower case, digits made 0). A stream's prefix (LineReader reads each
 # stream on its own): torchrun's `[rank3]:` and `--tee`'s `[default0]:`, mpirun's `[1,0]<stderr>:`
-# (horovodrun's `[1]<stderr>:`), MPICH's and Intel MPI's -prepend-rank `[3] `, Ray's `(RayTrainWorker
-# pid=1234)`, `(pid=1234, ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `, pdsh's host (DeepSpeed's
-# multi-node launcher: `worker-1: `, `10.0.0.2: `), docker compose's service (`vllm-1  | `), kubectl
-# --prefix's `[pod/x/c] `, a captured `stderr: `; a paste's quote (`> `); or a time that names no stream:
-# docker's, kubectl's, GitHub Actions' and Jenkins' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `,
+# (horovodrun's `[1]<stderr>:`, SageMaker's `[1,mpirank:0,algo-1]<stderr>:`), Lightning's `[rank: 1] `,
+# MPICH's and Intel MPI's -prepend-rank `[3] `, Ray's `(RayTrainWorker pid=1234)`, `(pid=1234,
+# ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `, pdsh's host (DeepSpeed's multi-node launcher:
+# `worker-1: `, `10.0.0.2: `), docker compose's service (`vllm-1  | `), kubectl --prefix's `[pod/x/c] `,
+# a captured `stderr: `; a paste's quote (`> `); or a time that names no stream: docker's, kubectl's,
+# GitHub Actions' and Jenkins' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `,
 # `[2020-04-28T19:13:39.193Z] `), syslog's and journald's head (`Jan 01 12:00:00 host python[1234]: `),
 # dmesg's `[12345.678901] `. A log record's own header (`2024-01-01 12:00:00,123 - ERROR - `, glog's
 # `E0626 …]`) is no wrapper: the block rules read its level.
 _WRAPPER = re.compile(
-    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d{1,4}\] |\[\d+(?:,\d+)?\]<std(?:out|err)>: ?|\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
+    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d{1,4}\] |\[\d+(?:,[\w:.-]+){0,2}\]<std(?:out|err)>: ?|\[rank: ?\d+\] |\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
     r"|\(raylet(?:, ip=[\d.]+)?\) ?|std(?:out|err): |\[pod/[\w.-]+/[\w.-]+\] |[a-z][\w.-]*[-_]\d+ +\| "
     r"| {0,4}\d{1,5}: |(?:localhost|\d+\.\d+\.\d+\.\d+"
     r"|(?![\w.-]*(?:error|exception|warning))(?!(?:step|iter|epoch|batch)\w*: )[a-z][\w-]*\d[\w.-]*): )"
