@@ -72,14 +72,22 @@ def test_a_wrapped_line_reads_as_the_bare_line(name: str) -> None:
     assert not changed, f"{len(changed)} of {len(TRAIN)} read otherwise under {name!r}:\n" + "\n".join(changed[:20])
 
 
-@pytest.mark.parametrize("end", ["   ", "\r"], ids=["trailing spaces", "a carriage return"])
-def test_a_line_reads_the_same_with_what_a_paste_leaves_at_its_end(end: str) -> None:
+PASTED = {
+    "trailing spaces": lambda line: line + "   ",
+    "a carriage return": lambda line: line + "\r",
+    "no-break spaces (a page copied from a browser)": lambda line: line.replace(" ", "\u00a0"),
+}
+
+
+@pytest.mark.parametrize("name", PASTED)
+def test_a_line_reads_the_same_with_what_a_paste_leaves_in_it(name: str) -> None:
+    pasted = PASTED[name]
     changed = []
     for record in TRAIN:
         reader = LineReader()
         for line in record.get("context", []):
-            reader.read(line + end)
-        got, bare = reading(reader.read(record["line"] + end)), reading(read(record))
+            reader.read(pasted(line))
+        got, bare = reading(reader.read(pasted(record["line"]))), reading(read(record))
         if got != bare:
             changed.append(f"  {bare[0]} -> {got[0]}: {record['line'][:100]!r} ({record['source']})")
     assert not changed, f"{len(changed)} of {len(TRAIN)} read otherwise:\n" + "\n".join(changed[:20])

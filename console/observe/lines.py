@@ -547,6 +547,8 @@ def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo
     (`nan`) says it, and the series stay comparable; a non-finite loss is kept apart
     (LineInfo.nonfinite_loss), for the figure that shows the loss now.
     """
+    if not text.isascii() and "\xa0" in text:
+        text = text.replace("\xa0", " ")  # a no-break space, as a page copied from a browser has it
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
     cut, bits, step_keys = gates if gates is not None else _gates(low)
@@ -571,6 +573,8 @@ def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo
 def _unwrapped(text: str) -> tuple[str, int]:
     """The line classify_line reads (its lost colour codes dropped) and where the program's line
     starts in it, after its wrappers."""
+    if not text.isascii() and "\xa0" in text:
+        text = text.replace("\xa0", " ")
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
     cut, bits, _ = gates if gates is not None else _gates(low)
