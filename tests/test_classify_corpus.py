@@ -64,7 +64,7 @@ def test_corpus_is_wide_sourced_and_split_by_repository() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 36's gates are not reached on the test split: macro F1 0.952 (0.97 asked), 2 false alarms "
+    reason="issue 36's gates are not reached on the test split: macro F1 0.958 (0.97 asked), 2 false alarms "
     "(0 asked), metrics right on 91.2 % of its rate lines (95 % asked); README, 'The corpus', says so",
 )
 def test_the_test_split_meets_the_issue_gates() -> None:
@@ -77,10 +77,11 @@ def test_the_test_split_meets_the_issue_gates() -> None:
 
 def test_the_test_split_holds_what_was_reached() -> None:
     """The figures the test split reached when the rules were last changed: no worse, ever. (Round 5's
-    test-split records lowered them from 0.953 / 1 / 91.5 %, which its rules still reach on round 4's.)"""
+    test-split records lowered them from 0.953 / 1 / 91.5 %, which its rules still reach on round 4's;
+    round 7's wrappers raised the macro F1 from 0.952 to 0.958.)"""
     test = scored("test")
     f1, alarms, right, summary = test.macro_f1, len(test.false_alarms), test.metrics_right, test.summary()
-    assert f1 >= 0.952, summary
+    assert f1 >= 0.957, summary
     assert alarms <= 2, summary
     assert right >= 0.911, summary
 

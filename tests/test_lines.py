@@ -452,3 +452,13 @@ def test_any_text_gives_a_line_info_with_finite_metrics(text: str) -> None:
 def test_lines_of_repeated_units(unit: str, expected: LineInfo) -> None:
     """A hostile line of one repeated token classifies like a short one (and the regexes stay near-linear)."""
     assert classify_line(sanitize((unit * 1000).encode())[0]) == expected
+
+
+def test_a_bars_redraws_joined_on_one_line_read_as_the_last() -> None:
+    """A paste that lost a bar's carriage returns joins its redraws (as a public README on DETR with
+    Lightning shows them): the last redraw is the bar now, as the follower keeps it after a `\\r`."""
+    line = (
+        "Epoch 0:   0%|          | 0/328 [00:00<?, ?it/s]Epoch 0:  19%|████▎                 | 63/328 "
+        "[02:01<08:31,  1.93s/it, loss=2.76, v_num=2]"
+    )
+    assert classify_line(line) == LineInfo(it_per_s=1 / 1.93, loss=2.76, step=63, total_steps=328)

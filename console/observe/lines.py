@@ -39,6 +39,59 @@ _STREAM_PREFIX = (
     r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): |[a-z][\w.-]*[-_]\d+ +\| )?"
 )
 
+# What launchers and log collectors write before each line a program printed, peeled off before the
+# line is read (by its shape: lower case, digits made 0). A stream's prefix (LineReader reads each
+# stream on its own): torchrun's `[rank3]:` and `--tee`'s `[default0]:`, mpirun's `[1,0]<stderr>:`
+# (horovodrun's `[1]<stderr>:`, SageMaker's `[1,mpirank:0,algo-1]<stderr>:`), Lightning's `[rank: 1] `,
+# MPICH's and Intel MPI's -prepend-rank `[3] `, Ray's `(RayTrainWorker pid=1234)`, `(pid=1234,
+# ip=10.0.0.1)` and `(raylet)`, srun --label's `12: `, pdsh's host (DeepSpeed's multi-node launcher:
+# `worker-1: `, `10.0.0.2: `), docker compose's service (`vllm-1  | `), kubectl --prefix's `[pod/x/c] `,
+# a captured `stderr: `; a paste's quote (`> `); or a time that names no stream: docker's, kubectl's,
+# GitHub Actions' and Jenkins' RFC 3339 stamp (`2024-01-01T00:00:00.123456789Z `,
+# `[2020-04-28T19:13:39.193Z] `), syslog's and journald's head (`Jan 01 12:00:00 host python[1234]: `),
+# dmesg's `[12345.678901] `. A log record's own header (`2024-01-01 12:00:00,123 - ERROR - `, glog's
+# `E0626 …]`) is no wrapper: the block rules read its level.
+_WRAPPER = re.compile(
+    r"(?P<stream>\[[a-z][a-z_-]*\d+\]: ?|\[\d{1,4}\] |\[\d+(?:,[\w:.-]+){0,2}\]<std(?:out|err)>: ?|\[rank: ?\d+\] |\([^()]{0,80}?\bpid=\d+[^()]{0,60}\) ?"
+    r"|\(raylet(?:, ip=[\d.]+)?\) ?|std(?:out|err): |\[pod/[\w.-]+/[\w.-]+\] |[a-z][\w.-]*[-_]\d+ +\| "
+    r"| {0,4}\d{1,5}: |(?:localhost|\d+\.\d+\.\d+\.\d+"
+    r"|(?![\w.-]*(?:error|exception|warning))(?!(?:step|iter|epoch|batch)\w*: )[a-z][\w-]*\d[\w.-]*): )"
+    r"|> "
+    r"|\[?\d{4}-\d\d-\d\dt\d\d:\d\d:\d\d(?:[.,]\d+)?(?:z|[+-]\d\d:?\d\d)\]? "
+    r"|(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec) +\d{1,2} \d\d:\d\d:\d\d [\w.-]+ [\w./@-]+(?:\[\d+\])?: "
+    r"|\[ *\d+\.\d{6}\] ",
+    re.ASCII,
+)
+#: A colour code whose escape a paste lost (`[36m(RayWorker pid=7)[0m`, `[1;31mRuntimeError[0m:`) or kept.
+_COLOUR = re.compile(r"\x1b\[[\d;]*m|\[\d{1,3}(?:;\d{1,3})*m")
+
+
+def _wrapper_end(shape: str) -> int:
+    """Where the line a program printed starts, after its launchers' and collectors' wrappers (and the
+    indentation of a paste indented as a whole, before them)."""
+    indent = len(shape) - len(shape.lstrip(" \t"))
+    end = indent if indent and _WRAPPER.match(shape, indent) else 0
+    for _ in range(4):
+        match = _WRAPPER.match(shape, end)
+        if match is None or match.end() == end:
+            break
+        end = match.end()
+    return end
+
+
+def _stream_of(prefix: str) -> str:
+    """The stream a line's wrappers name (`[rank3]:`, `(pid=1234, ip=…)`), without its times."""
+    parts = []
+    end = len(prefix) - len(prefix.lstrip(" \t"))
+    for _ in range(4):
+        match = _WRAPPER.match(prefix.lower(), end)
+        if match is None or match.end() == end:
+            break
+        if match["stream"]:
+            parts.append(match["stream"].rstrip(" :|"))
+        end = match.end()
+    return " ".join(parts)
+
 
 class _KindRule:
     __slots__ = ("kind", "gate", "regex", "lower", "word")
@@ -110,6 +163,9 @@ _KIND_RULES = (
         r"|\bcuda driver error\b|\berror \[cuda\]|\bmemory access fault by gpu\b"
         # c10's C10_CUDA_CHECK_WARN: a CUDA call that failed, its error string after it
         r"|\bcuda warning: \S"
+        # an exception whose class is named for CUDA (`torch.cuda.DeferredCudaCallError: CUDA call failed
+        # lazily at initialization`, cupy's `CUDARuntimeError: cudaErrorNoDevice`)
+        r"|\b[a-z]\w*?cuda\w*error(?:\(\w*\))?:"
         r"|unspecified launch failure|\.cu:\d+:.{0,200}?assertion `|no kernel image is available"
         r"|thcudacheck fail|exception raised from c10_cuda_check|\bcuda failure\b"
         # no usable GPU: a driver too old, missing or failing to start
@@ -130,8 +186,9 @@ _KIND_RULES = (
         # atomic: commit to the first "nccl", so a line full of them stays linear
         r"|\bnccl error\b|\bnccl(?:system|internal|remote|invalidusage|invalidargument)error\b"
         # an NCCL call that failed as its caller words it (XLA's `NCCL operation ncclCommInitRank(…) failed:`,
-        # TF's `NCCL operation ncclAllReduce failed`), and the communicator torch aborted after a failure
-        r"|\bnccl operation \w+(?:\([^)]{0,200}\))? failed\b|\bnccl communicator was aborted\b"
+        # TF's `NCCL operation ncclAllReduce failed`, Horovod's `ncclCommInitRank failed: unhandled system
+        # error`), and the communicator torch aborted after a failure
+        r"|\bnccl(?: operation \w+|[a-z]{4,})(?:\([^)]{0,200}\))? failed\b|\bnccl communicator was aborted\b"
         # NCCL warning of a failed transfer or connection (not of a plugin it falls back from)
         r"|nccl warn\b(?=.{0,200}?\b(?:connect(?:ion)?|accept|socket|recv|send|complet(?:e|ion|ed)|proxy|ibv_\w+|message"
         r"|request)\b)(?=.{0,200}?\b(?:failed|refused|reset|closed|error|err|unexpected)\b)"
@@ -203,27 +260,30 @@ _KIND_RULES = (
          "call stacks", "stack trace for", "exit code", "return code"),
         # (asyncio heads the traceback of a callback's exception with `Exception in callback X`)
         r"Traceback \(most recent call last\)|Exception in (?:thread|callback)\b|\bterminate called (?:after|without)\b"
-        r"|Fatal Python error|^During handling of the above exception|^The above exception was the direct cause"
+        r"|Fatal Python error|^\s*During handling of the above exception|^\s*The above exception was the direct cause"
         # what heads a traceback: multiprocessing's `Process EngineCore:`, TF's `Original stack trace for 'X':`,
         # Paddle's `C++ Call Stacks (…):` and `Error Message Summary:`
-        rf"|^{_STREAM_PREFIX}Process [\w-]+:$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
+        rf"|^{_STREAM_PREFIX}Process [\w-]+:\s*$|^Original stack trace for\b|(?:^|\] )(?:C\+\+ Call Stacks|Error Message Summary:)"
         # a launcher's word that a worker exited with an error (a signal is `killed`, above): torchrun's agent,
         # DeepSpeed's launch.py (`[…] exits with return code = 1`), Slurm's `Exited with exit code 1`
         r"|\bfailed \(exitcode: [1-9]\d*\)|\bexit(?:s|ed)? with (?:return|exit) code\s*[:=]?\s*[1-9]\d*\b"
         # a process's own word that it died, before its traceback (vLLM's `EngineCore encountered a fatal error.`)
         r"|\bencountered a fatal error\b"
+        # an exception announced where it was raised, its traceback to follow (Ray's `Exception raised in
+        # creation task: The actor died …`, `Exception occurred while running X's function generate: …`)
+        rf"|^{_STREAM_PREFIX}(?:Exception|Error) (?:raised |occurred |)(?:in|while|during|when)\b[^:\n]{{0,60}}:"
         # Hydra's announcement of the traceback it prints next (`Error executing job with overrides: […]`)
         r"|^Error executing job\b"
         # an error-level record whose short message says what failed, the traceback it logs to follow
         # (vLLM's `ERROR 06-22 11:29:08 [async_llm.py:704] AsyncLLM output_handler failed.`, `EngineCore failed to start.`)
-        r"|\bERROR\b[^\]]{0,80}\] (?:[\w.:-]+ ){0,4}failed(?: to \w+)?\.$"
+        r"|\bERROR\b[^\]]{0,80}\] (?:[\w.:-]+ ){0,4}failed(?: to \w+)?\.\s*$"
         # a Python stack frame written as an error-level log record: part of the traceback it logs
         r"|\bERROR\b[^\"]{0,120}?\]\s+File \"[^\"]+\", line \d+, in \S"
         # an exception's last line: `ValueError: ...`, `[rank0]: torch.OutOfMemoryError: ...`, after a syslog
         # time, or TF1's `ResourceExhaustedError (see above for traceback): ...`
         rf"|^[\s>]*(?:[A-Z][a-z]{{2}} +\d+ [\d:]+ +)?{_STREAM_PREFIX}(?:(?:ERROR|CRITICAL) [^\]]{{0,60}}\] )?"
         r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failed)(?:\([A-Za-z_]\w*\))?"
-        r"(?: \(see above for traceback\))?(?::|$)",
+        r"(?: \(see above for traceback\))?(?::|\s*$)",
         lower=False,
     ),
     _KindRule(
@@ -414,6 +474,7 @@ _GLUED_STEP = re.compile(r"(?P<s>\d+)(?![\w.])")
 _EPOCH_PAIR = re.compile(r"epoch:?\s*\d+\s*[:|,]?\s+(?P<s>\d+)\s*/\s*(?P<t>\d+)(?![\d./])")
 # A line that starts with its step as a column: `510 | loss 5.23 | …` (llama2.c).
 _LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
+_RECORD_LEADING_STEP = re.compile(r"(?:[\]>-] +|(?<=[a-z_]):|(?<=info|warn|ning|rror|ebug) +)(?P<s>\d+) \| ")
 
 _INT_METRICS = frozenset({"step", "total_steps"})
 
@@ -425,9 +486,9 @@ _INT_METRICS = frozenset({"step", "total_steps"})
 _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 _SHAPE_TEXT = str.maketrans("123456789", "000000000")
 _MAX_SHAPES = 4096
-_SHAPES: dict[bytes, tuple[int, tuple[str, ...]]] = {}
+_SHAPES: dict[bytes, tuple[int, int, tuple[str, ...]]] = {}
 (_G_KIND, _G_TOKENS, _G_SAMPLES, _G_IT_RATE, _G_STEP_RATE, _G_TIMED, _G_LOSS, _G_LR, _G_LEARNING, _G_NORM, _G_MFU,
- _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME) = (1 << n for n in range(16))
+ _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME, _G_REDRAWS, _G_COLOUR) = (1 << n for n in range(18))
 
 
 def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
@@ -454,37 +515,54 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_BRACKET
     if "/" in shape or "it [" in shape:
         bits |= _G_BAR
-    if "| " in shape and shape[:1] in (" ", "0"):
+        if shape.count("[") > 1:
+            bits |= _G_REDRAWS
+    if "| " in shape:
         bits |= _G_LEADING
     if "tim" in shape or "ms |" in shape:
         bits |= _G_STEP_TIME
     return bits, tuple(key for key in _STEP_KEYS if key in shape)
 
 
-def _gates(low: str) -> tuple[int, tuple[str, ...]]:
+def _gates(low: str) -> tuple[int, int, tuple[str, ...]]:
     key = low.encode("utf-8", "surrogatepass").translate(_SHAPE)
     gates = _SHAPES.get(key)
     if gates is None:
         if len(_SHAPES) >= _MAX_SHAPES:
             _SHAPES.clear()
-        gates = _SHAPES[key] = _shape_gates(low.translate(_SHAPE_TEXT))
+        shape = low.translate(_SHAPE_TEXT)
+        if _COLOUR.search(shape):
+            gates = _SHAPES[key] = (0, _G_COLOUR, ())
+        else:
+            cut = _wrapper_end(shape)
+            gates = _SHAPES[key] = (cut, *_shape_gates(shape[cut:]))
     return gates
 
 
 def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo:
-    """The kind of one sanitized log line and the metrics it states.
+    """The kind of one sanitized log line and the metrics it states, read after the wrappers that
+    launchers and log collectors put before it (`[rank3]:`, `(pid=1234)`, a docker time).
 
     Non-finite values (a NaN loss) are not returned as metrics: the line's kind
     (`nan`) says it, and the series stay comparable; a non-finite loss is kept apart
     (LineInfo.nonfinite_loss), for the figure that shows the loss now.
     """
+    if not text.isascii() and "\xa0" in text:
+        text = text.replace("\xa0", " ")  # a no-break space, as a page copied from a browser has it
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
-    bits, step_keys = gates if gates is not None else _gates(low)
+    cut, bits, step_keys = gates if gates is not None else _gates(low)
+    whole = text
+    if bits & _G_COLOUR:
+        text = whole = _COLOUR.sub("", text)
+        low = text.lower()
+        cut, bits, step_keys = _gates(low)
+    if cut:
+        text, low = text[cut:], low[cut:]
     kind = _kind(text, low) if bits & _G_KIND else LineKind.NORMAL
     metrics = _metrics(text, low, bits, step_keys)
     if patterns:
-        metrics, nonfinite = _apply_patterns(text, patterns, metrics)
+        metrics, nonfinite = _apply_patterns(whole, patterns, metrics)
         if nonfinite and _KIND_RANK.get(kind, len(_KIND_RANK)) > _KIND_RANK[LineKind.NAN]:
             kind = LineKind.NAN
     if metrics is None:
@@ -492,7 +570,30 @@ def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo
     return LineInfo(kind, **metrics)
 
 
+def _unwrapped(text: str) -> tuple[str, int]:
+    """The line classify_line reads (its lost colour codes dropped) and where the program's line
+    starts in it, after its wrappers."""
+    if not text.isascii() and "\xa0" in text:
+        text = text.replace("\xa0", " ")
+    low = text.lower()
+    gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
+    cut, bits, _ = gates if gates is not None else _gates(low)
+    if bits & _G_COLOUR:
+        text = _COLOUR.sub("", text)
+        cut = _gates(text.lower())[0]
+    return text, cut
+
+
 def _kind(text: str, low: str) -> LineKind:
+    if text[:1] in (" ", "\t"):  # a line's indentation does not change what it says (a paste indented whole)
+        text, low = text.lstrip(" \t"), low.lstrip(" \t")
+    kind = _rules_kind(text, low)
+    if kind is LineKind.NORMAL and text[:1] in _HEADER_STARTS:
+        return _record_kind(text)
+    return kind
+
+
+def _rules_kind(text: str, low: str) -> LineKind:
     for rule in _KIND_RULES:
         for word in rule.gate:
             if word in low:
@@ -500,6 +601,47 @@ def _kind(text: str, low: str) -> LineKind:
                     return rule.kind
                 break
     return LineKind.NORMAL
+
+
+def _record_kind(text: str) -> LineKind:
+    """The kind of a log record's message, read as a line of its own: a logger's header hides what
+    starts the line (`2024-01-01 12:00:00,123 - ERROR - RuntimeError: DataLoader worker … exited
+    unexpectedly`, `ERROR:root:Aborted`, rich's `[10/12/24 10:00:00] ERROR    RuntimeError: …`,
+    transformers' `[ERROR|trainer.py:2128] 2024-01-01 12:00:00,123 >> …`, a tag before the header as
+    torchtitan's `[titan] `). Records at INFO or DEBUG level are left as they read."""
+    header = _record_header(text)
+    if header is None or _level(text, header) in _QUIET_LEVELS:
+        return LineKind.NORMAL
+    rest = text[header.end():]
+    if header["w"] and rest.startswith(":"):  # Python's `ERROR:root:…`
+        cuts = [rest.find(":", 1)]
+    else:  # the header's other fields end at a `] `, ` - `, ` | ` or ` >> ` in its first 80 characters
+        cuts = sorted(at + 1 for sep in ("] ", " - ", " | ", ">> ") for at in _find_all(rest, sep, 80))
+        cuts.insert(0, -1)  # or the level right after the time
+    for cut in cuts[:7]:
+        message = rest[cut + 1:].lstrip()
+        for message in (message, _LEVEL_HEAD.sub("", message, count=1)):
+            kind = _rules_kind(message, message.lower()) if message else LineKind.NORMAL
+            if kind is not LineKind.NORMAL:
+                return kind
+    return LineKind.NORMAL
+
+
+def _record_header(text: str) -> re.Match | None:
+    """The log header a line starts with, after a tag before it (torchtitan's `[titan] `), or None."""
+    header = _HEADER.match(text)
+    if header is None and text[:1] == "[":
+        header = _HEADER.match(text, text.find("] ", 0, 24) + 2)
+    return header
+
+
+def _find_all(text: str, part: str, reach: int) -> list[int]:
+    found: list[int] = []
+    at = text.find(part, 0, reach)
+    while at >= 0 and len(found) < 6:
+        found.append(at)
+        at = text.find(part, at + 1, reach)
+    return found
 
 
 def _may_have_kind(shape: str) -> bool:
@@ -512,6 +654,10 @@ def _may_have_kind(shape: str) -> bool:
 
 
 def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict | None:
+    if bits & _G_REDRAWS:
+        cut = _last_redraw(text)
+        if cut:  # the bar's redraws joined on one line (a paste lost their `\r`): the last is the bar now
+            text, low = text[cut:], low[cut:]
     found: dict = {}
     if bits & _G_TOKENS:
         tokens = _tokens_per_s(low)
@@ -567,6 +713,21 @@ def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict
     if nonfinite_loss is not None:
         found["nonfinite_loss"] = nonfinite_loss
     return found or None
+
+
+def _last_redraw(text: str) -> int:
+    """Where the last of several progress bars on one line starts, or 0: after the `]` that closes
+    the tqdm bar before it, its description kept (`Training: 0it [00:00, ?it/s]Epoch 1:  10%|█ |
+    10/100 [00:01<00:09, 9.51it/s]`), or at its count where the count opens it (Keras' `61/82 [==>..]
+    - loss: 0.6016 62/82 [===>..] - loss: 0.6010`)."""
+    last = None
+    for last in islice(_PROGRESS_BAR.finditer(text), 1, 64):
+        pass
+    if last is None:
+        return 0
+    cut = text.rfind("]", 0, last.start()) + 1
+    between = text[cut : last.start()]
+    return cut if "|" in between or between.rstrip().endswith(":") else last.start()
 
 
 def _bare_samples(low: str, found: dict) -> None:
@@ -1017,6 +1178,9 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
             return int(done_text), int(of_text)
     if has_loss and bits & _G_LEADING:
         leading = _LEADING_STEP.match(low)
+        if leading is None and _record_header(text):
+            # the column that leads a log record's message (`… - INFO - 510 | loss 5.23 | …`, `INFO:root:510 | …`)
+            leading = _RECORD_LEADING_STEP.search(low, 0, 160)
         if leading:
             return int(leading["s"]), None
     return None
@@ -1118,10 +1282,10 @@ MAX_BLOCK_LINES = 400
 #: Streams with a block open at once; the oldest is dropped to make room.
 MAX_BLOCK_STREAMS = 64
 
-# A stream of its own: torchrun's `[rank3]:` / `[default3]:`, mpirun's `[1,0]<stderr>:`, Ray's and
-# vLLM's `(EngineCore pid=104) `, a subprocess's captured `stderr: ` (the kind rules' prefix, here
-# required), and an NCCL process's `host:pid:tid [dev] ` (its threads share the process's stream).
-_STREAM = re.compile(_STREAM_PREFIX[:-2] + r"|(?P<process>[\w.-]+:\d+):\d+ \[\d+\] )")
+# A stream of its own: what the line's wrappers name (`_WRAPPER`: torchrun's `[rank3]:`, Ray's
+# `(EngineCore pid=104) `, …), and an NCCL process's `host:pid:tid [dev] ` (its threads share the
+# process's stream).
+_NCCL_PROCESS = re.compile(r"\s*(?:(?P<process>[\w.-]+:\d+):\d+ \[\d+\] |\[(?P<mpi>[\w.-]+:\d+)\] )")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
 _HEADER = re.compile(
@@ -1130,13 +1294,18 @@ _HEADER = re.compile(
     r"|\[?\d\d[-/]\d\d[ -]\d\d:\d\d:\d\d\]?"
     r"|\[?(?P<w>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b"
 )
+#: The characters a log header may start with (`_HEADER`).
+_HEADER_STARTS = frozenset("[(|IWEF0123456789 DC")
+_QUIET_LEVELS = frozenset(("I", "INFO", "DEBUG"))
+#: A level word that opens a record's message (rich's `ERROR    RuntimeError: …`, `ERROR: …`).
+_LEVEL_HEAD = re.compile(r"^(?:ERROR|CRITICAL|FATAL|WARNING|WARN)\b:?\s*")
 _LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
 _ERROR_LEVELS = frozenset(("E", "F", "ERROR", "CRITICAL", "FATAL"))
 _DIGITS = str.maketrans("123456789", "000000000")  # a header's digits, compared by shape
 # An exception's line: `RuntimeError: …`, `torch.OutOfMemoryError: …`, `ResourceExhaustedError (see
 # above for traceback): …`, `UserWarning: …`, `CUDA error: …`; its message may run on after it.
 _EXCEPTION_LINE = re.compile(
-    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w*(?: [A-Z]\w*)? error:"
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b[^:\n]{0,40}:|[A-Z]\w*(?: [A-Z]\w*)? [Ee]rror:"
     # an absl / XLA status code: `RESOURCE_EXHAUSTED: Out of memory …`, `INTERNAL: …`
     r"|(?!(?:DEBUG|INFO|NOTE|WARN|WARNING)\b)[A-Z]{3,}(?:_[A-Z]+)*: "
 )
@@ -1162,7 +1331,7 @@ _NO_MESSAGE, _MESSAGE, _PARAGRAPHS = 0, 1, 2
 
 class _Block:
     __slots__ = ("kind", "head", "indent", "side", "level", "mode", "table", "blank", "lines", "chain", "frames",
-                 "warning", "outer")
+                 "warning", "outer", "base")
 
     def __init__(self, kind: LineKind, body: str) -> None:
         self.kind = kind
@@ -1172,6 +1341,7 @@ class _Block:
         self.chain = False  # its last line chains the next traceback to it ("During handling…")
         self.warning = kind is LineKind.WARNING
         self.outer: _Block | None = None  # an error's block that another thread's record interrupted
+        self.base = 0  # the indentation of the log's plain lines around it (a paste indented as a whole)
         self.indent = len(body) - len(body.lstrip(" \t"))
         line = body[self.indent:]
         self.side = _side(line)
@@ -1182,7 +1352,8 @@ class _Block:
         self.frames = message.startswith("Traceback (most recent call last)") or message.endswith(_STACK_HEADINGS)
         # a head that announces what follows (`Exception in thread X:`, `Process EngineCore:`, asyncio's
         # `Exception in callback X` and its `handle: …` line) heads its traceback
-        announces = message.endswith(":") or message.startswith("Exception in callback ")
+        announces = message.endswith(":") or message.startswith("Exception in callback ") or (
+            message.startswith("***") and message.endswith("***"))  # Open MPI's `*** Process received signal ***`
         self.chain = announces and not self.frames
         if announces:
             self.mode = _PARAGRAPHS  # `ResourceExhaustedError:`, `WARNING:torch.distributed.run:`: its message follows
@@ -1201,36 +1372,46 @@ class LineReader:
     lines (code, whatever its words). Cheap while no block is open: one dict test per line.
     """
 
-    __slots__ = ("patterns", "_open", "_latest")
+    __slots__ = ("patterns", "_open", "_latest", "_plain", "_base")
 
     def __init__(self, patterns: MetricPatterns = NO_PATTERNS) -> None:
         self.patterns = patterns
         self._open: dict[str, _Block] = {}
         self._latest = ""
+        # the last line outside any block, and the indentation of the last such line that was not
+        # blank: a log pasted indented as a whole indents every line by it
+        self._plain, self._base = "", -1
 
     def clear(self) -> None:
         """Forget every open block (the log was truncated or replaced)."""
         self._open.clear()
         self._latest = ""
+        self._plain, self._base = "", -1
 
     def read(self, text: str) -> LineInfo:
         """What `text` (the log's next sanitized line) says, in the block it continues."""
         info = classify_line(text, self.patterns)
         if not self._open and info.kind is LineKind.NORMAL:
+            self._plain = text
             return info
-        return self._in_block(text, info)
+        return self._in_block(*_unwrapped(text), info)
 
-    def _in_block(self, text: str, info: LineInfo) -> LineInfo:
-        stream, body = "", text
-        prefix = _STREAM.match(text)
-        if prefix:
-            # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them
-            stream, body = prefix["process"] or prefix[0].rstrip(" "), text[prefix.end():]
+    def _in_block(self, text: str, cut: int, info: LineInfo) -> LineInfo:
+        stream, body = (_stream_of(text[:cut]), text[cut:]) if cut else ("", text)
+        process = _NCCL_PROCESS.match(body)
+        if process:
+            # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them, as
+            # Open MPI's `[host:pid] ` tags each line of a process's signal dump
+            indent = body[: len(body) - len(body.lstrip(" \t"))]
+            stream = f"{stream} {process['process'] or process['mpi']}"
+            body = indent + body[process.end():]
         block = self._open.get(stream)
-        if block is None and not stream and self._latest:
-            # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice)
+        if block is None and self._latest != stream and self._latest.startswith(stream):
+            # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice), or
+            # with only the launcher's (`[default0]:` after `[default0]:[rank0]:`)
             latest = self._open.get(self._latest)
-            if latest is not None and body.strip() and _continues(latest, body) is not None:
+            if latest is not None and body.strip() and _continues(latest, body) is not None \
+                    and not body.lstrip(" \t").startswith("Traceback (most recent call last)"):
                 stream, block = self._latest, latest
         self._latest = stream
         kind = info.kind
@@ -1250,12 +1431,17 @@ class LineReader:
             if kind is LineKind.NORMAL:
                 if block is not None:
                     del self._open[stream]
+                self._plain = body
                 return info
             self._start(stream, kind, body)
             return info
         assert block is not None  # a continuation comes only from an open block
         own = kind is not LineKind.NORMAL
-        if kind is LineKind.NORMAL or (block.frames and rest[:1] in (" ", "\t")):
+        indented = rest[:1] in (" ", "\t")
+        if kind is LineKind.NORMAL or (indented and (block.frames or (
+                # a frame under a graver problem's message (`CUDA call was originally invoked at:`),
+                # a traceback line by its own words, is that problem's
+                kind is LineKind.TRACEBACK and _KIND_RANK[block.kind] < _KIND_RANK[LineKind.TRACEBACK]))):
             if kind is LineKind.NORMAL and _has_metrics(info) and not (block.frames and rest[:1] in (" ", "\t")):
                 del self._open[stream]  # a progress line is never part of a problem (a source line may say `lr = 0.1`)
                 return info
@@ -1270,6 +1456,13 @@ class LineReader:
         if len(self._open) >= MAX_BLOCK_STREAMS:
             del self._open[next(iter(self._open))]
         block = self._open[stream] = _Block(kind, body)
+        plain, cut = _unwrapped(self._plain)
+        plain = plain[cut:]
+        if plain.strip():
+            self._base = len(plain) - len(plain.lstrip(" \t"))
+        elif self._base < 0:  # the log's first lines open the block: its indentation is the log's
+            self._base = block.indent
+        block.base = self._base
         if before is not None and before.level in _ERROR_LEVELS and block.head and block.level != before.level \
                 and _KIND_RANK[kind] >= _KIND_RANK[before.kind]:
             # a lesser record of another level (another thread's warning) inside an error's records:
@@ -1331,7 +1524,7 @@ def _delimiter(line: str) -> str:
 
 def _after_shared_header(block: _Block, line: str) -> str | None:
     """The rest of `line` after the log header it shares with the block's first line, or None."""
-    line = line[:160].translate(_DIGITS)
+    whole, line = line, line[:160].translate(_DIGITS)
     head = block.head
     n = 0
     for a, b in zip(line, head):
@@ -1341,9 +1534,12 @@ def _after_shared_header(block: _Block, line: str) -> str | None:
     header = _HEADER.match(line)
     if header is None or n < header.end():
         return None
+    # the shared part is the header's: a message that repeats the block's first one (a traceback's next
+    # `  File "…"` record) is read from its start, its indentation kept
+    n = min(n, len(line) - len(_message(line, header)))
     while n > header.end() and line[n - 1].isalnum() and line[n : n + 1].isalnum():
         n -= 1  # the shared part ends inside a word of the message: back to the word's start
-    return line[n:]
+    return whole[n:]
 
 
 def _continues(block: _Block, body: str) -> str | None:
@@ -1354,7 +1550,7 @@ def _continues(block: _Block, body: str) -> str | None:
         return body[block.indent:]  # a frame, its source line, an error's indented detail
     # the next line of a message wrapped under an indented first line (judged below, as a line
     # without a header of its own)
-    wrapped = indent > 0 and indent == block.indent
+    wrapped = indent > block.base and indent == block.indent
     line = body[indent:]
     if line[0] in _RULED:
         return line
@@ -1417,6 +1613,9 @@ def _advance(block: _Block, kind: LineKind, rest: str, own: bool, *, record: boo
             block.mode = _NO_MESSAGE  # a warning is its line and the source line under it
         return
     stripped = rest.strip()
+    if block.mode == _PARAGRAPHS and stripped.startswith("***") and stripped.endswith("***") and len(stripped) > 6:
+        block.mode = _NO_MESSAGE  # the dump a `*** … ***` heading announced is closed by another
+        return
     block.chain = stripped.startswith(_CHAINED)
     if stripped.startswith("Traceback (most recent call last)") or stripped.endswith(_STACK_HEADINGS):
         block.frames, block.mode = True, _PARAGRAPHS
