@@ -33,7 +33,6 @@ from console.crash import report_crash
 from console.model import LineKind
 from console.ui import render
 from console.ui.render import BaseScreen
-from console.ui.dialogs.help_screen import HelpScreen
 from console.ui.keymap import ActionSpec
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
@@ -240,6 +239,8 @@ class ThemedApp(App[int]):
         self.notify(f"theme: {following}", timeout=2)
 
     def action_help(self) -> None:
+        from console.ui.dialogs.help_screen import HelpScreen  # here: the first frame does not wait for it
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
 
