@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from console.config import Config, StallConfig
 from console.diagnose import (
@@ -54,32 +54,20 @@ from console.observe.nccl import (
     nccl_fact,
     parse_flight_record,
 )
-from console.observe.pyspy import (
-    MOTIONS,
-    ProcessDump,
-    ThreadSamples,
-    classify_wait,
-    collective_call,
-    group_identical,
-    main_thread,
-    merged,
-    on_the_cpu_in_one_place,
-    stack_signature,
-    thread_motion,
-    where,
-)
-from console.observe.pyspy_run import DumpError, dump, record
-from console.observe.recovered import count_text, family_of, reason_of
 from console.observe.sampler import gpu_processes_unseen, sample_once
 from console.observe.textsafe import sanitize
-from console.slow_look import read_slow_look
-from console.slowness import Baseline, SlowLook, recompile_lines
 from console.remote.shell import quote
 from console.remote.target import Target, TargetError
 from console.sent import SentSignal, last_signal, read_records, signals_sent
 from console.state import RunState
 from console.stall import QUIET_FLOOR_S, Silence, interval_from_density, lifetime_write_interval_s
 from console.user_patterns import MetricPatterns
+
+if TYPE_CHECKING:  # py-spy's parsing and runner (and the remote process helpers under it) and console.slowness
+    # load with the first look at the stacks, or the first diagnosis: the console's first frame does not wait for them
+    from console.observe.pyspy import ProcessDump, ThreadSamples
+    from console.observe.pyspy_run import DumpError
+    from console.slowness import Baseline, SlowLook
 
 DumpStacks = Literal["auto", "always", "never"]
 
@@ -157,6 +145,8 @@ async def gather(
     if rate_histories and evidence.rate_metric is not None and evidence.rate_metric in rate_histories:
         evidence = replace(evidence, rate_history=rate_histories[evidence.rate_metric])
     if dump_stacks != "never" and wants_slow_look(evidence, config):
+        from console.slow_look import read_slow_look
+
         evidence = replace(evidence, slow_look=await read_slow_look(
             target, evidence.processes, evidence.gpus, py_spy=config.target.py_spy,
             recompile_lines=recompiles_since_slow(state, evidence, config)))
@@ -521,6 +511,8 @@ def _line_fields(state: RunState, config: Config, timed: bool) -> dict:
     # (the autotuner's "Runtime error during autotuning:" before it, "Ignoring this choice." after it).
     last_progress = max((line.number for line in lines if _progress(line)), default=0)
     texts = {line.number: line.text for line in lines}
+    from console.observe.recovered import count_text, family_of, reason_of  # with the first diagnosis, not at start
+
     families: dict[str, list] = {}
     named = []
     for p in spans:
@@ -583,6 +575,8 @@ def recompiles_since_slow(state: RunState, evidence: Evidence, config: Config) -
         if value is not None and value >= limit:
             break
         since.append(line.text)
+    from console.slowness import recompile_lines  # a slowdown was found: the diagnosis loaded it
+
     return recompile_lines(since)
 
 
@@ -645,6 +639,9 @@ async def take_stacks(
     processes at a time, each bounded by DUMP_TIMEOUT_S; each thread's schedstat read just before and
     just after the recordings. The dumps come first: the pause a dump makes wakes a blocked thread,
     which must not read as a thread that woke by itself."""
+    from console.observe.pyspy import ProcessDump, merged
+    from console.observe.pyspy_run import DumpError, dump, record
+
     chosen = dump_order(processes)
     if not chosen:
         return StacksTaken([], {}, {})
@@ -687,6 +684,8 @@ async def take_stacks(
 
 
 def _one_place(dumped: ProcessDump | DumpError, recorded: list[ThreadSamples] | BaseException) -> bool:
+    from console.observe.pyspy import ProcessDump, main_thread, on_the_cpu_in_one_place
+
     if not isinstance(dumped, ProcessDump) or not isinstance(recorded, list):
         return False
     main = main_thread(dumped)
@@ -732,6 +731,8 @@ def with_dumps(
     """`evidence` with each process's dump summarised, or why none could be taken (pure); with
     `recorded` (pid → what py-spy record saw) and `woke` (tid → times scheduled meanwhile), how each
     thread moved (a thread over `busy_pct` CPU in the sampling window was on the CPU)."""
+    from console.observe.pyspy import ProcessDump
+
     stacks: list[StackSummary] = []
     failures: list[str] = []
     for process, result in dumps:
@@ -760,6 +761,10 @@ def summarise(
     `recorded`: what py-spy record saw of its threads, and `woke` how often each was scheduled
     meanwhile: how each moved (a group of identical threads moved when one of them did).
     """
+    from console.observe.pyspy import (
+        MOTIONS, classify_wait, collective_call, group_identical, main_thread, stack_signature, thread_motion, where,
+    )
+
     main = main_thread(process)
     by_tid = {samples.tid: samples for samples in recorded or ()}
     busy = {t.tid for t in (reading.thread_cpu if reading is not None else ()) if (t.cpu_pct or 0.0) > busy_pct}

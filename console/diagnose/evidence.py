@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from console.model import GpuReading, LineKind, ProcessReading
 from console.observe.nccl import FlightRecord, NcclFact
 from console.observe.progress import TerminalOnlyProgress
 from console.sent import SentSignal
-from console.slowness import Baseline, Slowdown, SlowLook
+
+if TYPE_CHECKING:  # console.slowness (and py-spy's parsing under it) loads with the first diagnosis, not for the first frame
+    from console.slowness import Baseline, Slowdown, SlowLook
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,17 @@ import time
 
 from console.diagnose.evidence import StackSummary
 from console.model import ProcessReading
-from console.observe.pyspy import RECORD_HZ, RECORD_S
 
-#: How the evidence names a recording of the stacks (console.observe.pyspy_run.record).
-RECORD_TEXT = f"{RECORD_S} s at {RECORD_HZ} Hz"
 #: How many problems a verdict quotes (each by the line that names it).
 QUOTED_LINES = 3
 QUOTE_CHARS = 160
+
+
+def record_text() -> str:
+    """How the evidence names a recording of the stacks (console.observe.pyspy_run.record)."""
+    from console.observe.pyspy import RECORD_HZ, RECORD_S  # py-spy's parsing loads with the first recording, not at start
+
+    return f"{RECORD_S} s at {RECORD_HZ} Hz"
 
 
 def clock_text(at: float) -> str:

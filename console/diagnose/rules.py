@@ -49,17 +49,18 @@ Each verdict's severity, display level and usual step are in the one table, cons
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from console.config import Config
 from console.diagnose.evidence import DeadThread, Evidence, ProblemLine, StackSummary, Verdict
 from console.diagnose.explanation import (
     QUOTE_CHARS,
     QUOTED_LINES,
-    RECORD_TEXT,
     clip,
     clock_text,
     exception_type,
     lifetime_cpu_pct,
+    record_text,
     short_who,
     thread_who,
     user_frame,
@@ -71,9 +72,11 @@ from console.observe.progress import TerminalOnlyProgress
 from console.observe.roles import fold_helpers
 from console.state import RATE_UNITS
 from console.stall import Silence, is_stalled
-from console.slowness import Baseline, Slowdown, from_log, name_cause, no_history_text, slowdown
 from console.units import counted, format_duration, format_indices, spread
 from console.verdicts import kind
+
+if TYPE_CHECKING:
+    from console.slowness import Baseline, Slowdown
 
 #: Problem kinds a run may recover from: judged by what followed them (an OOM the run went on past is a warning).
 RECOVERABLE_KINDS = (LineKind.OOM, LineKind.CUDA_ERROR, LineKind.NCCL_TIMEOUT)
@@ -107,6 +110,8 @@ SLOW_STEPS = {
 
 def baseline_of(ev: Evidence) -> Baseline | None:
     """What the run's rate is measured against: the config's baseline, else its journal's best, else its log's."""
+    from console.slowness import Baseline, from_log  # here: it loads with the first diagnosis, not for the first frame
+
     if ev.rate_baseline:
         return Baseline(ev.rate_baseline, "config")
     return ev.rate_history or from_log(ev.rate_values)
@@ -114,6 +119,8 @@ def baseline_of(ev: Evidence) -> Baseline | None:
 
 def slowdown_of(ev: Evidence, fraction: float) -> Slowdown | None:
     """The run is slow against its baseline (console.slowness.slowdown)."""
+    from console.slowness import slowdown
+
     return slowdown(ev.rate_values, baseline_of(ev), fraction) if ev.rate_values else None
 
 
@@ -244,7 +251,7 @@ class _Diagnosis:
         out = []
         for t in self._movers()[:4]:
             how = "sleeps in its own loop and wakes" if t.motion == "paced" else "moves"
-            out.append(f'thread "{t.name}" of {thread_who(t)} {how} (recorded {RECORD_TEXT}): {t.where}')
+            out.append(f'thread "{t.name}" of {thread_who(t)} {how} (recorded {record_text()}): {t.where}')
         for t in self._busy_in_one_place()[:2]:
             out.append(f'thread "{t.name}" of {thread_who(t)} is on the CPU in one place the whole recording: {t.where}')
         return out
@@ -508,6 +515,8 @@ class _Diagnosis:
             what = "baseline" if baseline.source == "config" else "its best sustained"
             return [f"throughput {ev.rate_now:,.0f} {unit} = {ratio:.0%} of {what} {baseline.rate:,.0f} "
                     f"({baseline.where(time.time())})"]
+        from console.slowness import no_history_text
+
         return [f"throughput {ev.rate_now:,.0f} {unit} ({no_history_text(len(ev.rate_values))})"]
 
     # -- the rules -----------------------------------------------------------
@@ -519,6 +528,8 @@ class _Diagnosis:
         if ev.slow_look is None:
             return Verdict("slow", text, self._process_lines() + self._gpu_lines(),
                            "look at the cause: a few seconds of every process's stacks, /proc and NVML", "dump", found)
+        from console.slowness import name_cause
+
         cause = name_cause(ev.slow_look)
         lines = [*cause.evidence, *(f"ruled out: {why}" for why in cause.ruled_out)]
         return Verdict("slow", f"{cause.name}: {cause.summary}; {text}", lines, SLOW_STEPS[cause.name], "dump", found)

@@ -42,11 +42,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from console import paths
 from console.config import Config
-from console.slowness import Baseline, from_journal
 from console.state import RATE_METRICS
+
+if TYPE_CHECKING:
+    from console.slowness import Baseline
 
 FLUSH_S = 0.5
 LEASE_S = 10.0
@@ -437,6 +440,8 @@ def read_minutes(conn: sqlite3.Connection, since: float | None = None, lock: thr
 
 def rate_histories(minutes: Iterable[Minute]) -> dict[str, Baseline]:
     """The run's best sustained rate of each throughput metric across its journal (console.slowness.from_journal)."""
+    from console.slowness import from_journal  # here: the console's first frame does not wait for it
+
     by_metric: dict[str, list[tuple[float, float]]] = {}
     for m in minutes:
         if m.metric in RATE_METRICS:

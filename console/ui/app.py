@@ -22,7 +22,6 @@ from textual.notifications import SeverityLevel
 from textual.widgets import Input
 
 from console.config import Config
-from console.actions.audit import OutputLine, StepEvent
 from console.diagnose import Evidence, SteadyVerdict, Verdict
 from console.evidence import RunLook
 from console.journal.watch import CHEAP_DIAGNOSIS_S, RunWatch
@@ -30,9 +29,6 @@ from console.model import LogLine
 from console.monitor import Monitor
 from console.state import RunState
 from console.ui import render
-from console.ui.dialogs.action_screen import ActionScreen
-from console.ui.dialogs.confirm_screen import ConfirmScreen
-from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
 from console.ui.keymap import ACTIONS, ActionSpec, bindings, wired_actions
 from console.ui.palette import PulseCommands
 from console.verdicts import level as verdict_level
@@ -41,7 +37,8 @@ from console.ui.screens.run_screen import RunScreen
 from console.ui.start import SignalEnding, Sources
 from console.ui.themes import PulseTheme, ThemedApp, run_themed_async
 
-if TYPE_CHECKING:  # loaded with the actions that need them
+if TYPE_CHECKING:  # loaded with the actions and dialogs that need them: the first frame comes sooner
+    from console.actions.audit import OutputLine, StepEvent
     from console.actions.guards import ProcessTree
     from console.actions.shown import HiddenControls
     from console.journal.report import Points, Window
@@ -423,6 +420,8 @@ class PulseApp(ThemedApp):
     def _verdict(self, message: VerdictReady) -> None:
         self.set_verdict(message.verdict)
         if message.show:
+            from console.ui.dialogs.diagnosis_screen import DiagnosisScreen
+
             self.push_screen(DiagnosisScreen(message.verdict, message.evidence))
 
     def set_verdict(self, verdict) -> None:
@@ -527,6 +526,9 @@ class PulseApp(ThemedApp):
 
     @on(PlanReady)
     def _plan_ready(self, message: PlanReady) -> None:
+        from console.ui.dialogs.action_screen import ActionScreen
+        from console.ui.dialogs.confirm_screen import ConfirmScreen
+
         def run(confirmed: bool | None) -> None:
             if confirmed:
                 self.push_screen(ActionScreen(message.title, message.execute), callback=lambda _ok: self.run_screen.mark_changed())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len, set_cell_size
 
@@ -18,11 +19,13 @@ from console.diagnose import Verdict
 from console.model import ConnectionStatus, GpuReading, Sample, gpus_by_role
 from console.observe.sampler import gpu_processes_unseen
 from console.observe.textsafe import sanitize
-from console.slowness import Baseline, Slowdown, slowdown
 from console.state import RATE_UNITS, RunState
 from console.stall import Silence, is_stalled
 from console.units import counted, format_duration, format_indices
 from console.verdicts import level as verdict_level
+
+if TYPE_CHECKING:  # console.slowness loads with the first diagnosis: the first frame does not wait for it
+    from console.slowness import Baseline, Slowdown
 
 #: The window of "current / average / min" throughput figures.
 RATE_WINDOW_S = 300.0
@@ -413,7 +416,11 @@ def throughput_view(
     if baseline is None and learned is not None and learned.source != "config":
         baseline, from_run = learned.rate, True
     slow_from = slow_for_s = None
-    now_slow = slowdown(state.values(metric), found.baseline, found.fraction) if found and metric else None
+    now_slow = None
+    if found and metric:
+        from console.slowness import slowdown  # the diagnosis that found it loaded it
+
+        now_slow = slowdown(state.values(metric), found.baseline, found.fraction)
     if now_slow is not None and metric is not None:
         baseline = now_slow.baseline.rate
         slow_from = max(len(values) - now_slow.below_for, 0)

@@ -33,7 +33,6 @@ from console.crash import report_crash
 from console.model import LineKind
 from console.ui import render
 from console.ui.render import BaseScreen
-from console.ui.dialogs.help_screen import HelpScreen
 from console.ui.keymap import ActionSpec
 
 #: The themes shipped with Pulse: package data (console/themes links to the repository's themes/).
@@ -186,8 +185,12 @@ class ThemedApp(App[int]):
     settle_heap = False
     """Take what start-up left alive out of the cyclic GC's walks (`settle_start_heap`) when the app
     says its start-up is over (the run's console: its first sample; the fleet console does not
-    yet): set where the console runs for real, not in tests, which start many apps in one process."""
+    yet), and resume the GC that `pulse` paused for the start (console.cli.CONSOLE_COMMANDS): set
+    where the console runs for real, not in tests, which start many apps in one process."""
     _heap_settled = False
+    START_GC_PAUSE_S = 5.0
+    """The cyclic GC resumes this long after the app mounted if its start-up has not said it is over
+    by then (no sample yet, or the fleet console): a console never runs on without it."""
 
     def __init__(self, *, theme: str | None = None, themes: dict[str, PulseTheme] | None = None) -> None:
         super().__init__()
@@ -213,6 +216,11 @@ class ThemedApp(App[int]):
         return render.driver_class(self) or super().get_driver_class()
 
     @on(Mount)
+    def _resume_gc_at_the_latest(self) -> None:
+        if self.settle_heap:
+            self.set_timer(self.START_GC_PAUSE_S, lambda: gc.enable())
+
+    @on(Mount)
     def _say_stock_textual(self) -> None:
         notice = render.stock_notice()
         if notice is not None:
@@ -231,6 +239,8 @@ class ThemedApp(App[int]):
         self.notify(f"theme: {following}", timeout=2)
 
     def action_help(self) -> None:
+        from console.ui.dialogs.help_screen import HelpScreen  # here: the first frame does not wait for it
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.action_specs, read_only=self.read_only))
 
@@ -244,9 +254,11 @@ class ThemedApp(App[int]):
 def settle_start_heap() -> None:
     """Freeze the objects alive now (modules, styles, widgets: about 100,000) out of the cyclic GC:
     each full collection walked them all, 50 ms every 15 s or so, a fifth of an idle console's CPU.
-    Reference counting still frees any of them that is dropped."""
+    Reference counting still frees any of them that is dropped. The GC, paused while the console
+    started (console.cli.CONSOLE_COMMANDS), runs again from here on."""
     gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 def run_themed(make_app: Callable[[str, dict[str, PulseTheme]], ThemedApp], args: argparse.Namespace) -> int:

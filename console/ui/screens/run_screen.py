@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -23,7 +24,6 @@ from textual.widgets import Input
 from console.config import Config
 from console.diagnose import Verdict
 from console.model import Sample, run_pids
-from console.slowness import Baseline, Slowdown
 from console.observe.roles import fold_helpers
 from console.state import RunState
 from console.stall import Silence
@@ -50,6 +50,9 @@ from console.ui.run_figures import (
     throughput_view,
 )
 from console.ui.themes import Thresholds
+
+if TYPE_CHECKING:  # console.slowness loads with the first diagnosis: the first frame does not wait for it
+    from console.slowness import Baseline, Slowdown
 
 #: The screen repaints what changed, and ages, this often.
 REFRESH_S = 1.0
