@@ -1,0 +1,74 @@
+"""A rate line reads the same in the neighbouring shapes that real logs print it in
+(console/observe/lines.py): every train-split rate record whose metrics are read right keeps them
+when its line ends in a carriage return or trailing spaces (a CRLF log, a paste), when its numbers and
+units are padded apart (`17.053  sec/step`, `step time: 100.87  ms`: printf's field widths), and when
+its keys and values are spaced or glued differently (`loss:2.31`, `loss:  2.31`). Issue 36: "Rates in
+other units" and "Steps and totals in common formats" miss in neighbouring shapes of the formats the
+rules were written for."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from console.observe.lines import LineReader
+from tests.corpus_eval import RATE_METRICS, load, metric_misses, read
+from tests.corpus_split import split_of
+
+TRAIN_RATES = [record for record in load("rates") if split_of(record["repo"]) == "train"]
+READ_RIGHT = [record for record in TRAIN_RATES if not metric_misses(read(record), record["metrics"])]
+
+#: name: how a shape rewrites a line (each keeps what the line states).
+SHAPES = {
+    "a carriage return": lambda line: line + "\r",
+    "trailing spaces": lambda line: line + "   ",
+    "a number padded from its unit": lambda line: re.sub(r"(?<=\d) (?=[A-Za-z/%])", "  ", line),
+    "a key glued to its value": lambda line: re.sub(r"(?<=[A-Za-z_\)]): (?=[-\d.])", ":", line),
+    "a key padded from its value": lambda line: re.sub(r"(?<=[A-Za-z_\)]): (?=[-\d.])", ":  ", line),
+    "upper and lower case": lambda line: line.lower(),
+    "fields split by ` | `": lambda line: re.sub(r", (?=[A-Za-z])", " | ", line),
+}
+
+
+def test_most_train_rate_lines_are_read_right() -> None:
+    assert len(READ_RIGHT) >= 0.99 * len(TRAIN_RATES)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_rate_line_reads_the_same_in_a_neighbouring_shape(shape: str) -> None:
+    rewrite = SHAPES[shape]
+    wrong = []
+    for record in READ_RIGHT:
+        line = rewrite(record["line"])
+        if line == record["line"]:
+            continue
+        reader = LineReader()
+        for before in record.get("context", ()):
+            reader.read(before)
+        misses = metric_misses(reader.read(line), record["metrics"])
+        if misses:
+            wrong.append((line, misses))
+    assert not wrong, wrong[:3]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # tqdm's `unit=`: a bar's own rate in what it counts (milesial/Pytorch-UNet's `unit='img'`)
+        ("Epoch 14/50:  30%|███       | 84/277 [00:18<00:08, 23.33img/s, loss (batch)=0.00319]",
+         {"samples_per_s": 23.33, "step": 84, "total_steps": 277, "loss": 0.00319}),
+        ("100%|██████████| 17/17 [00:17<00:00,  3.02step/s]", {"it_per_s": 3.02, "step": 17, "total_steps": 17}),
+        ("100%|██████████| 17/17 [00:17<00:00,  1.50s/img]",
+         {"samples_per_s": 1 / 1.5, "step": 17, "total_steps": 17}),
+        ("12step [00:03,  3.5step/s]", {"it_per_s": 3.5}),
+        # a bar of epochs or of bytes is no rate of the run's steps
+        ("Training: 100%|██████████| 2/2 [07:43<00:00, 231.64s/epoch]", {"step": 2, "total_steps": 2}),
+        ("model.safetensors: 100%|██████████| 17/17 [00:17<00:00,  3.02MB/s]", {"step": 17, "total_steps": 17}),
+    ],
+)
+def test_a_bar_reads_its_own_rate_in_the_unit_it_counts(line: str, expected: dict) -> None:
+    got = {k: v for k, v in LineReader().read(line).as_json().items() if k in RATE_METRICS and v is not None}
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=0.01)
