@@ -62,6 +62,16 @@ def test_a_rate_line_reads_the_same_in_a_neighbouring_shape(shape: str) -> None:
         ("100%|██████████| 17/17 [00:17<00:00,  1.50s/img]",
          {"samples_per_s": 1 / 1.5, "step": 17, "total_steps": 17}),
         ("12step [00:03,  3.5step/s]", {"it_per_s": 3.5}),
+        # the count after the bar: Lightning's RichProgressBar (its epoch's pair before the bar is no
+        # step; an iterable of unknown length is `5072/--`), YOLOv5's `| {n_fmt}/{total_fmt} {elapsed}`
+        ("Epoch 6/9  ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 910/910 0:05:58 • 0:00:00 2.56it/s v_num: mcyz train/loss: 1.545",
+         {"step": 910, "total_steps": 910, "it_per_s": 2.56, "loss": 1.545}),
+        ("Epoch 0/-2 ━━━━━━━━━━━━━━━━━━━━━━ 5072/-- 2:40:43 • -:--:-- 0.57it/s v_num: xn3p train_loss: 10.416",
+         {"step": 5072, "it_per_s": 0.57, "loss": 10.416}),
+        ("        0/1      22.4G    0.07281    0.08384    0.06359        199        640: 100%|██████████| 1849/1849 13:15",
+         {"step": 1849, "total_steps": 1849}),
+        # Keras 3's pair before its bar is the step
+        (" 1/10 ━━━━━━━━━━━━━━━━━━━━ 0s 5ms/step - loss: 0.5", {"step": 1, "total_steps": 10, "it_per_s": 200, "loss": 0.5}),
         # a bar of epochs or of bytes is no rate of the run's steps
         ("Training: 100%|██████████| 2/2 [07:43<00:00, 231.64s/epoch]", {"step": 2, "total_steps": 2}),
         ("model.safetensors: 100%|██████████| 17/17 [00:17<00:00,  3.02MB/s]", {"step": 17, "total_steps": 17}),

@@ -481,6 +481,9 @@ _BAR_UNITS = {
                      "seqs", "sequence", "sequences", "sentence", "sentences", "record", "records"), "samples_per_s"),
     **dict.fromkeys(("tok", "toks", "token", "tokens"), "tokens_per_s"),
 }
+# A bar's count right after the bar (Lightning's RichProgressBar: `Epoch 3/99 ━━━━ 1200/2500 0:01:00 •`;
+# YOLOv5's `{l_bar}{bar:10}| {n_fmt}/{total_fmt} {elapsed}`: `100%|██████████| 1849/1849 13:15`).
+_PAIR_AFTER_BAR = re.compile(r"(?:━|(?<=[█▏▎▍▌▋▊▉ ])\|) +(?P<s>\d+)/(?:(?P<t>\d+)|--) ")
 _FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_][a-z_/]*[=:]")
 # A step key written into its number (`iteration100`), its number ending the word.
 _GLUED_STEP_KEYS = frozenset(("iteration", "iter", "step"))
@@ -1207,12 +1210,19 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
         if pair and 0 < int(pair["t"]) and int(pair["s"]) <= int(pair["t"]):
             return int(pair["s"]), int(pair["t"])
     if bits & _G_BAR:
-        bar = _PROGRESS_BAR.search(text)
-        if bar:
+        for bar in islice(_PROGRESS_BAR.finditer(text), _MAX_TRIES):
             if bar["is"]:
                 return int(bar["is"]), None
+            if bar["s"] and low[: bar.start()].rstrip(" :").endswith("epoch"):
+                continue  # an epoch's pair before a bar is no step: the count after the bar is
             done_text, of_text = (bar["s"], bar["t"]) if bar["s"] else (bar["ks"], bar["kt"])
             return int(done_text), int(of_text)
+        if "━" in text or "%|" in text:
+            after = _PAIR_AFTER_BAR.search(text)
+            if after and not after["t"]:
+                return int(after["s"]), None  # an iterable of unknown length: `5072/--`
+            if after and 0 < int(after["t"]) and int(after["s"]) <= int(after["t"]):
+                return int(after["s"]), int(after["t"])
     if has_loss and bits & _G_LEADING:
         leading = _LEADING_STEP.match(low)
         if leading is None and _record_header(text):
