@@ -70,6 +70,9 @@ def test_a_rate_line_reads_the_same_in_a_neighbouring_shape(shape: str) -> None:
          {"step": 5072, "it_per_s": 0.57, "loss": 10.416}),
         ("        0/1      22.4G    0.07281    0.08384    0.06359        199        640: 100%|██████████| 1849/1849 13:15",
          {"step": 1849, "total_steps": 1849}),
+        # Keras where it does not know an epoch's length (tf.data): the count without a total
+        ("  13440/Unknown - 2s - loss: 0.8068 - acc: 0.7432", {"step": 13440, "loss": 0.8068}),
+        ("     12/Unknown 3s 25ms/step - loss: 0.3", {"step": 12, "it_per_s": 40, "loss": 0.3}),
         # Keras 3's pair before its bar is the step
         (" 1/10 ━━━━━━━━━━━━━━━━━━━━ 0s 5ms/step - loss: 0.5", {"step": 1, "total_steps": 10, "it_per_s": 200, "loss": 0.5}),
         # a bar of epochs or of bytes is no rate of the run's steps

@@ -461,9 +461,10 @@ _BRACKET = re.compile(r"\[\s*(?P<s>\d+)\s*/\s*(?P<t>\d+)\s*(?:\]|\()")
 #: torch's logs name a compiled frame "[frame/recompile]" right after their glog header's `file.py:LINE]`:
 #: `convert_frame.py:964] [0/8] torch._dynamo hit config.recompile_limit` is no step 0 of 8.
 _COMPILE_ID_BEFORE = re.compile(r"torch/\S*\.py:\d+\]\s*$")
-# A bar's `16/782 [` (tqdm, Keras), Keras's `1079/1079 - 21s` at the start of a line, tqdm's `0it [`.
+# A bar's `16/782 [` (tqdm, Keras), Keras's `1079/1079 - 21s` at the start of a line, its `13440/Unknown - 2s`
+# (Keras 3's `12/Unknown 3s`) where it does not know an epoch's length, tqdm's `0it [`.
 _PROGRESS_BAR = re.compile(
-    r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
+    r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w./])(?P<us>\d+)/[Uu]nknown(?: -)? \d|(?<![\w.])(?P<is>\d+)it \["
 )
 # A tqdm bar's own rate in whatever unit it counts (`unit="step"`, `unit="img"`): `[00:17<00:00,
 # 3.02step/s]`, `[00:03, 1.50s/img]`, its elapsed (and remaining) time before it; tqdm writes
@@ -1211,8 +1212,8 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
             return int(pair["s"]), int(pair["t"])
     if bits & _G_BAR:
         for bar in islice(_PROGRESS_BAR.finditer(text), _MAX_TRIES):
-            if bar["is"]:
-                return int(bar["is"]), None
+            if bar["is"] or bar["us"]:
+                return int(bar["is"] or bar["us"]), None
             if bar["s"] and low[: bar.start()].rstrip(" :").endswith("epoch"):
                 continue  # an epoch's pair before a bar is no step: the count after the bar is
             done_text, of_text = (bar["s"], bar["t"]) if bar["s"] else (bar["ks"], bar["kt"])
