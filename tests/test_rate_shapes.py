@@ -2,7 +2,8 @@
 (console/observe/lines.py): every train-split rate record whose metrics are read right keeps them
 when its line ends in a carriage return or trailing spaces (a CRLF log, a paste), when its numbers and
 units are padded apart (`17.053  sec/step`, `step time: 100.87  ms`: printf's field widths), and when
-its keys and values are spaced or glued differently (`loss:2.31`, `loss:  2.31`). Issue 36: "Rates in
+its keys and values are spaced or glued differently (`loss:2.31`, `loss:  2.31`), and under a paste's
+artifacts (a nested tqdm bar's `[A`, a colour code that lost its escape, no-break spaces). Issue 36: "Rates in
 other units" and "Steps and totals in common formats" miss in neighbouring shapes of the formats the
 rules were written for."""
 
@@ -28,6 +29,12 @@ SHAPES = {
     "a key padded from its value": lambda line: re.sub(r"(?<=[A-Za-z_\)]): (?=[-\d.])", ":  ", line),
     "upper and lower case": lambda line: line.lower(),
     "fields split by ` | `": lambda line: re.sub(r", (?=[A-Za-z])", " | ", line),
+    "a tab after a key": lambda line: re.sub(r"(?<=[A-Za-z_\)]): (?=[-\d.])", ":\t", line),
+    "a nested bar's cursor-up a paste kept": lambda line: line + "[A",
+    "a colour code a paste lost the escape of": lambda line: re.sub(
+        r"(?<=[=: ])(\d+\.\d+)(?=[ ,|]|$)", r"[36m\1[0m", line, count=1
+    ),
+    "no-break spaces (a page copied from a browser)": lambda line: line.replace(" ", "\u00a0"),
 }
 
 
