@@ -29,6 +29,7 @@ SHAPES = {
     "a key padded from its value": lambda line: re.sub(r"(?<=[A-Za-z_\)]): (?=[-\d.])", ":  ", line),
     "upper and lower case": lambda line: line.lower(),
     "fields split by ` | `": lambda line: re.sub(r", (?=[A-Za-z])", " | ", line),
+    "the second spelled out": lambda line: re.sub(r"(?<=\d) ?(?:s|sec)/(step|batch|iter)\b", r" seconds/\1", line),
     "a tab after a key": lambda line: re.sub(r"(?<=[A-Za-z_\)]): (?=[-\d.])", ":\t", line),
     "a nested bar's cursor-up a paste kept": lambda line: line + "[A",
     "a colour code a paste lost the escape of": lambda line: re.sub(
@@ -82,6 +83,11 @@ def test_a_rate_line_reads_the_same_in_a_neighbouring_shape(shape: str) -> None:
         ("     12/Unknown 3s 25ms/step - loss: 0.3", {"step": 12, "it_per_s": 40, "loss": 0.3}),
         # Keras 3's pair before its bar is the step
         (" 1/10 ━━━━━━━━━━━━━━━━━━━━ 0s 5ms/step - loss: 0.5", {"step": 1, "total_steps": 10, "it_per_s": 200, "loss": 0.5}),
+        # the second spelled out, per step and per sample (`({:.2f} seconds/step)` in a user's loop)
+        ("Step 100: \t loss = 0.2345 \t acc = 0.9000 \t (0.45 seconds/step)",
+         {"step": 100, "loss": 0.2345, "it_per_s": 1 / 0.45}),
+        ("step 100 | 0.3 sec/sample | loss 2.1", {"step": 100, "loss": 2.1, "samples_per_s": 1 / 0.3}),
+        ("step 100 | 0.3 s/iteration | loss 2.1", {"step": 100, "loss": 2.1, "it_per_s": 1 / 0.3}),
         # a bar of epochs or of bytes is no rate of the run's steps
         ("Training: 100%|██████████| 2/2 [07:43<00:00, 231.64s/epoch]", {"step": 2, "total_steps": 2}),
         ("model.safetensors: 100%|██████████| 17/17 [00:17<00:00,  3.02MB/s]", {"step": 17, "total_steps": 17}),

@@ -390,9 +390,9 @@ _PROMPT_SIDE = ("prompt", "prefill", "input")
 # Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`,
 # old Keras's `83us/sample`.
 _SECONDS_PER_SAMPLE = re.compile(
-    rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
+    rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|secs?|seconds?)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
 )
-_PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
+_PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq", "c/sampl", "c/im", "c/ex")
 # A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
 # `steps_per_second': 1.76`, `Steps/Sec 3.2`, `train_speed(iter/s): 0.056`.
 # (gate, unit, whether the value is a time per step)
@@ -408,7 +408,7 @@ _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "steps_per_sec", "step
 # is one step's time, explicit (`step_avg:258.57ms`, `elapsed time per iteration (ms): 4225.8`,
 # `per-step time 0.813s`, `train_step_timing in s: 0.031`) or plain (`time: 0.593`, `iter_time: 1.599s`,
 # `batch_cost: 0.28 s`, `dt: 989.44ms`): of the plain ones the longest is the step, the others its parts.
-_TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) *(?P<u>us|ms|s|sec)/(?:step|batch|ba|iter)\b")
+_TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) *(?P<u>us|ms|s|secs?|seconds?)/(?:step|batch|ba|iter(?:ation)?)\b")
 _UNIT_AS_KEY = re.compile(r"(?<![a-z])(?P<u>ms|s|sec)/(?:batch|step|iter)\b")  # `s/batch 0.63`, `ms/batch 45.67`
 _EXPLICIT_TIME_KEYS = ("step_avg", "time per iteration", "time per step", "per-step time", "step_time",
                        "step time", "train_step_timing", "time/step", "time/iter", "step_timing", "time_per_step",
@@ -421,7 +421,7 @@ _TIME_VALUE = re.compile(
     rf"(?P<k>\s*\((?P<ku>ms|us|s|sec)\))?(?: in (?P<ki>ms|s))?['\"]?\s*(?:[:=：]\s*|\s+)['\"]?"
     rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\S) *(?P<u>ms|us|sec|s)?(?![a-z])"
 )
-_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0}
 # A `|`-separated field that is a duration alone (`| 8060.78ms |`): the time of the step the line counts.
 _DURATION_FIELD = re.compile(rf"\| (?P<v>\d+(?:\.\d+)?) ?(?P<u>ms) \|")
 # Samples per second after a step's time, unnamed: timm `Time: 0.316s,  405.65/s`, open_clip `37194/s`.
