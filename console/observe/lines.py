@@ -403,9 +403,9 @@ _PROMPT_SIDE = ("prompt", "prefill", "input")
 # Seconds per sample, the inverse of a sample rate: HF datasets' `6.32s/ examples`, a bar's `1.50s/ex`,
 # old Keras's `83us/sample`.
 _SECONDS_PER_SAMPLE = re.compile(
-    rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
+    rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|secs?|seconds?)/ ?(?:examples?|ex|samples?|imgs?|images?|seqs?|sequences?)(?![a-z])"
 )
-_PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq")
+_PER_SAMPLE_GATES = ("s/ ex", "s/ex", "s/sampl", "s/im", "s/seq", "c/sampl", "c/im", "c/ex")
 # A rate of steps, as the bar prints it or as a key: `18.56it/s`, `ups=0.2`, `global_step/sec: 0.69`,
 # `steps_per_second': 1.76`, `Steps/Sec 3.2`, `train_speed(iter/s): 0.056`.
 # (gate, unit, whether the value is a time per step)
@@ -421,7 +421,7 @@ _STEP_RATE_KEYS = ("steps_per_second", "step_per_second", "steps_per_sec", "step
 # is one step's time, explicit (`step_avg:258.57ms`, `elapsed time per iteration (ms): 4225.8`,
 # `per-step time 0.813s`, `train_step_timing in s: 0.031`) or plain (`time: 0.593`, `iter_time: 1.599s`,
 # `batch_cost: 0.28 s`, `dt: 989.44ms`): of the plain ones the longest is the step, the others its parts.
-_TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) ?(?P<u>us|ms|s|sec)/(?:step|batch|ba|iter)\b")
+_TIME_PER_UNIT = re.compile(rf"(?P<v>{_NUMBER}) *(?P<u>us|ms|s|secs?|seconds?)/(?:step|batch|ba|iter(?:ation)?)\b")
 _UNIT_AS_KEY = re.compile(r"(?<![a-z])(?P<u>ms|s|sec)/(?:batch|step|iter)\b")  # `s/batch 0.63`, `ms/batch 45.67`
 _EXPLICIT_TIME_KEYS = ("step_avg", "time per iteration", "time per step", "per-step time", "step_time",
                        "step time", "train_step_timing", "time/step", "time/iter", "step_timing", "time_per_step",
@@ -432,9 +432,9 @@ _PLAIN_TIME_KEYS = ("time", "iter_time", "iter time", "iteration time", "iterati
 _TIME_GATE = ("tim", "dt", "cost", "step_avg", "seconds", "/step", "/ba", "/iter", "(t)")
 _TIME_VALUE = re.compile(
     rf"(?P<k>\s*\((?P<ku>ms|us|s|sec)\))?(?: in (?P<ki>ms|s))?['\"]?\s*(?:[:=：]\s*|\s+)['\"]?"
-    rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\S)\s?(?P<u>ms|us|sec|s)?(?![a-z])"
+    rf"(?P<v>(?>{_NUMBER}|[-+]?(?:nan|inf(?:inity)?)))(?!\d|:\S) *(?P<u>ms|us|sec|s)?(?![a-z])"
 )
-_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0}
 # A `|`-separated field that is a duration alone (`| 8060.78ms |`): the time of the step the line counts.
 _DURATION_FIELD = re.compile(rf"\| (?P<v>\d+(?:\.\d+)?) ?(?P<u>ms) \|")
 # Samples per second after a step's time, unnamed: timm `Time: 0.316s,  405.65/s`, open_clip `37194/s`.
@@ -474,10 +474,30 @@ _BRACKET = re.compile(r"\[\s*(?P<s>\d+)\s*/\s*(?P<t>\d+)\s*(?:\]|\()")
 #: torch's logs name a compiled frame "[frame/recompile]" right after their glog header's `file.py:LINE]`:
 #: `convert_frame.py:964] [0/8] torch._dynamo hit config.recompile_limit` is no step 0 of 8.
 _COMPILE_ID_BEFORE = re.compile(r"torch/\S*\.py:\d+\]\s*$")
-# A bar's `16/782 [` (tqdm, Keras), Keras's `1079/1079 - 21s` at the start of a line, tqdm's `0it [`.
+# A bar's `16/782 [` (tqdm, Keras), Keras's `1079/1079 - 21s` at the start of a line, its `13440/Unknown - 2s`
+# (Keras 3's `12/Unknown 3s`) where it does not know an epoch's length, tqdm's `0it [`.
 _PROGRESS_BAR = re.compile(
-    r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w.])(?P<is>\d+)it \["
+    r"(?<![\d.])(?P<s>\d+)/(?P<t>\d+)\s*(?:\[|━)|^\s*(?P<ks>\d+)/(?P<kt>\d+) - \d|(?<![\w./])(?P<us>\d+)/[Uu]nknown(?: -)? \d|(?<![\w.])(?P<is>\d+)it \["
 )
+# A tqdm bar's own rate in whatever unit it counts (`unit="step"`, `unit="img"`): `[00:17<00:00,
+# 3.02step/s]`, `[00:03, 1.50s/img]`, its elapsed (and remaining) time before it; tqdm writes
+# `{rate}{unit}/s`, or `{1/rate}s/{unit}` when a unit takes more than a second.
+_BAR_RATE = re.compile(
+    r"\[(?:\d+:)?\d+:\d+(?:<(?:(?:\d+:)?\d+:\d+|\?))?, *(?P<v>\d+(?:\.\d+)?) ?(?P<x>[kmg](?=[a-z]+/s\b))?"
+    r"(?:(?P<i>s)/(?P<iu>[a-z]+)|(?P<u>[a-z]+)/s)\b"
+)
+#: What a bar's unit counts: the rate it reads as (steps, samples or tokens a second); any other
+#: unit (`epoch`, `B`, `file`) is no rate of the run.
+_BAR_UNITS = {
+    **dict.fromkeys(("it", "its", "step", "steps", "ba", "batch", "batches", "iter", "iters", "iteration",
+                     "iterations", "update", "updates"), "it_per_s"),
+    **dict.fromkeys(("ex", "example", "examples", "sample", "samples", "img", "imgs", "image", "images", "seq",
+                     "seqs", "sequence", "sequences", "sentence", "sentences", "record", "records"), "samples_per_s"),
+    **dict.fromkeys(("tok", "toks", "token", "tokens"), "tokens_per_s"),
+}
+# A bar's count right after the bar (Lightning's RichProgressBar: `Epoch 3/99 ━━━━ 1200/2500 0:01:00 •`;
+# YOLOv5's `{l_bar}{bar:10}| {n_fmt}/{total_fmt} {elapsed}`: `100%|██████████| 1849/1849 13:15`).
+_PAIR_AFTER_BAR = re.compile(r"(?:━|(?<=[█▏▎▍▌▋▊▉ ])\|) +(?P<s>\d+)/(?:(?P<t>\d+)|--) ")
 _FIELDS_STEP = re.compile(r"\] \[(?P<s>\d+)\] [a-z_][a-z_/]*[=:]")
 # A step key written into its number (`iteration100`), its number ending the word.
 _GLUED_STEP_KEYS = frozenset(("iteration", "iter", "step"))
@@ -490,6 +510,7 @@ _LEADING_STEP = re.compile(r"\s*(?P<s>\d+) \| ")
 _RECORD_LEADING_STEP = re.compile(r"(?:[\]>-] +|(?<=[a-z_]):|(?<=info|warn|ning|rror|ebug) +)(?P<s>\d+) \| ")
 
 _INT_METRICS = frozenset({"step", "total_steps"})
+_RATE_NAMES = frozenset({"tokens_per_s", "samples_per_s", "it_per_s"})
 
 # -- gates, by a line's shape ------------------------------------------------------------------------
 #
@@ -501,7 +522,7 @@ _SHAPE_TEXT = str.maketrans("123456789", "000000000")
 _MAX_SHAPES = 4096
 _SHAPES: dict[bytes, tuple[int, int, tuple[str, ...]]] = {}
 (_G_KIND, _G_TOKENS, _G_SAMPLES, _G_IT_RATE, _G_STEP_RATE, _G_TIMED, _G_LOSS, _G_LR, _G_LEARNING, _G_NORM, _G_MFU,
- _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME, _G_REDRAWS, _G_COLOUR) = (1 << n for n in range(18))
+ _G_FIELDS, _G_BRACKET, _G_BAR, _G_LEADING, _G_STEP_TIME, _G_REDRAWS, _G_COLOUR, _G_BAR_RATE) = (1 << n for n in range(19))
 
 
 def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
@@ -534,6 +555,8 @@ def _shape_gates(shape: str) -> tuple[int, tuple[str, ...]]:
         bits |= _G_LEADING
     if "tim" in shape or "ms |" in shape:
         bits |= _G_STEP_TIME
+    if "0, " in shape and "]" in shape and ("/s" in shape or "s/" in shape):
+        bits |= _G_BAR_RATE
     return bits, tuple(key for key in _STEP_KEYS if key in shape)
 
 
@@ -685,6 +708,8 @@ def _metrics(text: str, low: str, bits: int, step_keys: tuple[str, ...]) -> dict
         if iterations is not None:
             found["it_per_s"] = iterations
             _bare_samples(low, found)
+    if bits & _G_BAR_RATE and not found.keys() & _RATE_NAMES:
+        _bar_rate(low, found)
     if bits & _G_LOSS:
         loss = _loss(low)
         if loss is not None and math.isfinite(loss):
@@ -741,6 +766,18 @@ def _last_redraw(text: str) -> int:
     cut = text.rfind("]", 0, last.start()) + 1
     between = text[cut : last.start()]
     return cut if "|" in between or between.rstrip().endswith(":") else last.start()
+
+
+def _bar_rate(low: str, found: dict) -> None:
+    """A tqdm bar's own rate in a unit the rate readers do not name (`3.02step/s`, `1.50s/img`),
+    read as the rate of what the unit counts."""
+    match = _BAR_RATE.search(low)
+    if match is None:
+        return
+    name = _BAR_UNITS.get(match["u"] or match["iu"])
+    value = float(match["v"]) * (_SUFFIX[match["x"]] if match["x"] else 1.0)
+    if name is not None and value > 0:
+        found[name] = 1.0 / value if match["i"] else value
 
 
 def _bare_samples(low: str, found: dict) -> None:
@@ -1035,9 +1072,13 @@ def _loss_value(low: str, end: int) -> tuple[float | None, str | None]:
     if low[end : end + 1] == " ":
         cut = end + 1
         stop = cut
+        if low[cut : cut + 1] == "(":  # a qualifier in brackets: Pytorch-UNet's `loss (batch)=0.00319`
+            close = low.find(")", cut, cut + 16)
+            if close > cut + 1 and low[cut + 1 : close].isalpha() and low[close + 1 : close + 2] in (":", "="):
+                word, end = low[cut + 1 : close], close + 1
         while stop < len(low) and low[stop].isalpha():
             stop += 1
-        if stop > cut and low[stop : stop + 1] in (":", "="):
+        if word is None and stop > cut and low[stop : stop + 1] in (":", "="):
             word, end = low[cut:stop], stop
     match = _KEYED_VALUE.match(low, end)
     if match is None:
@@ -1183,12 +1224,19 @@ def _step(text: str, low: str, has_loss: bool, bits: int, step_keys: tuple[str, 
         if pair and 0 < int(pair["t"]) and int(pair["s"]) <= int(pair["t"]):
             return int(pair["s"]), int(pair["t"])
     if bits & _G_BAR:
-        bar = _PROGRESS_BAR.search(text)
-        if bar:
-            if bar["is"]:
-                return int(bar["is"]), None
+        for bar in islice(_PROGRESS_BAR.finditer(text), _MAX_TRIES):
+            if bar["is"] or bar["us"]:
+                return int(bar["is"] or bar["us"]), None
+            if bar["s"] and low[: bar.start()].rstrip(" :").endswith("epoch"):
+                continue  # an epoch's pair before a bar is no step: the count after the bar is
             done_text, of_text = (bar["s"], bar["t"]) if bar["s"] else (bar["ks"], bar["kt"])
             return int(done_text), int(of_text)
+        if "━" in text or "%|" in text:
+            after = _PAIR_AFTER_BAR.search(text)
+            if after and not after["t"]:
+                return int(after["s"]), None  # an iterable of unknown length: `5072/--`
+            if after and 0 < int(after["t"]) and int(after["s"]) <= int(after["t"]):
+                return int(after["s"]), int(after["t"])
     if has_loss and bits & _G_LEADING:
         leading = _LEADING_STEP.match(low)
         if leading is None and _record_header(text):
