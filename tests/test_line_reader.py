@@ -40,6 +40,18 @@ def test_the_cuda_advice_continues_a_ranks_error_printed_without_its_prefix() ->
     assert [classify_line(line).kind.value for line in lines] == ["cuda_error"] + ["normal"] * 3
 
 
+def test_a_stream_continues_only_its_own_or_a_longer_prefix_of_its_own() -> None:
+    """Rank 1's lines are not rank 10's: srun --label's `1: ` and pdsh's `worker-1: ` are whole streams."""
+    for ten, one in (("10: ", "1: "), ("worker-10: ", "worker-1: "), ("vllm-10  | ", "vllm-1  | ")):
+        lines = [f"{ten}Traceback (most recent call last):", f'{ten}  File "train.py", line 9, in <module>',
+                 f"{one}    x = step(batch)", f"{one}saving checkpoint"]
+        assert read(lines) == [("traceback", False), ("traceback", True), ("normal", False), ("normal", False)], ten
+    # the same stream with one prefix less (torchrun's `[default0]:` after `[default0]:[rank0]:`) continues it
+    lines = ["[default0]:[rank0]: Traceback (most recent call last):", '[default0]:[rank0]:   File "t.py", line 9, in <module>',
+             "[default0]:    raise RuntimeError('x')"]
+    assert read(lines)[2] == ("traceback", True)
+
+
 def test_a_blank_line_or_a_progress_line_ends_a_message() -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB."
     assert read([oom, "", "Epoch 2 starting"]) == [("oom", False), ("normal", False), ("normal", False)]

@@ -1467,7 +1467,8 @@ class LineReader:
             stream = f"{stream} {process['process'] or process['mpi']}"
             body = indent + body[process.end():]
         block = self._open.get(stream)
-        if block is None and self._latest != stream and self._latest.startswith(stream):
+        # `stream` is the latest's first parts (a whole part: rank 1 is not rank 10), or none at all
+        if block is None and self._latest != stream and (not stream or self._latest.startswith(stream + " ")):
             # the rest of a rank's error printed without its prefix (c10's stack, PyTorch's advice), or
             # with only the launcher's (`[default0]:` after `[default0]:[rank0]:`)
             latest = self._open.get(self._latest)
