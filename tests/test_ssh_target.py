@@ -199,6 +199,34 @@ async def test_many_hosts_handshake_a_few_at_a_time(sshd: SshServer, targets, tm
     assert all(s.seen[-1] is ConnectionStatus.CONNECTED for s in states)
 
 
+async def test_a_lost_host_waiting_for_a_handshake_still_reads_as_reconnecting(sshd: SshServer, monkeypatch) -> None:
+    """A host queued behind the handshakes in flight keeps its status and why: a fleet calls a lost node
+    unreachable by its status, and the wait is only added to the detail."""
+    monkeypatch.setattr(ssh, "HANDSHAKES_AT_ONCE", 1)
+    lost = ssh._Connection(sshd.target_config(), ssh.DEFAULT_MAX_CHANNELS, ssh.KEEPALIVE_INTERVAL_S)
+    lost._set_state(ConnectionStatus.RECONNECTING, "connection lost: reset", 12.0)
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_slot() -> None:
+        async with ssh._handshake_slot(ssh._Connection(sshd.target_config(), 1, 1.0)):
+            held.set()
+            await release.wait()
+
+    async def wait_for_one() -> None:
+        async with ssh._handshake_slot(lost):
+            pass
+
+    holder = asyncio.create_task(hold_the_slot())
+    await held.wait()
+    waiter = asyncio.create_task(wait_for_one())
+    await asyncio.sleep(0.05)
+    assert (lost.state.status, lost.state.detail, lost.state.retry_at) == (
+        ConnectionStatus.RECONNECTING, "connection lost: reset; waiting for one of 1 SSH handshakes in flight", 12.0)
+    release.set()
+    await asyncio.gather(holder, waiter)
+    assert (lost.state.status, lost.state.detail) == (ConnectionStatus.RECONNECTING, "connection lost: reset")
+
+
 async def test_reconnects_after_server_restart(own_sshd: SshServer, targets) -> None:
     """The server goes away and comes back: RECONNECTING, then CONNECTED, and run() works again."""
     target = targets(own_sshd.target_config())

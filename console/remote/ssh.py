@@ -37,7 +37,7 @@ KEEPALIVE_INTERVAL_S = 5.0
 KEEPALIVE_COUNT_MAX = 3
 CONNECT_TIMEOUT_S = 10.0
 HANDSHAKES_AT_ONCE = 32
-"""SSH handshakes in flight at once in this process, as pdsh's default fanout. A fleet connects to
+"""SSH handshakes in flight at once on one event loop (the console's), as pdsh's default fanout. A fleet connects to
 every node at once; unbounded, a thousand key exchanges queue on this machine's CPU, each one's
 CONNECT_TIMEOUT_S runs out in the queue, every node reads as unreachable, and their reconnects
 storm again. Bounded, each connect's timeout counts its own handshake, not the others'."""
@@ -525,11 +525,20 @@ _handshakes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaph
 
 @asynccontextmanager
 async def _handshake_slot(connection: _Connection) -> AsyncIterator[None]:
-    """One of this event loop's HANDSHAKES_AT_ONCE; while none is free the connection says it waits."""
-    slots = _handshakes.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(HANDSHAKES_AT_ONCE))
-    if slots.locked():
-        connection._set_state(ConnectionStatus.CONNECTING, f"waiting for one of {HANDSHAKES_AT_ONCE} SSH handshakes in flight")
+    """One of this event loop's HANDSHAKES_AT_ONCE. While none is free the connection says in its
+    detail that it waits for one, and keeps its status: a host that was lost still reads as
+    reconnecting (a fleet calls it unreachable), with why it was lost."""
+    loop = asyncio.get_running_loop()
+    slots = _handshakes.get(loop)
+    if slots is None:
+        slots = _handshakes[loop] = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
+    before = connection.state if slots.locked() else None
+    if before is not None:
+        waiting = f"waiting for one of {HANDSHAKES_AT_ONCE} SSH handshakes in flight"
+        connection._set_state(before.status, f"{before.detail}; {waiting}" if before.detail else waiting, before.retry_at)
     async with slots:
+        if before is not None:
+            connection._set_state(before.status, before.detail, before.retry_at)
         yield
 
 
