@@ -140,3 +140,9 @@ def test_a_problem_logged_at_error_level_keeps_its_kind(name: str) -> None:
         if got is not bare and not (bare is LineKind.NORMAL or got is LineKind.WARNING and "metrics" in record):
             changed.append(f"  {bare.value} -> {got.value}: {line[:100]!r} ({record['source']})")
     assert not changed, f"{len(changed)} lines read otherwise under {name!r}:\n" + "\n".join(changed[:20])
+
+
+def test_a_colour_code_cut_by_another_leaves_the_line_read() -> None:
+    """Dropping `[0m` from `[3[0m1m` leaves `[31m`: what remains is read as the line, not dropped whole."""
+    info = classify_line("a [3[0m1m x loss=1 step=2")
+    assert (info.kind, info.loss, info.step) == (LineKind.NORMAL, 1.0, 2)

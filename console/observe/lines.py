@@ -588,11 +588,9 @@ def classify_line(text: str, patterns: MetricPatterns = NO_PATTERNS) -> LineInfo
     low = text.lower()
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
     cut, bits, step_keys = gates if gates is not None else _gates(low)
-    whole = text
     if bits & _G_COLOUR:
-        text = whole = _COLOUR.sub("", text)
-        low = text.lower()
-        cut, bits, step_keys = _gates(low)
+        text, low, (cut, bits, step_keys) = _without_colour(text)
+    whole = text
     if cut:
         text, low = text[cut:], low[cut:]
     kind = _kind(text, low) if bits & _G_KIND else LineKind.NORMAL
@@ -615,9 +613,18 @@ def _unwrapped(text: str) -> tuple[str, int]:
     gates = _SHAPES.get(low.encode("utf-8", "surrogatepass").translate(_SHAPE))
     cut, bits, _ = gates if gates is not None else _gates(low)
     if bits & _G_COLOUR:
-        text = _COLOUR.sub("", text)
-        cut = _gates(text.lower())[0]
+        text, _, (cut, _, _) = _without_colour(text)
     return text, cut
+
+
+def _without_colour(text: str) -> tuple[str, str, tuple[int, int, tuple[str, ...]]]:
+    """The line with its colour codes dropped, its lower case and its gates. What remains is read as it
+    is, not tested for colour again: a code cut by another (`[3[0m1m`) leaves one that would be."""
+    text = _COLOUR.sub("", text)
+    low = text.lower()
+    shape = low.translate(_SHAPE_TEXT)
+    cut = _wrapper_end(shape)
+    return text, low, (cut, *_shape_gates(shape[cut:]))
 
 
 def _kind(text: str, low: str) -> LineKind:
