@@ -49,7 +49,7 @@ COMMAND_EXAMPLES = {
 }
 EXIT_USAGE = 2
 #: The commands that start a console. The cyclic GC waits while one starts: its collections walked the
-#: objects that imports and the app's start create, all of them kept (~45 ms of the ~470 ms to the
+#: objects that imports and the app's start create, all of them kept (42-57 ms of the 470-640 ms to the
 #: first frame). The app resumes it when its start-up is over (ThemedApp.settle_heap_once), at the
 #: latest a few seconds after it mounted (ThemedApp.START_GC_PAUSE_S); leaving main resumes it too.
 CONSOLE_COMMANDS = ("console", "demo")

@@ -88,7 +88,8 @@ def test_a_rate_line_reads_the_same_in_a_neighbouring_shape(shape: str) -> None:
          {"step": 100, "loss": 0.2345, "it_per_s": 1 / 0.45}),
         ("step 100 | 0.3 sec/sample | loss 2.1", {"step": 100, "loss": 2.1, "samples_per_s": 1 / 0.3}),
         ("step 100 | 0.3 s/iteration | loss 2.1", {"step": 100, "loss": 2.1, "it_per_s": 1 / 0.3}),
-        # a bar of epochs or of bytes is no rate of the run's steps
+        # a bar of epochs or of bytes is no rate of the run's steps; its count is still read as a bar's
+        # (a reader cannot tell a download's bar from the run's by its shape: the run's next bar replaces it)
         ("Training: 100%|██████████| 2/2 [07:43<00:00, 231.64s/epoch]", {"step": 2, "total_steps": 2}),
         ("model.safetensors: 100%|██████████| 17/17 [00:17<00:00,  3.02MB/s]", {"step": 17, "total_steps": 17}),
     ],

@@ -33,7 +33,8 @@ _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d
 _NONFINITE = r"[-+]?(?:nan|inf(?:inity)?)\b"
 # A stream's prefix before a line: torchrun's `[rank0]:`, mpirun's `[1,0]<stderr>:`, Ray's and vLLM's
 # `(EngineCore pid=104) `, a captured `stderr: `, docker compose's service (`vllm-1  | `, `app_1    | `)
-# (LineReader reads each such stream on its own).
+# (the kind rules allow one before a heading they anchor at the line's start; LineReader peels the
+# wrappers with _WRAPPER).
 _STREAM_PREFIX = (
     r"(?:\[(?:default|rank)\d+\]:\s*|\[\d+(?:,\d+)?\]<std(?:out|err)>:\s*"
     r"|\((?:[\w.-]+ )?(?:rank=\d+ )?pid=\d+(?:, ip=[\d.]+)?\) |std(?:out|err): |[a-z][\w.-]*[-_]\d+ +\| )?"
@@ -1351,9 +1352,9 @@ MAX_BLOCK_LINES = 400
 MAX_BLOCK_STREAMS = 64
 
 # A stream of its own: what the line's wrappers name (`_WRAPPER`: torchrun's `[rank3]:`, Ray's
-# `(EngineCore pid=104) `, …), and an NCCL process's `host:pid:tid [dev] ` (its threads share the
-# process's stream).
-_NCCL_PROCESS = re.compile(r"\s*(?:(?P<process>[\w.-]+:\d+):\d+ \[\d+\] |\[(?P<mpi>[\w.-]+:\d+)\] )")
+# `(EngineCore pid=104) `, …), and a process's tag: NCCL's `host:pid:tid [dev] ` (its threads share the
+# process's stream) and Open MPI's `[host:pid] `.
+_PROCESS_STREAM = re.compile(r"\s*(?:(?P<process>[\w.-]+:\d+):\d+ \[\d+\] |\[(?P<mpi>[\w.-]+:\d+)\] )")
 # A log record's header at the start of a line: glog's `E0626 23:10:17`, a timestamp (TensorFlow's
 # `…085274: E` with its level after it), mmengine's `04/21 21:03:53`, or a level first (`ERROR 07-21`).
 _HEADER = re.compile(
@@ -1466,7 +1467,7 @@ class LineReader:
 
     def _in_block(self, text: str, cut: int, info: LineInfo) -> LineInfo:
         stream, body = (_stream_of(text[:cut]), text[cut:]) if cut else ("", text)
-        process = _NCCL_PROCESS.match(body)
+        process = _PROCESS_STREAM.match(body)
         if process:
             # an NCCL process's threads (`host:pid:tid [dev] `) print one failure's trace between them, as
             # Open MPI's `[host:pid] ` tags each line of a process's signal dump
