@@ -83,9 +83,10 @@ def _wrapper_end(shape: str) -> int:
 def _stream_of(prefix: str) -> str:
     """The stream a line's wrappers name (`[rank3]:`, `(pid=1234, ip=…)`), without its times."""
     parts = []
+    prefix = prefix.lower()
     end = len(prefix) - len(prefix.lstrip(" \t"))
     for _ in range(4):
-        match = _WRAPPER.match(prefix.lower(), end)
+        match = _WRAPPER.match(prefix, end)
         if match is None or match.end() == end:
             break
         if match["stream"]:
