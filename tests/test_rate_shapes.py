@@ -99,3 +99,47 @@ def test_a_bar_reads_its_own_rate_in_the_unit_it_counts(line: str, expected: dic
     assert got.keys() == expected.keys()
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # a sample's noun over a second however it is spelled: mlx-examples' `{:.2f} im/s` (its CVAE
+        # example, ml-explore/mlx-examples#656), the second written out
+        ("Epoch    1 | Loss   15650.48 | Throughput  6034.87 im/s | Time     13.7 (s)",
+         {"loss": 15650.48, "samples_per_s": 6034.87}),
+        ("Epoch 3 | Train loss 2.303 | Throughput: 1234.56 images/second", {"loss": 2.303, "samples_per_s": 1234.56}),
+        ("step 5 | 812.5 examples/second | loss 1.2", {"step": 5, "loss": 1.2, "samples_per_s": 812.5}),
+        # Lightning's LearningRateMonitor names the rate by its optimizer (`lr-Adam`), and by a parameter
+        # group where there are several (`lr-AdamW/pg1`): the first printed is read
+        ("{'lr-Adam': 0.001, 'train_loss': 0.52}", {"lr": 0.001, "loss": 0.52}),
+        ("Epoch 3: 100%|██████████| 20/20 [00:02<00:00,  9.12it/s, lr-AdamW/pg1=0.0003, lr-AdamW/pg2=0.003, loss=0.4]",
+         {"lr": 0.0003, "loss": 0.4, "step": 20, "total_steps": 20, "it_per_s": 9.12}),
+        # build-nanogpt's clipped gradient norm, a bare `norm` field beside the loss (karpathy/build-nanogpt's
+        # train_gpt2.py: `step {step:4d} | loss: {…:.6f} | lr {lr:.4e} | norm: {norm:.4f} | dt: {…:.2f}ms | tok/sec: …`)
+        ("step    0 | loss: 10.955029 | lr 6.0000e-05 | norm: 15.3734 | dt: 2353.59ms | tok/sec: 222760.31",
+         {"step": 0, "loss": 10.955029, "lr": 6e-05, "grad_norm": 15.3734, "it_per_s": 1 / 2.35359,
+          "tokens_per_s": 222760.31}),
+    ],
+)
+def test_units_and_keys_in_their_other_spellings(line: str, expected: dict) -> None:
+    got = {k: v for k, v in LineReader().read(line).as_json().items() if k in RATE_METRICS and v is not None}
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("line", "metric"),
+    [
+        # a norm that is no gradient's: another word names it, or no loss is on the line (a table of weights)
+        (" iteration     5427/  250000 | learning rate: 2.999E-04 | lm loss: 2.3E+00 | params norm: 123.4 |",
+         "grad_norm"),
+        ("self_attn.q_proj.weight      | norm: 0.000001 | mean: 0.000000 | max: 0.000002 | nonzero:  0.1%", "grad_norm"),
+        # a word ending in `im` over a second is no image rate; a setting named `lr-…` without a number is no rate
+        ("the claim/s of the sim/s", "samples_per_s"),
+        ("lr-schedule: cosine", "lr"),
+    ],
+)
+def test_neighbours_of_the_other_spellings_are_not_read_as_them(line: str, metric: str) -> None:
+    assert getattr(LineReader().read(line), metric) is None

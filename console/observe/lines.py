@@ -390,10 +390,11 @@ _SAMPLE_UNITS = (
     ("samplespersec", re.compile(r"samplespersec")),
     ("sample", re.compile(r"samples?\s*/\s*s(?:ec(?:ond)?)?\b(?!\s*/)")),
     ("sample", re.compile(r"samples_per_sec(?:ond)?\b|samples per second\b")),
-    ("example", re.compile(r"examples?/s(?:ec)?\b")),
-    ("image", re.compile(r"\bimages?/s(?:ec)?\b")),
-    ("img", re.compile(r"\bimgs?/s(?:ec)?\b")),
-    ("seq", re.compile(r"\bseq(?:uence)?s?/s(?:ec)?\b")),
+    # a count of samples by its noun, over a second however it is spelled (`/s`, `/sec`, `/second`):
+    # `1234.56 images/second`, mlx-examples' `6034.87 im/s`
+    ("example", re.compile(r"examples?/s(?:ec(?:ond)?)?\b")),
+    ("im", re.compile(r"\b(?:images?|imgs?|im)/s(?:ec(?:ond)?)?\b")),
+    ("seq", re.compile(r"\bseq(?:uence)?s?/s(?:ec(?:ond)?)?\b")),
     ("record", re.compile(r"records?/s(?:ec(?:ond)?)?\b")),
     ("ips", re.compile(r"\bips\b")),  # images (instances) per second: Paddle's `ips: 225.2 images/sec`
     ("imps", re.compile(r"\bimps\b")),
@@ -1107,6 +1108,11 @@ def _lr(low: str) -> float | None:
         while end < len(low) and low[end] in _WORD_CHARS:
             end += 1
         token = low[start:end]
+        if token == "lr" and low[end : end + 1] in ("-", "/") and low[end + 1 : end + 2].isalpha():
+            # the rate of an optimizer or of one of its parameter groups, the first of them printed first
+            # (Lightning's LearningRateMonitor: `'lr-Adam': 0.001`, `lr-AdamW/pg1`)
+            while end < len(low) and low[end] in _KEY_CHARS:
+                end += 1
         if token in _LR_KEYS or _LR_GROUP.match(token):
             plain = _plain_value_after(low, end)
             if plain is not None:
@@ -1135,8 +1141,12 @@ def _grad_norm(low: str) -> float | None:
             at = low.find("norm", end)
             continue
         token = low[start:end]
-        # a key in a namespace is its last part (`train/grad_norm`, verl's `actor/grad_norm:0.5`)
-        if token.rpartition("/")[2] in _GRAD_NORM_KEYS or (token == "norm" and low.endswith("grad ", 0, start)):
+        # a key in a namespace is its last part (`train/grad_norm`, verl's `actor/grad_norm:0.5`); a bare
+        # `norm` that opens a field of a line stating a loss is the gradient's (build-nanogpt's clipped norm:
+        # `step    0 | loss: 10.955029 | lr 6.0000e-05 | norm: 15.3734 | dt: …`), not one another word names
+        # (Megatron's `params norm:`) nor a table of weights' norms (`q_proj.weight | norm: 0.0001 | mean: …`)
+        if token.rpartition("/")[2] in _GRAD_NORM_KEYS or (token == "norm" and (
+                low.endswith("grad ", 0, start) or low.endswith(("| ", ", "), 0, start) and "loss" in low)):
             plain = _plain_value_after(low, end)
             if plain is not None:
                 return plain
