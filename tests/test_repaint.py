@@ -166,3 +166,66 @@ async def test_the_second_s_tick_draws_nothing_a_sample_just_drew_and_draws_the_
         app.clock.advance(run_screen.TICK_AFTER_SAMPLE_S)
         screen.tick()
         assert "120/1000" in str(bar.content)
+
+
+def new_sample(app, utilization_pct: float):
+    """A sample one second on, GPU 0 at `utilization_pct`, into the state (not yet marked changed)."""
+    sample = app.state.latest
+    gpus = (dataclasses.replace(sample.gpus[0], utilization_pct=utilization_pct), *sample.gpus[1:])
+    app.state.add_sample(dataclasses.replace(sample, time=sample.time + 1, gpus=gpus))
+    return gpus
+
+
+async def test_a_sample_while_the_log_writes_lines_is_drawn_in_the_next_lines_frame():
+    """A log writing a line a second or more often costs a frame per line, not one per line and one
+    per sample: the sample waits for the next line, which is drawn at once as ever."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        pane, gpu_pane, screen = app.query_one(LogPane), app.query_one(GpuPane), app.run_screen
+        report_lines(app, ["step 1 | loss 1.0"])
+        await until_flushed(pilot, pane)
+        shown = gpu_pane.gpus
+        gpus = new_sample(app, 3.0)
+        screen.mark_changed()
+        await pilot.pause(0.1)  # past a loaded update's wait, within the sample's
+        assert gpu_pane.gpus == shown  # held: a line is due
+        updates: list[int] = []
+        flush = screen.flush_log
+        screen.flush_log = lambda: (updates.append(gpu_pane.gpus == shown), flush())[1]
+        report_lines(app, ["step 2 | loss 0.9"])
+        await until_flushed(pilot, pane)
+        assert gpu_pane.gpus == gpus and updates == [True]  # one update drew the line and the sample
+
+
+async def test_a_held_sample_is_drawn_by_its_deadline_when_no_line_comes(monkeypatch):
+    from console.ui.screens import run_screen
+
+    monkeypatch.setattr(run_screen, "SAMPLE_WAITS_FOR_LINE_S", 0.3)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        report_lines(app, ["step 1 | loss 1.0"])
+        await until_flushed(pilot, app.query_one(LogPane))
+        gpus = new_sample(app, 4.0)
+        app.run_screen.mark_changed()
+        await pilot.pause(0.1)
+        assert app.query_one(GpuPane).gpus != gpus
+        gpus = new_sample(app, 5.0)  # a second sample while the first waits: the deadline is the first's
+        app.run_screen.mark_changed()
+        await pilot.pause(0.25)
+        assert app.query_one(GpuPane).gpus == gpus
+
+
+async def test_a_sample_with_news_is_drawn_at_once_while_the_log_writes_lines():
+    """Only a sample alone waits: a lost connection or another event beside it is drawn as it comes."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        report_lines(app, ["step 1 | loss 1.0"])
+        await until_flushed(pilot, app.query_one(LogPane))
+        gpus = new_sample(app, 6.0)
+        app.state.add_event("sampler", "nvidia-smi took 3.2 s")
+        app.run_screen.mark_changed()
+        await pilot.pause(0.1)  # past a loaded update's wait, within a held sample's
+        assert app.query_one(GpuPane).gpus == gpus

@@ -465,11 +465,13 @@ async def test_an_overdue_rate_is_shown_as_history_not_as_the_current_rate():
         assert pane.stale
 
 
-async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of_their_own():
+async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of_their_own(monkeypatch):
     """At 1 Hz a sample's frame draws what lines changed: the tick draws it only when no sample came
-    for a second (one frame a second for a watched run, not two)."""
+    for a second (one frame a second for a watched run, not two). The sample, come while the log
+    writes lines, waits for the next line's frame, or its own deadline."""
     from console.ui.screens import run_screen
 
+    monkeypatch.setattr(run_screen, "SAMPLE_WAITS_FOR_LINE_S", 0.05)
     app = make_app("healthy")
     async with app.run_test(size=SIZE) as pilot:
         figures = app.query_one(ThroughputPane).figures
@@ -482,7 +484,7 @@ async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of
         assert "0.1234" not in figures["loss"].plain  # painted 0.5 s ago: left to the next sample
         app.state.add_sample(dataclasses.replace(app.state.latest, time=app.state.latest.time + 1))
         app.run_screen.mark_changed()
-        await pilot.pause()
+        await pilot.pause(0.1)
         assert "0.1234" in figures["loss"].plain
         add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
         app.run_screen.mark_changed()

@@ -19,6 +19,7 @@ from textual.containers import Horizontal
 from textual.dom import NoScreen
 from textual.events import Resize
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Input
 
 from console.config import Config
@@ -67,6 +68,14 @@ FRAME_S = 1 / 60
 #: Under load (an update less than a frame after the last), updates are spaced this far apart
 #: instead: a flood is drawn 20 times a second, so drawing it does not starve the keys.
 LOADED_UPDATE_S = 0.05
+#: A sample that comes while the log is writing lines waits this long at most for the next line, and
+#: is drawn in its frame: a log that writes a line a second or more often (HF Trainer's dicts, a step
+#: line a second) costs a frame per line, not one per line and one per sample. Lines never wait (the
+#: tail's latency); the sample's wait is under its period, so the GPU rows are never a sample behind.
+SAMPLE_WAITS_FOR_LINE_S = 0.8
+#: The log is writing lines while its last line was drawn less than this long ago (a line every two
+#: seconds or more often); a quieter log's samples are drawn as they come.
+LINES_RECENT_S = 2.0
 #: Below either, the compact layout: one line per GPU role, so the log keeps room.
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 #: The log input box's prompt in each of its modes.
@@ -129,6 +138,9 @@ class RunScreen(BaseScreen):
         self._frame_pending = False
         self._lines_drawn_at = 0.0
         self._sample_drawn_at = float("-inf")
+        self._held_sample: Timer | None = None
+        """Draws a sample that waits for the log's next line, if none comes first (SAMPLE_WAITS_FOR_LINE_S)."""
+        self._news_drawn: tuple[object, ...] = ()
         self._panes_found = False
         """on_mount has found the panes: until then there is nothing to repaint (a verdict set first)."""
 
@@ -208,16 +220,44 @@ class RunScreen(BaseScreen):
     def _update_in_frame(self) -> None:
         """Update now, or, log lines having been drawn less than a frame ago (a flood),
         LOADED_UPDATE_S after them: whatever arrives meanwhile joins the same batch. A sample
-        alone is no load: a line arriving just after one is drawn at once."""
-        since = time.monotonic() - self._lines_drawn_at
-        if since < FRAME_S:
+        alone is no load: a line arriving just after one is drawn at once. A sample alone while
+        the log writes lines waits for the next one (SAMPLE_WAITS_FOR_LINE_S)."""
+        now = time.monotonic()
+        since = now - self._lines_drawn_at
+        if since < LINES_RECENT_S and self._only_a_sample_pending():
+            self._frame_pending = False  # the next line posts its own frame, and draws the sample in it
+            if self._held_sample is None:
+                self._held_sample = self.set_timer(SAMPLE_WAITS_FOR_LINE_S, self.update_pending)
+        elif since < FRAME_S:
             self.set_timer(LOADED_UPDATE_S - since, self.update_pending)
         else:
             self.update_pending()
 
+    def _only_a_sample_pending(self) -> bool:
+        """A sample is all that changed: no new line, no event (those are drawn at once), and one
+        sample was drawn already (the first is drawn as it comes: the console's start waits for it)."""
+        state = self.state
+        latest = state.latest
+        return (
+            latest is not self._painted_sample
+            and self._painted_sample is not None
+            and not (state.lines and state.lines[-1].number > self.log_pane.last_number)
+            and self._news() == self._news_drawn
+        )
+
+    def _news(self) -> tuple[object, ...]:
+        """What, besides lines, is drawn at once when it changes: the latest event (a connection, a
+        lost agent, a log event), the log followed, and a bar appearing or ending."""
+        state = self.state
+        return state.events[-1] if state.events else None, state.log_path, state.progress is None
+
     def update_pending(self) -> None:
         """Draw the lines and the sample that arrived since the last frame."""
         self._frame_pending = False
+        if self._held_sample is not None:
+            self._held_sample.stop()
+            self._held_sample = None
+        self._news_drawn = self._news()
         if self.flush_log():
             self._lines_drawn_at = time.monotonic()
             self._dirty = True  # their figures (throughput, problems) are drawn by the next tick at the latest
