@@ -220,6 +220,7 @@ class ProcessReading:
     children: tuple[int, ...] = ()
     """PIDs of its direct children (DataLoader workers, ranks), each also a reading of the sample."""
     thread_cpu: tuple[ThreadCpu, ...] = ()
+    """The threads that used CPU since the last sample (the agent sends no idle one)."""
     cpu_s: float | None = None
     """CPU seconds (utime+stime) over the process's life: cpu_s / elapsed_s is what `ps` calls %CPU."""
     run_env: tuple[tuple[str, str], ...] = ()

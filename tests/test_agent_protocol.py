@@ -201,12 +201,14 @@ def test_a_named_option_left_out_is_a_usage_error() -> None:
 
 
 def real_sample(tmp_path: Path) -> dict:
-    """A line the agent really sends about a real process (one that ends when its stdin closes)."""
-    run = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    """A line the agent really sends about a real process (one that spins until its stdin closes):
+    the second, where its thread has a CPU rate and is sent."""
+    spin = "import select, sys\nwhile not select.select([sys.stdin], [], [], 0)[0]: pass"
+    run = subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.PIPE)
     try:
         pidfile = tmp_path / "run.pid"
         pidfile.write_text(f"{run.pid}\n")
-        (line,) = run_agent(agent_argv(count=1, pidfile=str(pidfile), log=str(tmp_path / "x.log")))
+        _, line = run_agent(agent_argv(count=2, pidfile=str(pidfile), log=str(tmp_path / "x.log")))
     finally:
         run.stdin.close()
         run.wait(timeout=WAIT_S)

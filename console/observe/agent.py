@@ -535,6 +535,10 @@ def _unbuffered(environ: Optional[List[str]], argv: List[str]) -> Optional[bool]
 
 
 def _thread_cpu(proc_dir: str, meter: CpuMeter, now: float) -> List[Record]:
+    """The process's threads that ran since the last sample (CPU% above 0), each with its name and
+    state. Every thread is read, for the next delta; one with no CPU since (or no rate yet: the
+    first sample) is no evidence of anything, and a run's idle threads were most of a sample:
+    400 thread records cost the console 2 ms of JSON a second, the agent 0.5 ms."""
     threads: List[Record] = []
     try:
         tids = sorted(os.listdir(proc_dir + "/task"), key=int)
@@ -545,15 +549,9 @@ def _thread_cpu(proc_dir: str, meter: CpuMeter, now: float) -> List[Record]:
             stat = read_stat("%s/task/%s/stat" % (proc_dir, tid))
         except (OSError, ValueError, IndexError):
             continue
-        key = ("thread", stat["pid"], stat["start_ticks"])
-        threads.append(
-            {
-                "tid": stat["pid"],
-                "name": stat["comm"],
-                "cpu_pct": meter.rate(key, stat["cpu_ticks"], now),
-                "state": stat["state"],
-            }
-        )
+        cpu_pct = meter.rate(("thread", stat["pid"], stat["start_ticks"]), stat["cpu_ticks"], now)
+        if cpu_pct:
+            threads.append({"tid": stat["pid"], "name": stat["comm"], "cpu_pct": cpu_pct, "state": stat["state"]})
     return threads
 
 
