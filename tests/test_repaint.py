@@ -176,6 +176,12 @@ def new_sample(app, utilization_pct: float):
     return gpus
 
 
+async def log_writing(pilot) -> None:
+    """The log writes a line, drawn at once: from now on it is writing lines."""
+    report_lines(pilot.app, ["step 1 | loss 1.0"])
+    await until_flushed(pilot, pilot.app.query_one(LogPane))
+
+
 async def test_a_sample_while_the_log_writes_lines_is_drawn_in_the_next_lines_frame():
     """A log writing a line a second or more often costs a frame per line, not one per line and one
     per sample: the sample waits for the next line, which is drawn at once as ever."""
@@ -183,14 +189,13 @@ async def test_a_sample_while_the_log_writes_lines_is_drawn_in_the_next_lines_fr
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         pane, gpu_pane, screen = app.query_one(LogPane), app.query_one(GpuPane), app.run_screen
-        report_lines(app, ["step 1 | loss 1.0"])
-        await until_flushed(pilot, pane)
+        await log_writing(pilot)
         shown = gpu_pane.gpus
         gpus = new_sample(app, 3.0)
         screen.mark_changed()
         await pilot.pause(0.1)  # past a loaded update's wait, within the sample's
         assert gpu_pane.gpus == shown  # held: a line is due
-        updates: list[int] = []
+        updates: list[bool] = []
         flush = screen.flush_log
         screen.flush_log = lambda: (updates.append(gpu_pane.gpus == shown), flush())[1]
         report_lines(app, ["step 2 | loss 0.9"])
@@ -201,19 +206,18 @@ async def test_a_sample_while_the_log_writes_lines_is_drawn_in_the_next_lines_fr
 async def test_a_held_sample_is_drawn_by_its_deadline_when_no_line_comes(monkeypatch):
     from console.ui.screens import run_screen
 
-    monkeypatch.setattr(run_screen, "SAMPLE_WAITS_FOR_LINE_S", 0.3)
+    monkeypatch.setattr(run_screen, "SAMPLE_WAITS_FOR_LINE_S", 0.5)
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        report_lines(app, ["step 1 | loss 1.0"])
-        await until_flushed(pilot, app.query_one(LogPane))
+        await log_writing(pilot)
         gpus = new_sample(app, 4.0)
         app.run_screen.mark_changed()
         await pilot.pause(0.1)
         assert app.query_one(GpuPane).gpus != gpus
         gpus = new_sample(app, 5.0)  # a second sample while the first waits: the deadline is the first's
         app.run_screen.mark_changed()
-        await pilot.pause(0.25)
+        await pilot.pause(0.5)
         assert app.query_one(GpuPane).gpus == gpus
 
 
@@ -222,8 +226,7 @@ async def test_a_sample_with_news_is_drawn_at_once_while_the_log_writes_lines():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        report_lines(app, ["step 1 | loss 1.0"])
-        await until_flushed(pilot, app.query_one(LogPane))
+        await log_writing(pilot)
         gpus = new_sample(app, 6.0)
         app.state.add_event("sampler", "nvidia-smi took 3.2 s")
         app.run_screen.mark_changed()
