@@ -81,7 +81,7 @@ async def serve(count: int, folder: Path) -> None:
 #: process's SSH servers, and past 64 nodes a node is sampled less often (1,024 nodes: every 16 s).
 START_S_PER_NODE = 0.3
 #: A fresh fleet diagnosis starts an agent on every node at once, all on this machine's cores: past
-#: this it is reported as not finished rather than holding the figures already measured.
+#: this (--fresh-limit) it is reported as not finished rather than holding the figures already measured.
 FRESH_DIAGNOSIS_LIMIT_S = 120.0
 
 
@@ -119,7 +119,7 @@ def rss_mib() -> float:
     return 0.0
 
 
-async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
+async def console(count: int, seconds: float, folder: Path, log: Path, fresh_limit_s: float = FRESH_DIAGNOSIS_LIMIT_S) -> dict:
     from console.config import parse_config
     from console.fleet.fleet import Fleet
     from console.fleet.fleet_diagnose import diagnose_fleet
@@ -170,7 +170,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
         started = time.perf_counter()
         try:
             fresh = await asyncio.wait_for(diagnose_fleet([replace(n, monitor=None) for n in fleet.nodes], window_s=1.0, dump_ranks="never"),
-                                           FRESH_DIAGNOSIS_LIMIT_S)
+                                           fresh_limit_s)
             fresh_headline: str | None = fresh.headline()
         except TimeoutError:
             fresh_headline = None
@@ -198,7 +198,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path) -> dict:
         "fleet_verdict_from_held_samples_ms": round(1000 * max(refresh_s), 2),
         "fleet_diagnosis_s": round(diagnose_s, 2),
         "fleet_diagnosis_headline": diagnosis.headline(),
-        "fresh_diagnosis_s": round(fresh_s, 2) if fresh_headline is not None else f"not finished in {FRESH_DIAGNOSIS_LIMIT_S:.0f} s",
+        "fresh_diagnosis_s": round(fresh_s, 2) if fresh_headline is not None else f"not finished in {fresh_limit_s:g} s",
         "fresh_diagnosis_headline": fresh_headline,
         "fleet_verdict": summary.worst,
         "nodes_healthy": f"{summary.healthy}/{summary.nodes}",
@@ -216,6 +216,8 @@ def main() -> int:
         "--unpaced", action="store_true",
         help="every node at [gpus] poll_s and each write of its log a message, however large the fleet (as before pacing)",
     )
+    parser.add_argument("--fresh-limit", type=float, default=FRESH_DIAGNOSIS_LIMIT_S, metavar="SECONDS",
+                        help=f"how long the fresh fleet diagnosis may take before it is reported unfinished (default {FRESH_DIAGNOSIS_LIMIT_S:g})")
     parser.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     raise_open_files()
@@ -242,7 +244,7 @@ def main() -> int:
 
                 fleet.FLEET_SAMPLES_PER_S, fleet.NODE_LOG_READ_S = float("inf"), None
             # Not asyncio.run: its teardown would wait on tasks that Fleet.close gave up on.
-            result = asyncio.new_event_loop().run_until_complete(console(args.nodes, args.seconds, folder, log))
+            result = asyncio.new_event_loop().run_until_complete(console(args.nodes, args.seconds, folder, log, args.fresh_limit))
         finally:
             nodes.stdin.close()
             try:
