@@ -193,7 +193,8 @@ class ThreadCpu:
     name: str
     """The thread's comm: 'python3', 'pt_autograd_0', 'cuda-EvtHandlr', ..."""
     cpu_pct: float | None
-    """None on the first sample (a rate needs two)."""
+    """Above 0 as the agent sends it (an idle thread, or one on the first sample, is not sent); None
+    where a rate was not known."""
     state: str
 
 

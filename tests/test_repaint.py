@@ -194,7 +194,7 @@ async def test_a_sample_while_the_log_writes_lines_is_drawn_in_the_next_lines_fr
         gpus = new_sample(app, 3.0)
         screen.mark_changed()
         await pilot.pause(0.1)  # past a loaded update's wait, within the sample's
-        assert gpu_pane.gpus == shown  # held: a line is due
+        assert gpu_pane.gpus == shown and screen._held_sample is not None  # held: a line is due
         updates: list[bool] = []
         flush = screen.flush_log
         screen.flush_log = lambda: (updates.append(gpu_pane.gpus == shown), flush())[1]
@@ -211,13 +211,20 @@ async def test_a_held_sample_is_drawn_by_its_deadline_when_no_line_comes(monkeyp
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await log_writing(pilot)
+        screen = app.run_screen
         gpus = new_sample(app, 4.0)
-        app.run_screen.mark_changed()
-        await pilot.pause(0.1)
-        assert app.query_one(GpuPane).gpus != gpus
+        screen.mark_changed()
+        await pilot.pause()
+        held = screen._held_sample
+        assert held is not None and app.query_one(GpuPane).gpus != gpus
         gpus = new_sample(app, 5.0)  # a second sample while the first waits: the deadline is the first's
-        app.run_screen.mark_changed()
-        await pilot.pause(0.5)
+        screen.mark_changed()
+        await pilot.pause()
+        assert screen._held_sample is held
+        for _ in range(200):  # the deadline, then its frame (on a loaded box, later)
+            await pilot.pause(0.02)
+            if screen._held_sample is None:
+                break
         assert app.query_one(GpuPane).gpus == gpus
 
 

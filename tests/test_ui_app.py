@@ -484,7 +484,10 @@ async def test_log_lines_figures_are_drawn_with_the_next_sample_not_on_a_tick_of
         assert "0.1234" not in figures["loss"].plain  # painted 0.5 s ago: left to the next sample
         app.state.add_sample(dataclasses.replace(app.state.latest, time=app.state.latest.time + 1))
         app.run_screen.mark_changed()
-        await pilot.pause(0.1)
+        for _ in range(100):  # the held sample's deadline, then its frame (on a loaded box, later)
+            await pilot.pause(0.02)
+            if "0.1234" in figures["loss"].plain:
+                break
         assert "0.1234" in figures["loss"].plain
         add_lines(app, ["step 10009/50000 | loss 0.0999 | 14.1K tok/s | lr 3.0e-04"])
         app.run_screen.mark_changed()

@@ -105,7 +105,9 @@ def headline(phases: dict) -> dict:
     out["diagnosis_ms"] = _get(phases, "diagnosis", "key_to_verdict_ms", "median")
     out["check_ms"] = _get(phases, "diagnosis", "check", "wall_ms", "median")
     out["silence_left_healthy_s"] = _get(phases, "silence", "header_left_healthy_after_s")
-    out["fleet_256_cpu_pct"] = _get(phases, "fleet", "console_cpu_pct_of_one_core")
+    # A fleet whose start-up did not finish was measured as far as it got: cheaper, and no figure.
+    started = _get(phases, "fleet", "all_nodes_sampling", default=True)
+    out["fleet_256_cpu_pct"] = _get(phases, "fleet", "console_cpu_pct_of_one_core") if started else None
     out["fleet_256_verdict_s"] = _get(phases, "fleet", "fleet_diagnosis_s")
     return out
 

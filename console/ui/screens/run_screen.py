@@ -71,7 +71,8 @@ LOADED_UPDATE_S = 0.05
 #: A sample that comes while the log is writing lines waits this long at most for the next line, and
 #: is drawn in its frame: a log that writes a line a second or more often (HF Trainer's dicts, a step
 #: line a second) costs a frame per line, not one per line and one per sample. Lines never wait (the
-#: tail's latency); the sample's wait is under its period, so the GPU rows are never a sample behind.
+#: tail's latency); the sample's wait is at most this part of its period ([gpus] poll_s), so the GPU
+#: rows are never a sample behind.
 SAMPLE_WAITS_FOR_LINE_S = 0.8
 #: The log is writing lines while its last line was drawn less than this long ago (a line every two
 #: seconds or more often); a quieter log's samples are drawn as they come.
@@ -227,7 +228,8 @@ class RunScreen(BaseScreen):
         if since < LINES_RECENT_S and self._only_a_sample_pending():
             self._frame_pending = False  # the next line posts its own frame, and draws the sample in it
             if self._held_sample is None:
-                self._held_sample = self.set_timer(SAMPLE_WAITS_FOR_LINE_S, self.update_pending)
+                wait_s = SAMPLE_WAITS_FOR_LINE_S * min(1.0, self.config.gpus.poll_s)
+                self._held_sample = self.set_timer(wait_s, self.update_pending)
         elif since < FRAME_S:
             self.set_timer(LOADED_UPDATE_S - since, self.update_pending)
         else:
