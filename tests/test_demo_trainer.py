@@ -105,8 +105,10 @@ def test_slow_falls_more_than_a_quarter_below_baseline(start):
     wait_for(lambda: trainer.step() >= 16, "steps past the slowdown")
     rates = {classify_line(line).step: classify_line(line).tokens_per_s for line in trainer.lines() if line.startswith("step ")}
     # The producer slows at its step 6; the main loop first takes what its queue of 2 holds, then waits on it.
+    # The sustained rate is what falls (as the slowdown verdict reads it): one step's can jitter above it
+    # on a loaded box (10,700 tok/s once among 8,200-9,200 with three test workers on two cores).
     after = [rate for step, rate in rates.items() if step >= 12]
-    assert after and max(after) < 0.75 * BASELINE_TOKENS_PER_S
+    assert after and statistics.median(after) < 0.75 * BASELINE_TOKENS_PER_S
     assert statistics.median(rate for step, rate in rates.items() if step < 6) > 0.9 * BASELINE_TOKENS_PER_S
 
 
