@@ -10,7 +10,8 @@ console: a Fleet of N nodes from `[target] hosts`, a Monitor per node (one conne
 sampling agent, one log follower each), verdicts refreshed every second as the fleet screen
 does. It measures once every node is sampling (its first sample in) and one sampling period has
 passed, or once start-up runs past its limit (0.3 s a node, 120 s at least), as far as it got (the
-figures say how far: `start`, and a start-up that did not finish meets no goal).
+figures say how far: `start`; `all_nodes_sampling_after_s` is null, and no goal is met, when start-up
+did not finish).
 Reported: the console's CPU (% of one core) and RSS, in total and per node, while it
 polls; the time to form the fleet's verdict from what the monitors hold (the fleet screen's
 1 s refresh, and `d`: a fleet diagnosis that starts nothing new on a monitored node); and the
@@ -148,8 +149,8 @@ async def console(count: int, seconds: float, folder: Path, log: Path, fresh_lim
               f"{'' if complete else ' (start-up limit reached: measured as it is)'}; measuring {seconds:g} s")
         await asyncio.sleep(max(2.0, fleet.nodes[0].config.gpus.poll_s))
         cpu0, wall0 = time.process_time(), time.monotonic()
-        received0 = {id(n): n.state.samples_received for n in fleet.nodes}
-        samples0 = sum(received0.values())
+        received0 = [n.state.samples_received for n in fleet.nodes]
+        samples0 = sum(received0)
         refresh_s = []
         while time.monotonic() - wall0 < seconds:
             started = time.perf_counter()
@@ -190,7 +191,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path, fresh_lim
         "measured_s": round(wall, 1),
         "all_nodes_sampling_after_s": round(ready_s, 2) if complete else None,
         "start": {**at_start, "after_s": round(ready_s, 2), "limit_s": round(start_limit_s)},
-        "nodes_sampled_in_window": sum(n.state.samples_received > received0.get(id(n), 0) for n in fleet.nodes),
+        "nodes_sampled_in_window": sum(n.state.samples_received > before for n, before in zip(fleet.nodes, received0)),
         "samples_per_s": round(samples / wall, 1),
         "sampler_restarts": restarts,
         "console_cpu_pct_of_one_core": round(cpu_pct, 2),
@@ -204,7 +205,6 @@ async def console(count: int, seconds: float, folder: Path, log: Path, fresh_lim
         "fresh_diagnosis_headline": fresh_headline or f"not finished in {fresh_limit_s:g} s",
         "fleet_verdict": summary.worst,
         "nodes_healthy": f"{summary.healthy}/{summary.nodes}",
-        "all_nodes_sampling": complete,
         "goal_cpu_under_10pct": complete and cpu_pct < 10.0,  # a fleet only part started costs less: not met
         "goal_verdict_under_5s": diagnose_s < 5.0,
     }

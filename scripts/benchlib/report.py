@@ -106,7 +106,7 @@ def headline(phases: dict) -> dict:
     out["check_ms"] = _get(phases, "diagnosis", "check", "wall_ms", "median")
     out["silence_left_healthy_s"] = _get(phases, "silence", "header_left_healthy_after_s")
     # A fleet whose start-up did not finish was measured as far as it got: cheaper, and no figure.
-    started = _get(phases, "fleet", "all_nodes_sampling", default=True)
+    started = _get(phases, "fleet", "all_nodes_sampling_after_s") is not None
     out["fleet_256_cpu_pct"] = _get(phases, "fleet", "console_cpu_pct_of_one_core") if started else None
     out["fleet_256_verdict_s"] = _get(phases, "fleet", "fleet_diagnosis_s")
     return out
