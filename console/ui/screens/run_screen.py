@@ -223,8 +223,7 @@ class RunScreen(BaseScreen):
         LOADED_UPDATE_S after them: whatever arrives meanwhile joins the same batch. A sample
         alone is no load: a line arriving just after one is drawn at once. A sample alone while
         the log writes lines waits for the next one (SAMPLE_WAITS_FOR_LINE_S)."""
-        now = time.monotonic()
-        since = now - self._lines_drawn_at
+        since = time.monotonic() - self._lines_drawn_at
         if since < LINES_RECENT_S and self._only_a_sample_pending():
             self._frame_pending = False  # the next line posts its own frame, and draws the sample in it
             if self._held_sample is None:
@@ -239,9 +238,8 @@ class RunScreen(BaseScreen):
         """A sample is all that changed: no new line, no event (those are drawn at once), and one
         sample was drawn already (the first is drawn as it comes: the console's start waits for it)."""
         state = self.state
-        latest = state.latest
         return (
-            latest is not self._painted_sample
+            state.latest is not self._painted_sample
             and self._painted_sample is not None
             and not (state.lines and state.lines[-1].number > self.log_pane.last_number)
             and self._news() == self._news_drawn
