@@ -66,3 +66,30 @@ def test_a_compiled_frames_id_in_torchs_log_is_no_step():
     assert classify_line("[rank0]:V1202 12:00:00.000 123 torch/_inductor/codecache.py:10] [2/3] Output code").step is None
     glog_train = classify_line("I1202 12:00:00.000 123 train.py:40] [3/300] loss 2.1")
     assert (glog_train.step, glog_train.total_steps) == (3, 300)  # a training script's own glog line keeps its step
+
+
+def test_an_evaluations_rates_are_no_rate_of_the_run():
+    """HF Trainer's eval dict and its `***** eval metrics *****` summary (huggingface/optimum-habana#914)
+    key their rates by `eval_`: a pass over the validation set, no training step's rate. The run's own
+    summary (`train_samples_per_second`) and a training step's dict are read; an eval dict's only loss is."""
+    eval_dict = classify_line(
+        "{'eval_loss': 0.5123, 'eval_runtime': 10.52, 'eval_samples_per_second': 95.2, "
+        "'eval_steps_per_second': 3.0, 'epoch': 1.0}"
+    )
+    assert (eval_dict.samples_per_s, eval_dict.it_per_s, eval_dict.loss) == (None, None, 0.5123)
+    assert classify_line("  eval_samples_per_second     =   3773.397").samples_per_s is None
+    assert classify_line("val/tokens_per_sec: 1234 train/tokens_per_sec: 200").tokens_per_s == 200
+    summary = classify_line(
+        "{'train_runtime': 100.2, 'train_samples_per_second': 10.0, 'train_steps_per_second': 0.5, "
+        "'train_loss': 1.2, 'epoch': 3.0}"
+    )
+    assert (summary.samples_per_s, summary.it_per_s, summary.loss) == (10.0, 0.5, 1.2)
+    assert classify_line("  train_steps_per_second      =      9.152").it_per_s == 9.152
+
+
+def test_a_samples_noun_per_second_spelled_as_a_key():
+    """`samples_per_sec` is read; so are the other nouns a sample rate counts, spelled the same way."""
+    assert classify_line("images_per_sec: 123.4").samples_per_s == 123.4
+    assert classify_line("examples_per_second: 55.1").samples_per_s == 55.1
+    assert classify_line("sequences_per_second: 12.5").samples_per_s == 12.5
+    assert classify_line("num_images_per_second_seen").samples_per_s is None

@@ -396,6 +396,9 @@ _SAMPLE_UNITS = (
     ("im", re.compile(r"\b(?:images?|imgs?|im)/s(?:ec(?:ond)?)?\b")),
     ("seq", re.compile(r"\bseq(?:uence)?s?/s(?:ec(?:ond)?)?\b")),
     ("record", re.compile(r"records?/s(?:ec(?:ond)?)?\b")),
+    # the same nouns over a second spelled as a key (`images_per_sec`, `examples_per_second`,
+    # `sequences_per_second`), as `samples_per_sec` is
+    ("_per_sec", re.compile(r"(?:examples?|images?|imgs?|seq(?:uence)?s?|records?)_per_sec(?:ond)?\b")),
     ("ips", re.compile(r"\bips\b")),  # images (instances) per second: Paddle's `ips: 225.2 images/sec`
     ("imps", re.compile(r"\bimps\b")),
     ("ex/s", re.compile(r"(?<![a-z])ex/s\b")),  # a bar counting examples (HF datasets' `150.2ex/s`)
@@ -837,9 +840,21 @@ def _rate(units: Sequence[tuple[str, re.Pattern]], low: str) -> float | None:
                 value = _value_before(low, start)
             if value is None:
                 value = _scaled(_VALUE_AFTER.match(low, end))
-            if value is not None and not _prompt_side(low, start):
+            if value is not None and not _prompt_side(low, start) and not _eval_side(low, start):
                 return value
     return None
+
+
+def _eval_side(low: str, at: int) -> bool:
+    """Whether the rate whose unit starts at `at` is keyed as an evaluation's, by the qualifier its key
+    opens with (HF Trainer's `'eval_samples_per_second': 95.2`, `eval_steps_per_second`, `val/tokens_per_sec`):
+    a pass over the validation set, faster than a training step and far apart from it, is no rate of the run."""
+    start = at
+    while start and low[start - 1] in _KEY_CHARS:
+        start -= 1
+    if start == at:
+        return False
+    return low[start:at].partition("_")[0].partition("/")[0] in _EVAL_LOSS_WORDS
 
 
 def _prompt_side(low: str, at: int) -> bool:
@@ -923,7 +938,7 @@ def _iterations_per_s(low: str, bits: int) -> float | None:
                 value = _value_before(low, start)
             if value is None:
                 value = _scaled(_VALUE_AFTER.match(low, end))
-            if value is not None:
+            if value is not None and not _eval_side(low, start):
                 return value
     if not bits & _G_TIMED:
         return None
