@@ -117,6 +117,20 @@ def test_an_nccl_processs_threads_share_one_block_and_an_error_code_makes_a_warn
     assert read([unexpected, "NCCL INFO transport/net.cc:1302 -> 3"]) == [("nccl_timeout", False), ("nccl_timeout", True)]
 
 
+def test_an_exception_named_inside_a_line_opens_its_message() -> None:
+    # vllm-project/vllm#6042: torch 2.3's `[E file.cpp:N]` (no time, so no log header) names the CUDA error
+    # after `with exception: `; c10's advice after it, without the rank's prefix, is that error's message
+    lines = [
+        "[rank0]:[E ProcessGroupNCCL.cpp:1414] [PG 2 Rank 0] Process group watchdog thread terminated with exception: "
+        "CUDA error: an illegal memory access was encountered",
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    ]
+    assert read(lines) == [("cuda_error", False), ("cuda_error", True)]
+    # a line that names no exception leaves the next line alone
+    assert read(["[rank0]:[E ProcessGroupNCCL.cpp:1414] NCCL watchdog thread terminated: Killed", "Epoch 2 starts"])[1] == (
+        "normal", False)
+
+
 def test_a_status_code_heads_its_message_like_an_exception() -> None:
     # jax-ml/jax#13428: XLA's OOM and the debugging block under it
     lines = ["RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6291456 bytes.", "BufferAssignment OOM Debugging.",

@@ -1404,6 +1404,13 @@ _EXCEPTION_LINE = re.compile(
     # an absl / XLA status code: `RESOURCE_EXHAUSTED: Out of memory …`, `INTERNAL: …`
     r"|(?!(?:DEBUG|INFO|NOTE|WARN|WARNING)\b)[A-Z]{3,}(?:_[A-Z]+)*: "
 )
+# An exception named inside a line's message, after a colon, a comma or a log field's `] `: the line ends
+# with that exception's message, which runs on over the lines after it as at a line's start (torch's
+# `[rank0]:[E ProcessGroupNCCL.cpp:1414] … watchdog thread terminated with exception: CUDA error: …`, then
+# c10's `CUDA kernel errors might be asynchronously reported …` and `Compile with `TORCH_USE_CUDA_DSA` …`).
+_INNER_EXCEPTION = re.compile(
+    r"(?:[:,] |\] )(?:(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception)\b[^:\n]{0,40}|[A-Z]\w*(?: [A-Z]\w*)? [Ee]rror): "
+)
 _WHAT = ("what():", "terminate called")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 # A stack's frame marker (c10's `frame #3: …`, gdb's `#3 0x…`, the flight recorder's `#0 all_reduce
@@ -1452,7 +1459,8 @@ class _Block:
         self.chain = announces and not self.frames
         if announces:
             self.mode = _PARAGRAPHS  # `ResourceExhaustedError:`, `WARNING:torch.distributed.run:`: its message follows
-        elif self.level in _ERROR_LEVELS or _EXCEPTION_LINE.match(message) or message.startswith(_WHAT):
+        elif self.level in _ERROR_LEVELS or _EXCEPTION_LINE.match(message) or message.startswith(_WHAT) \
+                or _INNER_EXCEPTION.search(message):
             self.mode = _MESSAGE
         else:
             self.mode = _NO_MESSAGE
