@@ -64,7 +64,7 @@ def test_corpus_is_wide_sourced_and_split_by_repository() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 36's gates are not reached on the test split: macro F1 0.958 (0.97 asked), 2 false alarms "
+    reason="issue 36's gates are not reached on the test split: macro F1 0.963 (0.97 asked), 2 false alarms "
     "(0 asked), metrics right on 91.2 % of its rate lines (95 % asked); README, 'The corpus', says so",
 )
 def test_the_test_split_meets_the_issue_gates() -> None:
@@ -78,10 +78,11 @@ def test_the_test_split_meets_the_issue_gates() -> None:
 def test_the_test_split_holds_what_was_reached() -> None:
     """The figures the test split reached when the rules were last changed: no worse, ever. (Round 5's
     test-split records lowered them from 0.953 / 1 / 91.5 %, which its rules still reach on round 4's;
-    round 7's wrappers raised the macro F1 from 0.952 to 0.958; rounds 8 to 10 left all three.)"""
+    round 7's wrappers raised the macro F1 from 0.952 to 0.958; rounds 8 to 10 left all three; round 11's
+    exception named inside a line's message raised it to 0.963.)"""
     test = scored("test")
     f1, alarms, right, summary = test.macro_f1, len(test.false_alarms), test.metrics_right, test.summary()
-    assert f1 >= 0.957, summary
+    assert f1 >= 0.963, summary
     assert alarms <= 2, summary
     assert right >= 0.911, summary
 
@@ -96,7 +97,7 @@ def test_the_train_split_meets_the_gates() -> None:
 
 
 def test_the_train_split_holds_what_was_reached() -> None:
-    """Round 10's train split: macro F1 0.991, metrics right on 99.7 % of 398 rate lines; no worse."""
+    """Round 11's train split: macro F1 0.991, metrics right on 99.7 % of 398 rate lines; no worse."""
     train = scored("train")
     assert train.macro_f1 >= 0.991, f"{train.summary()}\nmisses:\n{train.misses()}"
     wrong = "\n".join(f"  {r['line'][:120]!r}: {'; '.join(w)}" for r, w in train.metric_wrong)
