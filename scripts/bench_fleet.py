@@ -34,6 +34,7 @@ import asyncio
 import collections
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -103,6 +104,18 @@ def start_report(nodes) -> dict:
     }
 
 
+def restart_reasons(nodes) -> str:
+    """The commonest reasons the nodes' samplers stopped and were restarted (their `sampler`
+    events), with node names and figures made alike so that one cause counts once."""
+    reasons = collections.Counter(
+        re.sub(r"\d+(?:\.\d+)?", "N", event.text.removeprefix("sampling stopped: ").rpartition("; restarting in")[0])
+        for n in nodes
+        for event in n.state.events
+        if event.kind == "sampler" and event.text.startswith("sampling stopped: ")
+    )
+    return "; ".join(f"{k}: {why[:200]}" for why, k in reasons.most_common(3)) or "none"
+
+
 def raise_open_files() -> None:
     """Open files up to the hard limit: a node takes descriptors on both sides."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -164,17 +177,20 @@ async def console(count: int, seconds: float, folder: Path, log: Path, fresh_lim
         rss = rss_mib()
         summary = fleet.summary()
         restarts = sum(n.monitor.sampler_restarts for n in fleet.nodes if n.monitor)
+        restarted_because = restart_reasons(fleet.nodes)
         phase("a fleet diagnosis from the monitors' samples")
         started = time.perf_counter()
         diagnosis = await diagnose_fleet(fleet.nodes, window_s=1.0, dump_ranks="never")
         diagnose_s = time.perf_counter() - started
         phase("a fresh fleet diagnosis (as pulse check: a new agent on every node)")
-        started = time.perf_counter()
+        started, fresh_cpu0 = time.perf_counter(), time.process_time()
         # Not wait_for: it waits for the cancelled work to end, and a cancelled channel read can
         # take minutes (fleet._bounded); the work left over ends with the process.
         fresh = asyncio.ensure_future(diagnose_fleet([replace(n, monitor=None) for n in fleet.nodes], window_s=1.0, dump_ranks="never"))
         await asyncio.wait({fresh}, timeout=fresh_limit_s)
         fresh_s = time.perf_counter() - started
+        # The console's own share of it: near fresh_s, the console is what bounds it; far below, the nodes are.
+        fresh_cpu_s = time.process_time() - fresh_cpu0
         fresh_headline = fresh.result().headline() if fresh.done() else None
         if not fresh.done():
             fresh.cancel()
@@ -194,6 +210,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path, fresh_lim
         "nodes_sampled_in_window": sum(n.state.samples_received > before for n, before in zip(fleet.nodes, received0)),
         "samples_per_s": round(samples / wall, 1),
         "sampler_restarts": restarts,
+        "sampler_restarted_because": restarted_because,
         "console_cpu_pct_of_one_core": round(cpu_pct, 2),
         "console_cpu_pct_per_node": round(cpu_pct / count, 3),
         "console_rss_mib": round(rss, 1),
@@ -203,6 +220,7 @@ async def console(count: int, seconds: float, folder: Path, log: Path, fresh_lim
         "fleet_diagnosis_headline": diagnosis.headline(),
         "fresh_diagnosis_s": round(fresh_s, 2) if fresh_headline is not None else None,
         "fresh_diagnosis_headline": fresh_headline or f"not finished in {fresh_limit_s:g} s",
+        "fresh_diagnosis_console_cpu_s": round(fresh_cpu_s, 2),
         "fleet_verdict": summary.worst,
         "nodes_healthy": f"{summary.healthy}/{summary.nodes}",
         "goal_cpu_under_10pct": complete and cpu_pct < 10.0,  # a fleet only part started costs less: not met
